@@ -1,1 +1,105 @@
-//! Placeholder; see issue #2.
+//! # fetcher-engine
+//!
+//! The rules of extraction, behind ports. The engine owns what an extraction *means*
+//! (tenancy, connection lifecycle, schema discovery and validation, planning, limits,
+//! execution, the NDJSON/JSON encodings, digests and the error contract); a host owns how
+//! it *runs* (HTTP, queues, databases, object storage, keys) and reaches the engine only
+//! through the traits in [`ports`]. The behaviour follows `spec/engine.md`, the contract
+//! written from the reference implementation; the differences are listed below.
+//!
+//! ## Module map
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`engine`] | [`EngineBuilder`], [`Engine`], the connection lifecycle and connection tests |
+//! | `schema` | discovery (cache-first or fresh) and schema validation (methods on [`Engine`]) |
+//! | `plan` | [`Engine::plan_extraction`]: limits, scope probe, validation, deterministic steps |
+//! | `execute` | [`Engine::execute_extraction`]: direct and store modes, the ordinal-window scheduler |
+//! | [`ports`] | the eight ports: registry/connector/cursor, protector, stores, sink, cache, checker, observability |
+//! | [`memory`] | in-memory implementations of every port and a template connector |
+//! | [`testing`] | conformance suites every storage adapter must pass (feature `testing`) |
+//! | [`context`] | [`Context`]: cancellation plus deadline, telling the two apart |
+//! | [`error`] | [`EngineError`], its eleven [`Category`] values and the fixed message catalogue |
+//! | [`json`] | the canonical JSON encoder (byte-compatible with the reference) |
+//! | [`value`] | [`Value`], [`Row`], [`Columns`], [`RowBatch`] |
+//! | [`types`], [`limits`], [`tenant`], [`time`], [`secret`] | the contract's value types |
+//!
+//! ## Error policy
+//!
+//! Every failure is an [`EngineError`]: a [`Category`] (stable string, decides the HTTP
+//! status and whether a retry can help) plus a fixed message from [`error::msg`]. Text from
+//! drivers, factories, protectors, checkers and sinks never crosses the boundary; it is
+//! replaced by the fixed message. A host may attach a hidden cause with
+//! [`EngineError::wrap`]. Connection store errors pass through unchanged (they are the
+//! host's own, and must be safe).
+//!
+//! ## Ordering contract
+//!
+//! The same data gives the same bytes. Steps run in ascending config-name order; the
+//! [`ports::Connector::query_stream`] contract requires rows in a stable order (tables by
+//! name, rows by primary key, else by the selected columns); the store-mode writer drains
+//! steps in plan order whatever order they finish in; map keys are always sorted.
+//!
+//! ## Result formats
+//!
+//! * **Direct**: `{config: {table: [row, ...]}}` as indented JSON (two spaces, sorted
+//!   keys, no final newline), with a SHA-256 digest.
+//! * **Store**: NDJSON lines `{"config":"…","table":"…","row":{…}}\n`, written
+//!   incrementally in 256-row batches with back-pressure, digested as they stream.
+//!
+//! ## Differences from the reference
+//!
+//! * **Ordering is a written contract** on connectors (above); the reference promised
+//!   determinism but issued no `ORDER BY`.
+//! * **Filters are never dropped.** A filter entry that is not a `table → field → condition`
+//!   map, or that targets a table or datasource not selected for extraction, fails planning
+//!   with `extraction request failed schema validation`. The reference skipped the former
+//!   and passed the latter to connectors unvalidated.
+//! * **Store-mode `format` is `ndjson`**, what the bytes are (the reference says `json`).
+//! * **Writers are aborted**: on failure the engine calls
+//!   [`ports::ResultStreamWriter::abort`] (never `close`), so a sink can discard a partial
+//!   object (e.g. abort a multipart upload) instead of relying on it being dropped.
+//! * **Key versions are labels** (text), as the product stores them; the reference
+//!   engine types them as integers.
+//! * **Unset timestamps are omitted** rather than rendered as `0001-01-01T00:00:00Z`.
+//! * **Terminal status writes use a fresh context** (bounded to 10 s), so a cancelled run
+//!   still records `canceled`.
+//! * **Test results carry latency** (`latencyMs`).
+//! * **Cursors are batched**: [`ports::RowCursor::next_batch`] returns rows of one table at
+//!   a time instead of the reference's row-at-a-time `next/row/err`.
+//! * **Dependencies**: Rust's std has no JSON, SHA-256 or executor, so the boundary is
+//!   serde, serde_json, sha2 and tokio (`rt`, `sync`, `time`, `macros`) and what they pull
+//!   in, checked by `scripts/check-engine-deps` (DESIGN.md §3). No `std::net`,
+//!   `std::process` or `std::fs` in this crate.
+
+pub mod context;
+pub mod cursor;
+pub mod engine;
+pub mod error;
+mod execute;
+pub mod json;
+pub mod limits;
+pub mod memory;
+mod plan;
+pub mod ports;
+mod schema;
+pub mod secret;
+pub mod tenant;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod time;
+pub mod types;
+pub mod value;
+
+pub use context::{Context, Done};
+pub use cursor::EagerCursor;
+pub use engine::{Engine, EngineBuilder};
+pub use error::{Category, EngineError, Result};
+pub use execute::STORE_BATCH_ROWS;
+pub use limits::Limits;
+pub use ports::BoxFuture;
+pub use secret::Secret;
+pub use tenant::TenantContext;
+pub use time::Timestamp;
+pub use types::*;
+pub use value::{Columns, Row, RowBatch, Value};

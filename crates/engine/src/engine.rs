@@ -1,0 +1,487 @@
+//! Construction and the connection lifecycle operations (spec engine §3, §6).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::context::Context;
+use crate::error::{Category, EngineError, Result, msg};
+use crate::limits::Limits;
+use crate::ports::*;
+use crate::tenant::TenantContext;
+use crate::types::*;
+
+/// Builds an [`Engine`]. The registry is required; the protector is required when
+/// encrypted persistence is on; everything else is optional (see each port's docs for
+/// what its absence means).
+#[derive(Default)]
+pub struct EngineBuilder {
+    registry: Option<Arc<dyn ConnectorRegistry>>,
+    protector: Option<Arc<dyn CredentialProtector>>,
+    encrypted_persistence: bool,
+    connection_store: Option<Arc<dyn ConnectionStore>>,
+    execution_store: Option<Arc<dyn ExecutionStore>>,
+    result_sink: Option<Arc<dyn ResultSink>>,
+    schema_cache: Option<Arc<dyn SchemaCache>>,
+    active_checker: Option<Arc<dyn ActiveExecutionChecker>>,
+    observability: Option<Arc<dyn Observability>>,
+    limits: Option<Limits>,
+}
+
+impl EngineBuilder {
+    pub fn connector_registry(mut self, r: Arc<dyn ConnectorRegistry>) -> Self {
+        self.registry = Some(r);
+        self
+    }
+    pub fn credential_protector(mut self, p: Arc<dyn CredentialProtector>) -> Self {
+        self.protector = Some(p);
+        self
+    }
+    pub fn encrypted_persistence(mut self, on: bool) -> Self {
+        self.encrypted_persistence = on;
+        self
+    }
+    pub fn connection_store(mut self, s: Arc<dyn ConnectionStore>) -> Self {
+        self.connection_store = Some(s);
+        self
+    }
+    pub fn execution_store(mut self, s: Arc<dyn ExecutionStore>) -> Self {
+        self.execution_store = Some(s);
+        self
+    }
+    pub fn result_sink(mut self, s: Arc<dyn ResultSink>) -> Self {
+        self.result_sink = Some(s);
+        self
+    }
+    pub fn schema_cache(mut self, c: Arc<dyn SchemaCache>) -> Self {
+        self.schema_cache = Some(c);
+        self
+    }
+    pub fn active_execution_checker(mut self, c: Arc<dyn ActiveExecutionChecker>) -> Self {
+        self.active_checker = Some(c);
+        self
+    }
+    pub fn observability(mut self, o: Arc<dyn Observability>) -> Self {
+        self.observability = Some(o);
+        self
+    }
+    /// Limits used as-is, unless zero ([`Limits::is_zero`]), which means the defaults.
+    /// There is no field-by-field merge: a zero field means unbounded.
+    pub fn limits(mut self, l: Limits) -> Self {
+        self.limits = Some(l);
+        self
+    }
+
+    pub fn build(self) -> Result<Engine> {
+        let Some(registry) = self.registry else {
+            return Err(EngineError::validation(msg::REGISTRY_REQUIRED));
+        };
+        if self.encrypted_persistence && self.protector.is_none() {
+            return Err(EngineError::validation(msg::PROTECTOR_REQUIRED));
+        }
+        let limits = match self.limits {
+            Some(l) if !l.is_zero() => l,
+            _ => Limits::defaults(),
+        };
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                registry,
+                protector: self.protector,
+                encrypted_persistence: self.encrypted_persistence,
+                connection_store: self.connection_store,
+                execution_store: self.execution_store,
+                result_sink: self.result_sink,
+                schema_cache: self.schema_cache,
+                active_checker: self.active_checker,
+                observability: self.observability,
+                limits,
+            }),
+        })
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) registry: Arc<dyn ConnectorRegistry>,
+    pub(crate) protector: Option<Arc<dyn CredentialProtector>>,
+    pub(crate) encrypted_persistence: bool,
+    pub(crate) connection_store: Option<Arc<dyn ConnectionStore>>,
+    pub(crate) execution_store: Option<Arc<dyn ExecutionStore>>,
+    pub(crate) result_sink: Option<Arc<dyn ResultSink>>,
+    pub(crate) schema_cache: Option<Arc<dyn SchemaCache>>,
+    pub(crate) active_checker: Option<Arc<dyn ActiveExecutionChecker>>,
+    pub(crate) observability: Option<Arc<dyn Observability>>,
+    pub(crate) limits: Limits,
+}
+
+/// The extraction engine. Cheap to clone; every operation returns only after all the
+/// work it started has finished.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("limits", &self.inner.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    /// The configured limits (the ceilings a request may not raise).
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    // --- shared helpers ------------------------------------------------------------------
+
+    /// Runs `op` inside a span named `name` (when observability is configured).
+    pub(crate) async fn traced<T>(
+        &self,
+        name: &'static str,
+        op: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let span = self
+            .inner
+            .observability
+            .as_ref()
+            .map(|o| o.start_span(name));
+        let out = op.await;
+        if let Some(span) = span {
+            span.end(out.as_ref().err());
+        }
+        out
+    }
+
+    /// Gates 1 and 2 of every store-backed operation: store present, then tenant valid.
+    pub(crate) fn scoped_store(&self, tenant: &TenantContext) -> Result<&Arc<dyn ConnectionStore>> {
+        let store = self
+            .inner
+            .connection_store
+            .as_ref()
+            .ok_or_else(|| EngineError::validation(msg::STORE_NOT_CONFIGURED))?;
+        tenant.validate_scope()?;
+        Ok(store)
+    }
+
+    /// `find`, with "missing" (or another tenant's) mapped to `not_found_msg`.
+    pub(crate) async fn require_connection(
+        &self,
+        ctx: &Context,
+        store: &Arc<dyn ConnectionStore>,
+        tenant: &TenantContext,
+        config_name: &str,
+        not_found_msg: &'static str,
+    ) -> Result<ConnectionDescriptor> {
+        store
+            .find(ctx, tenant, config_name)
+            .await?
+            .ok_or_else(|| EngineError::new(Category::NotFound, not_found_msg))
+    }
+
+    /// Resolves the factory and builds a connector, mapping failures to fixed texts.
+    pub(crate) async fn build_connector(
+        &self,
+        ctx: &Context,
+        descriptor: &ConnectionDescriptor,
+    ) -> Result<Box<dyn Connector>> {
+        let factory = self
+            .inner
+            .registry
+            .connector(&descriptor.datasource_type)
+            .ok_or_else(|| {
+                EngineError::new(
+                    Category::NotFound,
+                    format!("{}{}", msg::NO_CONNECTOR_PREFIX, descriptor.datasource_type),
+                )
+            })?;
+        match factory.build(ctx, descriptor).await {
+            Ok(Some(c)) => Ok(c),
+            Ok(None) | Err(_) => Err(EngineError::new(Category::Unavailable, msg::BUILD_FAILED)),
+        }
+    }
+
+    /// Protects `password` when encrypted persistence is on; `None` when nothing is to be
+    /// stored. Called before any store write.
+    async fn protect(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        password: Option<&crate::secret::Secret>,
+    ) -> Result<Option<ProtectedCredential>> {
+        let Some(password) = password else {
+            return Ok(None);
+        };
+        if !self.inner.encrypted_persistence {
+            return Ok(None);
+        }
+        let protector = self
+            .inner
+            .protector
+            .as_ref()
+            .ok_or_else(|| EngineError::validation(msg::PROTECTOR_NOT_CONFIGURED))?;
+        protector
+            .protect(ctx, tenant, password.expose())
+            .await
+            .map(Some)
+            .map_err(|_| EngineError::new(Category::Unavailable, msg::PROTECT_FAILED))
+    }
+
+    /// The conflict gate of update/delete: checker failure is redacted.
+    async fn conflict_gate(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        config_name: &str,
+    ) -> Result<()> {
+        let Some(checker) = &self.inner.active_checker else {
+            return Ok(());
+        };
+        match checker
+            .has_active_executions(ctx, tenant, config_name)
+            .await
+        {
+            Err(_) => Err(EngineError::new(
+                Category::Unavailable,
+                msg::CHECK_ACTIVE_FAILED,
+            )),
+            Ok(true) => Err(EngineError::new(Category::Conflict, msg::ACTIVE_EXECUTIONS)),
+            Ok(false) => Ok(()),
+        }
+    }
+
+    // --- connection lifecycle ------------------------------------------------------------
+
+    /// Creates a connection: duplicate pre-check (`conflict`), then protect (when on),
+    /// then store. Returns the secret-free descriptor with its key version.
+    pub async fn create_connection(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        input: &ConnectionInput,
+    ) -> Result<ConnectionDescriptor> {
+        self.traced("engine.connection.create", async {
+            let store = self.scoped_store(tenant)?;
+            let mut descriptor = ConnectionDescriptor::from_input(input);
+            if store.find(ctx, tenant, &input.config_name).await?.is_some() {
+                return Err(EngineError::new(Category::Conflict, msg::CONNECTION_EXISTS));
+            }
+            let password = input.has_password().then(|| input.password());
+            let credential = self.protect(ctx, tenant, password).await?;
+            if let Some(c) = &credential {
+                descriptor.key_version.clone_from(&c.key_version);
+            }
+            store
+                .create(ctx, tenant, &descriptor, credential.as_ref())
+                .await?;
+            Ok(descriptor)
+        })
+        .await
+    }
+
+    pub async fn get_connection(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        config_name: &str,
+    ) -> Result<ConnectionDescriptor> {
+        self.traced("engine.connection.get", async {
+            let store = self.scoped_store(tenant)?;
+            self.require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+                .await
+        })
+        .await
+    }
+
+    pub async fn list_connections(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+    ) -> Result<Vec<ConnectionDescriptor>> {
+        self.traced("engine.connection.list", async {
+            self.scoped_store(tenant)?.list(ctx, tenant).await
+        })
+        .await
+    }
+
+    pub async fn get_connection_by_id(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        id: &str,
+    ) -> Result<ConnectionDescriptor> {
+        self.traced("engine.connection.get_by_id", async {
+            self.scoped_store(tenant)?
+                .find_by_id(ctx, tenant, id)
+                .await?
+                .ok_or_else(|| EngineError::new(Category::NotFound, msg::CONNECTION_NOT_FOUND))
+        })
+        .await
+    }
+
+    pub async fn list_connections_paged(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        params: &ConnectionListParams,
+    ) -> Result<ConnectionPage> {
+        self.traced("engine.connection.list_paged", async {
+            self.scoped_store(tenant)?
+                .list_paged(ctx, tenant, params)
+                .await
+        })
+        .await
+    }
+
+    /// Applies `patch` to a connection, after the conflict gate. A patch password is
+    /// protected (when encryption is on); without one the stored secret is kept.
+    pub async fn update_connection(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        config_name: &str,
+        patch: &ConnectionPatch,
+    ) -> Result<ConnectionDescriptor> {
+        self.traced("engine.connection.update", async {
+            let store = self.scoped_store(tenant)?;
+            let current = self
+                .require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+                .await?;
+            self.conflict_gate(ctx, tenant, config_name).await?;
+            let mut updated = patch.apply(&current);
+            let credential = self.protect(ctx, tenant, patch.password()).await?;
+            if let Some(c) = &credential {
+                updated.key_version.clone_from(&c.key_version);
+            }
+            store
+                .update(ctx, tenant, &updated, credential.as_ref())
+                .await?;
+            Ok(updated)
+        })
+        .await
+    }
+
+    /// For hosts that patch their own rich record: no gate, no existence pre-check (call
+    /// [`Engine::check_active_executions`] first). Only the patch's password is read.
+    pub async fn update_connection_by_id(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        id: &str,
+        descriptor: &ConnectionDescriptor,
+        patch: &ConnectionPatch,
+    ) -> Result<ConnectionDescriptor> {
+        self.traced("engine.connection.update_by_id", async {
+            let store = self.scoped_store(tenant)?;
+            let mut updated = descriptor.clone();
+            let credential = self.protect(ctx, tenant, patch.password()).await?;
+            if let Some(c) = &credential {
+                updated.key_version.clone_from(&c.key_version);
+            }
+            store
+                .update_by_id(ctx, tenant, id, &updated, credential.as_ref())
+                .await?;
+            Ok(updated)
+        })
+        .await
+    }
+
+    pub async fn delete_connection(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        config_name: &str,
+    ) -> Result<()> {
+        self.traced("engine.connection.delete", async {
+            let store = self.scoped_store(tenant)?;
+            self.require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+                .await?;
+            self.conflict_gate(ctx, tenant, config_name).await?;
+            store.delete(ctx, tenant, config_name).await
+        })
+        .await
+    }
+
+    pub async fn delete_connection_by_id(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        id: &str,
+    ) -> Result<()> {
+        self.traced("engine.connection.delete_by_id", async {
+            self.scoped_store(tenant)?
+                .delete_by_id(ctx, tenant, id)
+                .await
+        })
+        .await
+    }
+
+    /// The conflict policy on its own: the checker's error is returned unchanged (it goes
+    /// back to the host that supplied the checker). No store needed.
+    pub async fn check_active_executions(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        config_name: &str,
+    ) -> Result<()> {
+        self.traced("engine.connection.check_active_executions", async {
+            tenant.validate_scope()?;
+            let Some(checker) = &self.inner.active_checker else {
+                return Ok(());
+            };
+            if checker
+                .has_active_executions(ctx, tenant, config_name)
+                .await?
+            {
+                return Err(EngineError::new(Category::Conflict, msg::ACTIVE_EXECUTIONS));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The read-path authority for hosts with their own persistence: tenant shape only.
+    pub fn authorize_connection_access(&self, tenant: &TenantContext) -> Result<()> {
+        let span = self
+            .inner
+            .observability
+            .as_ref()
+            .map(|o| o.start_span("engine.connection.authorize_access"));
+        let out = tenant.validate_scope();
+        if let Some(span) = span {
+            span.end(out.as_ref().err());
+        }
+        out
+    }
+
+    /// build → test → close, with latency. Any test failure is `connect` /
+    /// `failed to connect to datasource`; the connector is closed on every path.
+    pub async fn test_connection(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        config_name: &str,
+    ) -> Result<ConnectionTestResult> {
+        self.traced("engine.connection.test", async {
+            let store = self.scoped_store(tenant)?;
+            let descriptor = self
+                .require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+                .await?;
+            let started = Instant::now();
+            let mut connector = self.build_connector(ctx, &descriptor).await?;
+            let tested = connector.test_connection(ctx).await;
+            let _ = connector.close(ctx).await;
+            tested.map_err(|_| EngineError::new(Category::Connect, msg::CONNECT_FAILED))?;
+            Ok(ConnectionTestResult {
+                success: true,
+                config_name: descriptor.config_name,
+                latency: started.elapsed(),
+            })
+        })
+        .await
+    }
+}

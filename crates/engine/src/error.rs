@@ -1,0 +1,270 @@
+//! The engine's one error type and its eleven stable categories.
+//!
+//! Error policy (spec engine §9):
+//! * every failure the engine produces is an [`EngineError`] with a [`Category`] and a
+//!   fixed, pre-written message; driver, factory, protector, checker and sink text is
+//!   dropped and replaced by that message, so it can never carry a password or a DSN;
+//! * a host may attach a *cause* with [`EngineError::wrap`]: it stays reachable through
+//!   [`std::error::Error::source`] (so a host can recognise its own typed error) but is
+//!   never rendered by `Display` or `Debug`;
+//! * whether a retry can help is derived from the category ([`EngineError::is_retryable`]).
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// Result alias used by the engine and by every port.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// The eleven error categories. Their strings are part of the public contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Category {
+    Validation,
+    NotFound,
+    Unauthorized,
+    Forbidden,
+    LimitExceeded,
+    Conflict,
+    Unavailable,
+    Connect,
+    Timeout,
+    Canceled,
+    Internal,
+}
+
+impl Category {
+    /// All categories, in catalogue order.
+    pub const ALL: [Category; 11] = [
+        Category::Validation,
+        Category::NotFound,
+        Category::Unauthorized,
+        Category::Forbidden,
+        Category::LimitExceeded,
+        Category::Conflict,
+        Category::Unavailable,
+        Category::Connect,
+        Category::Timeout,
+        Category::Canceled,
+        Category::Internal,
+    ];
+
+    /// The stable wire string (`validation`, `not_found`, ...).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Category::Validation => "validation",
+            Category::NotFound => "not_found",
+            Category::Unauthorized => "unauthorized",
+            Category::Forbidden => "forbidden",
+            Category::LimitExceeded => "limit_exceeded",
+            Category::Conflict => "conflict",
+            Category::Unavailable => "unavailable",
+            Category::Connect => "connect",
+            Category::Timeout => "timeout",
+            Category::Canceled => "canceled",
+            Category::Internal => "internal",
+        }
+    }
+
+    /// Parses a wire string; exact, case-sensitive match (the reference's `isValid`).
+    pub fn parse(s: &str) -> Option<Category> {
+        Category::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// Whether retrying the same operation later can succeed: dependency failures,
+    /// connectivity and deadlines are transient; bad input, missing resources, limits,
+    /// conflicts, cancellation and internal failures are not.
+    pub const fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Category::Unavailable | Category::Connect | Category::Timeout
+        )
+    }
+}
+
+impl fmt::Display for Category {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An engine failure: category + fixed message, with an optional hidden cause.
+pub struct EngineError {
+    category: Category,
+    message: Cow<'static, str>,
+    cause: Option<Cause>,
+}
+
+impl EngineError {
+    /// A new error with a fixed message and no cause.
+    pub fn new(category: Category, message: impl Into<Cow<'static, str>>) -> Self {
+        EngineError {
+            category,
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// A new error that keeps `cause` reachable through `source()` but never renders it.
+    pub fn wrap(
+        category: Category,
+        message: impl Into<Cow<'static, str>>,
+        cause: impl Into<Cause>,
+    ) -> Self {
+        EngineError {
+            category,
+            message: message.into(),
+            cause: Some(cause.into()),
+        }
+    }
+
+    pub fn category(&self) -> Category {
+        self.category
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// See [`Category::is_retryable`].
+    pub fn is_retryable(&self) -> bool {
+        self.category.is_retryable()
+    }
+
+    /// The hidden cause, if any, downcast to a host's own error type.
+    pub fn cause_as<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.cause.as_deref().and_then(|c| c.downcast_ref::<E>())
+    }
+
+    pub(crate) fn validation(message: &'static str) -> Self {
+        Self::new(Category::Validation, message)
+    }
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "engine: [{}] {}", self.category, self.message)
+    }
+}
+
+impl fmt::Debug for EngineError {
+    // Debug is the same as Display: the cause may hold driver text and stays hidden.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// The fixed message catalogue (spec engine §9.4). Tests pin every text.
+pub mod msg {
+    pub const REGISTRY_REQUIRED: &str = "connector registry is required";
+    pub const PROTECTOR_REQUIRED: &str =
+        "credential protector is required when encrypted persistence is enabled";
+    pub const TENANT_INVALID: &str = "tenant id is invalid";
+    pub const TENANT_SCOPE_REQUIRED: &str = "tenant scope is required";
+    pub const STORE_NOT_CONFIGURED: &str = "connection store is not configured";
+    pub const PROTECTOR_NOT_CONFIGURED: &str = "credential protector is not configured";
+    pub const CONNECTION_EXISTS: &str = "connection already exists";
+    pub const CONNECTION_NOT_FOUND: &str = "connection not found";
+    pub const ACTIVE_EXECUTIONS: &str = "connection has active executions";
+    pub const CHECK_ACTIVE_FAILED: &str = "failed to check for active executions";
+    pub const PROTECT_FAILED: &str = "failed to protect connection credential";
+    pub const NO_CONNECTOR_PREFIX: &str = "no connector registered for datasource type ";
+    pub const BUILD_FAILED: &str = "failed to build connector for connection";
+    pub const CONNECT_FAILED: &str = "failed to connect to datasource";
+    pub const DISCOVER_FAILED: &str = "failed to discover datasource schema";
+    pub const VALIDATE_NO_DATASOURCES: &str = "schema validation request has no datasources";
+    pub const VALIDATE_BLANK_CONFIG: &str =
+        "schema validation request has a blank datasource config name";
+    pub const VALIDATE_BLANK_TABLE: &str = "schema validation request has a blank table name";
+    pub const VALIDATE_BLANK_FIELD: &str = "schema validation request has a blank field name";
+    pub const VALIDATE_BLANK_FILTER: &str =
+        "schema validation request has a blank filter field name";
+    pub const PLAN_NO_FIELDS: &str = "extraction request has no mapped fields";
+    pub const PLAN_NO_TABLES: &str = "extraction datasource selects no tables";
+    pub const OVERRIDE_PREFIX: &str = "limit override exceeds the configured maximum: ";
+    pub const PLAN_BLANK_CONFIG: &str = "extraction request has a blank datasource config name";
+    pub const UNKNOWN_DATASOURCE: &str = "extraction references an unknown datasource connection";
+    pub const DATASOURCE_COUNT: &str =
+        "datasource count exceeds the configured maximum: limits.maxDatasources";
+    pub const PLAN_SCHEMA_INVALID: &str = "extraction request failed schema validation";
+    pub const STORE_NEEDS_SINK: &str = "store mode requires a configured result sink";
+    pub const QUERY_FAILED: &str = "failed to query datasource";
+    pub const DEADLINE: &str = "execution exceeded its deadline";
+    pub const CANCELED: &str = "execution canceled";
+    pub const SERIALIZE_FAILED: &str = "failed to serialize extraction result";
+    pub const PANIC_PREFIX: &str = "extraction step panicked: ";
+    pub const RESULT_TOO_LARGE: &str = "extraction result exceeds the configured size limit";
+    pub const PERSIST_FAILED: &str = "failed to persist extraction result";
+    pub const APPLIED_BY_INVALID: &str = "result protection appliedBy is invalid";
+    /// Written to the execution store when a failure is not an `EngineError`.
+    pub const EXECUTION_FAILED: &str = "execution failed";
+    pub const SINK_UNAVAILABLE: &str = "result sink unavailable";
+    pub const EXECUTION_STORE_UNAVAILABLE: &str = "execution store unavailable";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_category_and_message_but_never_the_cause() {
+        let cause = std::io::Error::other("password=hunter2 host=10.0.0.1");
+        let err = EngineError::wrap(Category::Connect, msg::CONNECT_FAILED, cause);
+        assert_eq!(
+            err.to_string(),
+            "engine: [connect] failed to connect to datasource"
+        );
+        assert_eq!(format!("{err:?}"), err.to_string());
+        assert_eq!(format!("{err:#?}"), err.to_string());
+        let source = std::error::Error::source(&err).expect("cause reachable");
+        assert!(source.to_string().contains("hunter2"));
+        assert!(err.cause_as::<std::io::Error>().is_some());
+    }
+
+    #[test]
+    fn category_strings_are_stable_and_parse_exactly() {
+        let strings: Vec<_> = Category::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            strings,
+            [
+                "validation",
+                "not_found",
+                "unauthorized",
+                "forbidden",
+                "limit_exceeded",
+                "conflict",
+                "unavailable",
+                "connect",
+                "timeout",
+                "canceled",
+                "internal"
+            ]
+        );
+        for c in Category::ALL {
+            assert_eq!(Category::parse(c.as_str()), Some(c));
+        }
+        for bad in ["", "Validation", "cancelled", "NOT_FOUND", "internal "] {
+            assert_eq!(Category::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn retryability_follows_category() {
+        let retryable: Vec<_> = Category::ALL
+            .into_iter()
+            .filter(|c| c.is_retryable())
+            .collect();
+        assert_eq!(
+            retryable,
+            [Category::Unavailable, Category::Connect, Category::Timeout]
+        );
+    }
+}

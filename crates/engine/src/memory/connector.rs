@@ -1,0 +1,316 @@
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::context::Context;
+use crate::cursor::EagerCursor;
+use crate::error::{Category, EngineError, Result};
+use crate::ports::*;
+use crate::types::*;
+use crate::value::{Row, RowBatch};
+
+/// Registers factories by datasource type; a later registration overwrites.
+#[derive(Default)]
+pub struct MemoryRegistry {
+    factories: Mutex<BTreeMap<String, Arc<dyn ConnectorFactory>>>,
+}
+
+impl MemoryRegistry {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    pub fn register(&self, datasource_type: &str, factory: Arc<dyn ConnectorFactory>) {
+        self.factories
+            .lock()
+            .unwrap()
+            .insert(datasource_type.to_owned(), factory);
+    }
+}
+
+impl ConnectorRegistry for MemoryRegistry {
+    fn connector(&self, datasource_type: &str) -> Option<Arc<dyn ConnectorFactory>> {
+        self.factories.lock().unwrap().get(datasource_type).cloned()
+    }
+}
+
+/// Produces `count` rows of `table` lazily: row `i` is `make(i)`. For large or
+/// synthetic data (benchmarks, size-limit tests) without holding it in memory.
+#[derive(Clone)]
+pub struct RowGenerator {
+    pub table: String,
+    pub count: u64,
+    pub make: Arc<dyn Fn(u64) -> Row + Send + Sync>,
+}
+
+/// An async hook run at the start of every query (barriers, jitter, cancellation).
+pub type QueryHook = Arc<dyn Fn(Context) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Text of every error the template connector reports. It is deliberately unsafe (a
+/// host, a user and a password) so tests can prove the engine never surfaces it.
+pub const CONNECTOR_FAILURE_TEXT: &str =
+    "dial tcp 10.1.2.3:5432: password authentication failed for user \"admin\" (password=hunter2)";
+
+fn driver_error() -> EngineError {
+    EngineError::new(Category::Unavailable, CONNECTOR_FAILURE_TEXT)
+}
+
+/// The configurable behaviour a [`TemplateFactory`] clones into every connector it builds.
+#[derive(Clone, Default)]
+pub struct TemplateBehaviour {
+    /// Canned rows per table; a query serves the requested tables (sorted), rows as given.
+    pub rows: BTreeMap<String, Vec<Row>>,
+    /// Lazily generated rows (served after `rows`).
+    pub generator: Option<RowGenerator>,
+    /// Returned by `discover_schema`.
+    pub schema: SchemaSnapshot,
+    pub fail_test: bool,
+    /// Discovery fails with this category (`Connect` passes through the engine).
+    pub fail_discover: Option<Category>,
+    pub fail_query: bool,
+    pub fail_close: bool,
+    /// The query waits until the context is done and returns its error.
+    pub block_on_context: bool,
+    /// The cursor yields this many rows, then fails.
+    pub fail_stream_after: Option<usize>,
+    /// The cursor ends cleanly even when the context is done (swallows the cancel).
+    pub cursor_ignores_cancel: bool,
+    pub panic_on_query: bool,
+    pub on_query: Option<QueryHook>,
+    /// Runs after the query, also on its error path.
+    pub after_query: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+/// Lifecycle counters of one built connector.
+#[derive(Default)]
+pub struct ConnectorStats {
+    pub tests: AtomicUsize,
+    pub discovers: AtomicUsize,
+    pub queries: AtomicUsize,
+    pub closes: AtomicUsize,
+    /// Lifecycle calls in order: `test`, `discover`, `query`, `close`.
+    pub calls: Mutex<Vec<&'static str>>,
+    pub last_request: Mutex<Option<ExtractionRequest>>,
+}
+
+impl ConnectorStats {
+    fn note(&self, call: &'static str, counter: &AtomicUsize) {
+        counter.fetch_add(1, Ordering::SeqCst);
+        self.calls.lock().unwrap().push(call);
+    }
+
+    pub fn calls(&self) -> Vec<&'static str> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+/// Builds a fresh connector from its template on every `build`, recording each.
+#[derive(Default)]
+pub struct TemplateFactory {
+    pub behaviour: Mutex<TemplateBehaviour>,
+    pub fail_build: AtomicBool,
+    pub build_nothing: AtomicBool,
+    built: Mutex<Vec<Arc<ConnectorStats>>>,
+    pub builds: AtomicUsize,
+}
+
+impl TemplateFactory {
+    pub fn new(behaviour: TemplateBehaviour) -> Arc<Self> {
+        Arc::new(TemplateFactory {
+            behaviour: Mutex::new(behaviour),
+            ..Default::default()
+        })
+    }
+
+    pub fn build_count(&self) -> usize {
+        self.builds.load(Ordering::SeqCst)
+    }
+
+    pub fn built(&self) -> Vec<Arc<ConnectorStats>> {
+        self.built.lock().unwrap().clone()
+    }
+
+    pub fn last_built(&self) -> Option<Arc<ConnectorStats>> {
+        self.built.lock().unwrap().last().cloned()
+    }
+
+    /// Sum of a counter over all built connectors.
+    pub fn total(&self, pick: impl Fn(&ConnectorStats) -> &AtomicUsize) -> usize {
+        self.built()
+            .iter()
+            .map(|s| pick(s).load(Ordering::SeqCst))
+            .sum()
+    }
+}
+
+impl ConnectorFactory for TemplateFactory {
+    fn build<'a>(
+        &'a self,
+        _: &'a Context,
+        _: &'a ConnectionDescriptor,
+    ) -> BoxFuture<'a, Result<Option<Box<dyn Connector>>>> {
+        self.builds.fetch_add(1, Ordering::SeqCst);
+        let out: Result<Option<Box<dyn Connector>>> = if self.fail_build.load(Ordering::SeqCst) {
+            Err(driver_error())
+        } else if self.build_nothing.load(Ordering::SeqCst) {
+            Ok(None)
+        } else {
+            let stats = Arc::new(ConnectorStats::default());
+            self.built.lock().unwrap().push(stats.clone());
+            Ok(Some(Box::new(TemplateConnector {
+                b: self.behaviour.lock().unwrap().clone(),
+                stats,
+            })))
+        };
+        Box::pin(std::future::ready(out))
+    }
+}
+
+struct TemplateConnector {
+    b: TemplateBehaviour,
+    stats: Arc<ConnectorStats>,
+}
+
+impl Connector for TemplateConnector {
+    fn test_connection<'a>(&'a mut self, _: &'a Context) -> BoxFuture<'a, Result<()>> {
+        self.stats.note("test", &self.stats.tests);
+        let out = if self.b.fail_test {
+            Err(driver_error())
+        } else {
+            Ok(())
+        };
+        Box::pin(std::future::ready(out))
+    }
+
+    fn discover_schema<'a>(&'a mut self, _: &'a Context) -> BoxFuture<'a, Result<SchemaSnapshot>> {
+        self.stats.note("discover", &self.stats.discovers);
+        let out = match self.b.fail_discover {
+            Some(Category::Connect) => Err(EngineError::new(
+                Category::Connect,
+                "could not connect to datasource",
+            )),
+            Some(c) => Err(EngineError::new(c, CONNECTOR_FAILURE_TEXT)),
+            None => Ok(self.b.schema.clone()),
+        };
+        Box::pin(std::future::ready(out))
+    }
+
+    fn query_stream<'a>(
+        &'a mut self,
+        ctx: &'a Context,
+        request: &'a ExtractionRequest,
+    ) -> BoxFuture<'a, Result<Box<dyn RowCursor + 'a>>> {
+        Box::pin(async move {
+            self.stats.note("query", &self.stats.queries);
+            *self.stats.last_request.lock().unwrap() = Some(request.clone());
+            if let Some(hook) = &self.b.on_query {
+                hook(ctx.clone()).await;
+            }
+            if self.b.panic_on_query {
+                panic!("template connector panicked on purpose");
+            }
+            let out = self.open(ctx, request).await;
+            if let Some(after) = &self.b.after_query {
+                after();
+            }
+            out
+        })
+    }
+
+    fn close<'a>(&'a mut self, _: &'a Context) -> BoxFuture<'a, Result<()>> {
+        self.stats.note("close", &self.stats.closes);
+        let out = if self.b.fail_close {
+            Err(driver_error())
+        } else {
+            Ok(())
+        };
+        Box::pin(std::future::ready(out))
+    }
+}
+
+impl TemplateConnector {
+    async fn open(
+        &self,
+        ctx: &Context,
+        request: &ExtractionRequest,
+    ) -> Result<Box<dyn RowCursor + 'static>> {
+        if self.b.block_on_context {
+            return Err(ctx.done().await.into());
+        }
+        if self.b.fail_query {
+            return Err(driver_error());
+        }
+        let wanted: Vec<&String> = request
+            .mapped_fields
+            .values()
+            .flat_map(|sel| sel.keys())
+            .collect();
+        let canned = self
+            .b
+            .rows
+            .iter()
+            .filter(|(t, _)| wanted.is_empty() || wanted.contains(t))
+            .map(|(t, r)| (t.clone(), r.clone()))
+            .collect();
+        Ok(Box::new(TemplateCursor {
+            canned: EagerCursor::new(canned),
+            generator: self.b.generator.clone(),
+            next_generated: 0,
+            fail_after: self.b.fail_stream_after,
+            ignore_cancel: self.b.cursor_ignores_cancel,
+            served: 0,
+        }))
+    }
+}
+
+const GENERATED_BATCH_ROWS: u64 = 1024;
+
+struct TemplateCursor {
+    canned: EagerCursor,
+    generator: Option<RowGenerator>,
+    next_generated: u64,
+    fail_after: Option<usize>,
+    ignore_cancel: bool,
+    served: usize,
+}
+
+impl TemplateCursor {
+    async fn next(&mut self, ctx: &Context) -> Result<Option<RowBatch>> {
+        if let Some(limit) = self.fail_after {
+            if self.served >= limit {
+                return Err(driver_error());
+            }
+        }
+        if ctx.is_done() && self.ignore_cancel {
+            return Ok(None);
+        }
+        let mut batch = match self.canned.next_batch(ctx).await? {
+            Some(b) => Some(b),
+            None => self.generate(),
+        };
+        if let (Some(limit), Some(b)) = (self.fail_after, batch.as_mut()) {
+            b.rows.truncate(limit - self.served);
+        }
+        if let Some(b) = &batch {
+            self.served += b.rows.len();
+        }
+        Ok(batch)
+    }
+
+    fn generate(&mut self) -> Option<RowBatch> {
+        let g = self.generator.as_ref()?;
+        if self.next_generated >= g.count {
+            return None;
+        }
+        let end = (self.next_generated + GENERATED_BATCH_ROWS).min(g.count);
+        let rows = (self.next_generated..end).map(|i| (g.make)(i)).collect();
+        self.next_generated = end;
+        Some(RowBatch::new(g.table.as_str(), rows))
+    }
+}
+
+impl RowCursor for TemplateCursor {
+    fn next_batch<'a>(&'a mut self, ctx: &'a Context) -> BoxFuture<'a, Result<Option<RowBatch>>> {
+        Box::pin(self.next(ctx))
+    }
+}

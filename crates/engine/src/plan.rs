@@ -1,0 +1,180 @@
+//! Extraction planning (spec engine §8.2): resolve and validate, never query data.
+
+use std::collections::BTreeMap;
+
+use crate::context::Context;
+use crate::engine::Engine;
+use crate::error::{Category, EngineError, Result, msg};
+use crate::tenant::TenantContext;
+use crate::types::*;
+
+impl Engine {
+    /// Validates `request` against the live (cache-first) schemas within the effective
+    /// limits and returns a deterministic plan: one step per config name, in ascending
+    /// config-name order, tables and fields sorted.
+    pub async fn plan_extraction(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        request: &ExtractionRequest,
+    ) -> Result<ExtractionPlan> {
+        self.traced("engine.extraction.plan", self.plan(ctx, tenant, request))
+            .await
+    }
+
+    async fn plan(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        request: &ExtractionRequest,
+    ) -> Result<ExtractionPlan> {
+        let store = self.scoped_store(tenant)?;
+        if request.mapped_fields.is_empty() {
+            return Err(EngineError::validation(msg::PLAN_NO_FIELDS));
+        }
+        // BTreeMap iteration is the sorted config order.
+        if request.mapped_fields.values().any(BTreeMap::is_empty) {
+            return Err(EngineError::validation(msg::PLAN_NO_TABLES));
+        }
+        let limits = self.inner.limits.effective(request.overrides.as_ref())?;
+
+        // Scope-consistency probe: decide scope before limits, with a bounded number of
+        // lookups (ceiling + 1) so a huge request cannot fan out store reads.
+        let names: Vec<&String> = request.mapped_fields.keys().collect();
+        let over = limits.max_datasources > 0 && names.len() as u64 > limits.max_datasources as u64;
+        let budget = if over {
+            limits.max_datasources as usize + 1
+        } else {
+            names.len()
+        };
+        for name in names.iter().take(budget) {
+            if name.trim().is_empty() {
+                return Err(EngineError::validation(msg::PLAN_BLANK_CONFIG));
+            }
+            self.require_connection(ctx, store, tenant, name, msg::UNKNOWN_DATASOURCE)
+                .await?;
+        }
+        if over {
+            return Err(EngineError::validation(msg::DATASOURCE_COUNT));
+        }
+
+        let filters = check_filter_targets(request)?;
+        let no_filters = BTreeMap::new();
+        let validation = ValidationRequest {
+            datasources: request
+                .mapped_fields
+                .iter()
+                .map(|(config, selection)| {
+                    let filters = filters.get(config).unwrap_or(&no_filters);
+                    DatasourceValidation {
+                        config_name: config.clone(),
+                        tables: selection
+                            .iter()
+                            .map(|(table, fields)| TableValidation {
+                                name: table.clone(),
+                                fields: sorted(fields),
+                                filter_fields: filters
+                                    .get(table)
+                                    .map(|f| f.keys().cloned().collect())
+                                    .unwrap_or_default(),
+                            })
+                            .collect(),
+                    }
+                })
+                .collect(),
+        };
+        let report = self
+            .traced(
+                "engine.schema.validate",
+                self.validate_core(ctx, tenant, &validation, &limits),
+            )
+            .await?;
+        if !report.valid {
+            let unknown = report
+                .failures
+                .iter()
+                .any(|f| f.failure_type == failure_type::DATASOURCE_NOT_FOUND);
+            return Err(if unknown {
+                EngineError::new(Category::NotFound, msg::UNKNOWN_DATASOURCE)
+            } else {
+                EngineError::validation(msg::PLAN_SCHEMA_INVALID)
+            });
+        }
+
+        let steps = request
+            .mapped_fields
+            .iter()
+            .enumerate()
+            .map(|(ordinal, (config, selection))| PlanStep {
+                ordinal,
+                config_name: config.clone(),
+                tables: selection.keys().cloned().collect(),
+                fields: selection
+                    .iter()
+                    .filter(|(_, f)| !f.is_empty())
+                    .map(|(t, f)| (t.clone(), sorted(f)))
+                    .collect(),
+                filters: filters.get(config).cloned().unwrap_or_default(),
+            })
+            .collect();
+        Ok(ExtractionPlan {
+            tenant_id: tenant.tenant_id.clone(),
+            request_id: tenant.request_id.clone(),
+            steps,
+            metadata: request.metadata.clone(),
+            limits,
+            mode: ExecutionMode::Auto,
+        })
+    }
+}
+
+fn sorted(v: &[String]) -> Vec<String> {
+    let mut v = v.to_vec();
+    v.sort();
+    v
+}
+
+/// One config's filter entry as `table → (field → condition)`.
+///
+/// The reference silently skips entries of any other shape and attaches filters for
+/// tables that are not selected, unvalidated. Here both are rejected: a filter the engine
+/// cannot apply must fail the request, never widen it.
+fn table_filters(entry: Option<&serde_json::Value>) -> Result<BTreeMap<String, TableFilters>> {
+    let invalid = || EngineError::validation(msg::PLAN_SCHEMA_INVALID);
+    let tables = match entry {
+        None | Some(serde_json::Value::Null) => return Ok(BTreeMap::new()),
+        Some(serde_json::Value::Object(tables)) => tables,
+        Some(_) => return Err(invalid()),
+    };
+    tables
+        .iter()
+        .map(|(table, v)| match v {
+            serde_json::Value::Object(fields) => Ok((
+                table.clone(),
+                fields.iter().map(|(f, c)| (f.clone(), c.clone())).collect(),
+            )),
+            _ => Err(invalid()),
+        })
+        .collect()
+}
+
+/// Every filter must target a selected table of a selected datasource.
+fn check_filter_targets(
+    request: &ExtractionRequest,
+) -> Result<BTreeMap<String, BTreeMap<String, TableFilters>>> {
+    let mut out = BTreeMap::new();
+    for (config, entry) in &request.filters {
+        let filters = table_filters(Some(entry))?;
+        let Some(selection) = request.mapped_fields.get(config) else {
+            if filters.is_empty() {
+                continue;
+            }
+            return Err(EngineError::validation(msg::PLAN_SCHEMA_INVALID));
+        };
+        if filters.keys().any(|t| !selection.contains_key(t)) {
+            return Err(EngineError::validation(msg::PLAN_SCHEMA_INVALID));
+        }
+        out.insert(config.clone(), filters);
+    }
+    Ok(out)
+}

@@ -1,0 +1,313 @@
+//! The ports: what a host supplies to the engine. All are object-safe and used as
+//! `Arc<dyn Port>`; async methods return a boxed future ([`BoxFuture`]).
+//!
+//! Obligations common to every port:
+//! * **Tenant scoping.** Every method that takes a [`TenantContext`] must make one tenant's
+//!   records invisible to every other tenant: another tenant's record is reported exactly
+//!   like a missing one.
+//! * **No secrets out.** Errors and returned values never carry passwords, ciphertext,
+//!   DSNs or driver messages. Connector errors are replaced by the engine's fixed texts
+//!   anyway; store errors are returned to the caller unchanged, so a store must make its
+//!   own errors safe.
+//! * **Cancellation.** Every call gets the operation's [`Context`]; a port should stop
+//!   promptly when it is done.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::context::Context;
+use crate::error::{EngineError, Result};
+use crate::tenant::TenantContext;
+use crate::types::*;
+use crate::value::RowBatch;
+
+/// A boxed, sendable future: the return type of every async port method.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+// ---------------------------------------------------------------------------------------
+// Connectors
+// ---------------------------------------------------------------------------------------
+
+/// Finds the factory for a datasource type. Required.
+///
+/// A pure lookup: no I/O, deterministic by type. `None` means the type is not registered;
+/// the engine turns it into `not_found` / `no connector registered for datasource type <t>`.
+pub trait ConnectorRegistry: Send + Sync {
+    fn connector(&self, datasource_type: &str) -> Option<Arc<dyn ConnectorFactory>>;
+}
+
+/// Builds one connector for one operation.
+pub trait ConnectorFactory: Send + Sync {
+    /// Builds a connector from the secret-free descriptor. Must not perform network I/O
+    /// (credentials may be resolved here, e.g. through a [`CredentialProtector`]).
+    /// `Ok(None)` means "built nothing"; the engine treats it like a build failure and
+    /// neither tests nor closes anything.
+    fn build<'a>(
+        &'a self,
+        ctx: &'a Context,
+        descriptor: &'a ConnectionDescriptor,
+    ) -> BoxFuture<'a, Result<Option<Box<dyn Connector>>>>;
+}
+
+/// A live datasource connection, owned by one task. Lifecycle:
+/// build → `test_connection` → `discover_schema` / `query_stream` → `close`.
+///
+/// The schema path skips `test_connection`, so `discover_schema` must connect lazily;
+/// a failed lazy connect should be reported as a `connect`-category [`EngineError`], which
+/// the engine passes through. `close` is idempotent and safe after a failed connect; its
+/// errors are ignored. The engine closes every connector it built exactly once.
+pub trait Connector: Send {
+    /// Connects and pings.
+    fn test_connection<'a>(&'a mut self, ctx: &'a Context) -> BoxFuture<'a, Result<()>>;
+
+    /// Tables and fields, with system schemas already filtered out.
+    fn discover_schema<'a>(&'a mut self, ctx: &'a Context)
+    -> BoxFuture<'a, Result<SchemaSnapshot>>;
+
+    /// Opens a cursor over the rows of `request.mapped_fields[config][table]`, with
+    /// `request.filters[config][table][field]` applied.
+    ///
+    /// **Ordering contract (stricter than the reference):** rows come in a stable order —
+    /// tables in ascending name order, rows ordered by primary key (or by the selected
+    /// columns when there is none) — so the same data always gives the same bytes.
+    /// Filters must be applied or rejected, never silently dropped.
+    fn query_stream<'a>(
+        &'a mut self,
+        ctx: &'a Context,
+        request: &'a ExtractionRequest,
+    ) -> BoxFuture<'a, Result<Box<dyn RowCursor + 'a>>>;
+
+    /// Releases the connection. Idempotent.
+    fn close<'a>(&'a mut self, ctx: &'a Context) -> BoxFuture<'a, Result<()>>;
+}
+
+/// A stream of rows from one query, owned by one task. Carries data only.
+pub trait RowCursor: Send {
+    /// The next batch of rows (one table per batch), or `Ok(None)` at the end. A cursor
+    /// should stop with the context's error when the context is done. Batches should be
+    /// bounded (a few hundred to a few thousand rows): never a whole table in memory.
+    fn next_batch<'a>(&'a mut self, ctx: &'a Context) -> BoxFuture<'a, Result<Option<RowBatch>>>;
+
+    /// Releases the cursor. Idempotent.
+    fn close<'a>(&'a mut self, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
+        let _ = ctx;
+        Box::pin(async { Ok(()) })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Credentials
+// ---------------------------------------------------------------------------------------
+
+/// Protects connection secrets. Required when encrypted persistence is on.
+///
+/// Must never log the plaintext nor put plaintext or ciphertext in an error. The engine
+/// calls only `protect`, before any store write; `reveal` is for host connectors.
+pub trait CredentialProtector: Send + Sync {
+    fn protect<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        plaintext: &'a [u8],
+    ) -> BoxFuture<'a, Result<ProtectedCredential>>;
+
+    fn reveal<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        credential: &'a ProtectedCredential,
+    ) -> BoxFuture<'a, Result<crate::secret::Secret>>;
+}
+
+// ---------------------------------------------------------------------------------------
+// Stores
+// ---------------------------------------------------------------------------------------
+
+/// Connection persistence. Optional, but without it nearly every operation fails with
+/// `connection store is not configured`.
+///
+/// * Config names are unique within a tenant; a duplicate `create` fails (`validation` /
+///   `connection already exists` by the port contract; the engine's own pre-check says
+///   `conflict`).
+/// * `update*` with `credential = None` keeps the stored secret; missing → `not_found`.
+/// * `delete*` of a missing record → `not_found`; afterwards the record is invisible to
+///   every read. Stores that soft-delete do so on `delete_by_id`.
+/// * `list` is deterministic (ascending config name) and excludes deleted records.
+/// * `list_paged`: the store owns paging, filtering, ordering and the total.
+/// * Errors are returned to callers unchanged, so they must be safe to show.
+pub trait ConnectionStore: Send + Sync {
+    fn find<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        config_name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ConnectionDescriptor>>>;
+
+    fn create<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        descriptor: &'a ConnectionDescriptor,
+        credential: Option<&'a ProtectedCredential>,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    fn update<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        descriptor: &'a ConnectionDescriptor,
+        credential: Option<&'a ProtectedCredential>,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    fn delete<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        config_name: &'a str,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    fn list<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+    ) -> BoxFuture<'a, Result<Vec<ConnectionDescriptor>>>;
+
+    fn find_by_id<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ConnectionDescriptor>>>;
+
+    fn update_by_id<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        id: &'a str,
+        descriptor: &'a ConnectionDescriptor,
+        credential: Option<&'a ProtectedCredential>,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    fn delete_by_id<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    fn list_paged<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        params: &'a ConnectionListParams,
+    ) -> BoxFuture<'a, Result<ConnectionPage>>;
+
+    /// The stored protected secret (for host connectors). Tenant-scoped; `None` when the
+    /// connection has no secret or does not exist. Beyond the reference's port, which
+    /// left credential reads to the host.
+    fn credential<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        config_name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ProtectedCredential>>>;
+}
+
+/// Execution status records. Optional; the engine's writes are best effort (errors are
+/// ignored). `save` upserts by (tenant, job id); `find` reads the latest state back
+/// (beyond the reference's port, so adapters can be checked by one conformance suite).
+pub trait ExecutionStore: Send + Sync {
+    fn save<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        state: &'a ExecutionState,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    fn find<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        job_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ExecutionState>>>;
+}
+
+/// Result persistence for store mode. Optional (`auto` falls back to direct).
+///
+/// The engine opens one stream per execution, writes NDJSON batches in order, and on
+/// success calls [`ResultStreamWriter::close`] exactly once. On any failure it calls
+/// [`ResultStreamWriter::abort`] instead and never `close`: a partial result must never
+/// become a reference. Sinks must sanitise tenant ids before composing physical paths.
+pub trait ResultSink: Send + Sync {
+    fn open_stream<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        job_id: &'a str,
+    ) -> BoxFuture<'a, Result<Box<dyn ResultStreamWriter>>>;
+
+    /// Whole-payload persistence (never called by the engine; kept for hosts).
+    fn persist<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        payload: &'a [u8],
+    ) -> BoxFuture<'a, Result<ResultReference>>;
+}
+
+/// One result being written. Writes may apply back-pressure by awaiting.
+pub trait ResultStreamWriter: Send + 'static {
+    fn write<'a>(&'a mut self, ctx: &'a Context, bytes: &'a [u8]) -> BoxFuture<'a, Result<()>>;
+
+    /// Finalises the object and returns its reference. Consumes the writer.
+    fn close(self: Box<Self>, ctx: &Context) -> BoxFuture<'_, Result<ResultReference>>;
+
+    /// Discards everything written (e.g. aborts a multipart upload). Consumes the writer.
+    /// The default drops it. Errors are ignored by the engine.
+    fn abort(self: Box<Self>, ctx: &Context) -> BoxFuture<'_, ()> {
+        let _ = ctx;
+        Box::pin(async move { drop(self) })
+    }
+}
+
+/// An accelerator for schema discovery, keyed by (tenant, config name). Optional.
+/// Read errors count as a miss; write errors are ignored. TTLs are the adapter's job.
+pub trait SchemaCache: Send + Sync {
+    fn get<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        config_name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SchemaSnapshot>>>;
+
+    /// Keyed by `snapshot.config_name`.
+    fn put<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        snapshot: &'a SchemaSnapshot,
+    ) -> BoxFuture<'a, Result<()>>;
+}
+
+/// Answers "does this connection have active executions?" (tenant-scoped, by config
+/// name). Optional; absent means no conflict gating.
+pub trait ActiveExecutionChecker: Send + Sync {
+    fn has_active_executions<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        config_name: &'a str,
+    ) -> BoxFuture<'a, Result<bool>>;
+}
+
+/// One span per public operation. Optional; absent means no spans.
+pub trait Observability: Send + Sync {
+    /// Called when `operation` (e.g. `engine.connection.create`) starts.
+    fn start_span(&self, operation: &'static str) -> Box<dyn Span>;
+}
+
+/// An open span; `end` is called exactly once with the operation's outcome.
+pub trait Span: Send {
+    fn end(self: Box<Self>, error: Option<&EngineError>);
+}
