@@ -187,6 +187,7 @@ impl Engine {
     pub(crate) async fn build_connector(
         &self,
         ctx: &Context,
+        tenant: &TenantContext,
         descriptor: &ConnectionDescriptor,
     ) -> Result<Box<dyn Connector>> {
         let factory = self
@@ -199,7 +200,7 @@ impl Engine {
                     format!("{}{}", msg::NO_CONNECTOR_PREFIX, descriptor.datasource_type),
                 )
             })?;
-        match factory.build(ctx, descriptor).await {
+        match factory.build(ctx, tenant, descriptor).await {
             Ok(Some(c)) => Ok(c),
             Ok(None) | Err(_) => Err(EngineError::new(Category::Unavailable, msg::BUILD_FAILED)),
         }
@@ -472,7 +473,7 @@ impl Engine {
                 .require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
                 .await?;
             let started = Instant::now();
-            let mut connector = self.build_connector(ctx, &descriptor).await?;
+            let mut connector = self.build_connector(ctx, tenant, &descriptor).await?;
             let tested = connector.test_connection(ctx).await;
             let _ = connector.close(ctx).await;
             tested.map_err(|_| EngineError::new(Category::Connect, msg::CONNECT_FAILED))?;

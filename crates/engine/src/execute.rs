@@ -341,7 +341,7 @@ impl Engine {
             )
             .await?;
         let mut connector: Box<dyn Connector> =
-            catch(self.build_connector(run, &descriptor)).await?;
+            catch(self.build_connector(run, tenant, &descriptor)).await?;
         let direct = matches!(sink, Sink::Direct(_));
         let outcome = catch(async {
             if let Err(e) = connector.test_connection(run).await {

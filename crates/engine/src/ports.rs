@@ -43,9 +43,12 @@ pub trait ConnectorFactory: Send + Sync {
     /// (credentials may be resolved here, e.g. through a [`CredentialProtector`]).
     /// `Ok(None)` means "built nothing"; the engine treats it like a build failure and
     /// neither tests nor closes anything.
+    /// `tenant` is the caller's scope (beyond the reference, whose factories got only the
+    /// descriptor), so a factory can reveal the tenant's stored credential.
     fn build<'a>(
         &'a self,
         ctx: &'a Context,
+        tenant: &'a TenantContext,
         descriptor: &'a ConnectionDescriptor,
     ) -> BoxFuture<'a, Result<Option<Box<dyn Connector>>>>;
 }

@@ -70,7 +70,7 @@ impl Engine {
                 return Ok(hit);
             }
         }
-        let mut connector = self.build_connector(ctx, descriptor).await?;
+        let mut connector = self.build_connector(ctx, tenant, descriptor).await?;
         let discovered = connector.discover_schema(ctx).await;
         let _ = connector.close(ctx).await;
         let mut snapshot = discovered.map_err(|e| {

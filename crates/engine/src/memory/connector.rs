@@ -147,6 +147,7 @@ impl ConnectorFactory for TemplateFactory {
     fn build<'a>(
         &'a self,
         _: &'a Context,
+        _: &'a crate::TenantContext,
         _: &'a ConnectionDescriptor,
     ) -> BoxFuture<'a, Result<Option<Box<dyn Connector>>>> {
         self.builds.fetch_add(1, Ordering::SeqCst);
