@@ -628,9 +628,13 @@ impl Engine {
                     break 'steps;
                 }
                 if writer.write(run, &batch.bytes).await.is_err() {
-                    writer_error =
-                        Some(EngineError::new(Category::Unavailable, msg::PERSIST_FAILED));
-                    run.cancel();
+                    // A write interrupted because the run ended reports why the run
+                    // ended; any other write failure is the sink's.
+                    if run.err().is_none() {
+                        writer_error =
+                            Some(EngineError::new(Category::Unavailable, msg::PERSIST_FAILED));
+                        run.cancel();
+                    }
                     break 'steps;
                 }
                 hasher.update(&batch.bytes);

@@ -30,7 +30,9 @@ pub struct ConnectionInput {
     pub username: String,
     pub ssl_mode: String,
     pub host_attributes: HostAttributes,
-    password: Secret,
+    /// The secret. [`Secret`] is redacted in every rendering and readable only through
+    /// [`Secret::expose`].
+    pub password: Secret,
 }
 
 impl ConnectionInput {
@@ -190,7 +192,8 @@ pub struct ConnectionPatch {
     pub ssl_mode: Option<String>,
     /// Present: replaces the whole map.
     pub host_attributes: Option<HostAttributes>,
-    password: Option<Secret>,
+    /// A new password; `Some("")` still counts as a password change.
+    pub password: Option<Secret>,
 }
 
 impl ConnectionPatch {

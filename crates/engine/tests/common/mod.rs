@@ -1,0 +1,226 @@
+//! Shared harness for the engine's black-box tests: the engine wired to in-memory ports.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use fetcher_engine::memory::*;
+use fetcher_engine::*;
+
+pub const PG: &str = "POSTGRESQL";
+
+pub struct Harness {
+    pub engine: Engine,
+    pub store: Arc<MemoryConnectionStore>,
+    pub registry: Arc<MemoryRegistry>,
+    pub factory: Arc<TemplateFactory>,
+    pub protector: Arc<MemoryCredentialProtector>,
+    pub cache: Arc<MemorySchemaCache>,
+    pub sink: Arc<MemoryResultSink>,
+    pub executions: Arc<RecordingExecutionStore>,
+    pub checker: Arc<MemoryActiveChecker>,
+    pub spans: Arc<RecordingObservability>,
+}
+
+/// Which optional ports to wire.
+#[derive(Clone, Copy)]
+pub struct Wiring {
+    pub encrypted: bool,
+    pub cache: bool,
+    pub sink: bool,
+    pub checker: bool,
+}
+
+impl Default for Wiring {
+    fn default() -> Self {
+        Wiring {
+            encrypted: true,
+            cache: true,
+            sink: false,
+            checker: true,
+        }
+    }
+}
+
+pub fn harness(wiring: Wiring, behaviour: TemplateBehaviour, limits: Option<Limits>) -> Harness {
+    let store = MemoryConnectionStore::new();
+    let registry = MemoryRegistry::new();
+    let factory = TemplateFactory::new(behaviour);
+    registry.register(PG, factory.clone());
+    let protector = MemoryCredentialProtector::new();
+    let cache = MemorySchemaCache::new();
+    let sink = MemoryResultSink::new();
+    let executions = RecordingExecutionStore::new();
+    let checker = MemoryActiveChecker::new();
+    let spans = RecordingObservability::new();
+    let mut b = Engine::builder()
+        .connector_registry(registry.clone())
+        .connection_store(store.clone())
+        .execution_store(executions.clone())
+        .observability(spans.clone())
+        .credential_protector(protector.clone())
+        .encrypted_persistence(wiring.encrypted);
+    if wiring.cache {
+        b = b.schema_cache(cache.clone());
+    }
+    if wiring.sink {
+        b = b.result_sink(sink.clone());
+    }
+    if wiring.checker {
+        b = b.active_execution_checker(checker.clone());
+    }
+    if let Some(l) = limits {
+        b = b.limits(l);
+    }
+    Harness {
+        engine: b.build().unwrap(),
+        store,
+        registry,
+        factory,
+        protector,
+        cache,
+        sink,
+        executions,
+        checker,
+        spans,
+    }
+}
+
+pub fn tenant(id: &str) -> TenantContext {
+    TenantContext::new(id).unwrap()
+}
+
+pub fn ctx() -> Context {
+    Context::background()
+}
+
+pub fn input(name: &str) -> ConnectionInput {
+    ConnectionInput {
+        config_name: name.into(),
+        datasource_type: PG.into(),
+        host: "db.internal".into(),
+        port: 5432,
+        database_name: "app".into(),
+        username: "reader".into(),
+        ..Default::default()
+    }
+    .with_password("s3cr3t-Pa55w0rd")
+}
+
+pub fn row(pairs: &[(&str, Value)]) -> Row {
+    Row::from_pairs(pairs.iter().map(|(k, v)| (*k, v.clone())))
+}
+
+pub fn ids(ids: &[i64]) -> Vec<Row> {
+    ids.iter().map(|i| row(&[("id", Value::Int(*i))])).collect()
+}
+
+pub fn schema(tables: &[(&str, &[&str])]) -> SchemaSnapshot {
+    SchemaSnapshot {
+        config_name: String::new(),
+        tables: tables
+            .iter()
+            .map(|(t, f)| TableSnapshot {
+                name: (*t).into(),
+                fields: f.iter().map(|s| (*s).into()).collect(),
+            })
+            .collect(),
+        captured_at: None,
+    }
+}
+
+pub fn request(selection: &[(&str, &str, &[&str])]) -> ExtractionRequest {
+    let mut mapped: BTreeMap<String, FieldSelection> = BTreeMap::new();
+    for (config, table, fields) in selection {
+        mapped.entry((*config).into()).or_default().insert(
+            (*table).into(),
+            fields.iter().map(|f| (*f).into()).collect(),
+        );
+    }
+    ExtractionRequest {
+        mapped_fields: mapped,
+        ..Default::default()
+    }
+}
+
+/// Registers a connector type whose connectors serve `behaviour`, and a connection
+/// `name` of that type for `tenant`.
+pub async fn add_source(
+    h: &Harness,
+    tenant: &TenantContext,
+    name: &str,
+    behaviour: TemplateBehaviour,
+) -> Arc<TemplateFactory> {
+    let ty = format!("T-{name}");
+    let factory = TemplateFactory::new(behaviour);
+    h.registry.register(&ty, factory.clone());
+    let i = ConnectionInput {
+        datasource_type: ty,
+        ..input(name)
+    };
+    h.engine
+        .create_connection(&ctx(), tenant, &i)
+        .await
+        .unwrap();
+    factory
+}
+
+/// The two golden sources of spec §8.5/§8.6: `pg-a` (`public.a`: alice, bob) and
+/// `mongo-b` (`coll.b`: ids 10, 11, 12).
+pub async fn golden_sources(
+    h: &Harness,
+    t: &TenantContext,
+) -> (Arc<TemplateFactory>, Arc<TemplateFactory>) {
+    let a = TemplateBehaviour {
+        rows: [(
+            "public.a".to_string(),
+            vec![
+                row(&[("id", 1.into()), ("name", "alice".into())]),
+                row(&[("id", 2.into()), ("name", "bob".into())]),
+            ],
+        )]
+        .into(),
+        schema: schema(&[("public.a", &["id", "name"])]),
+        ..Default::default()
+    };
+    let b = TemplateBehaviour {
+        rows: [("coll.b".to_string(), ids(&[10, 11, 12]))].into(),
+        schema: schema(&[("coll.b", &["id"])]),
+        ..Default::default()
+    };
+    (
+        add_source(h, t, "pg-a", a).await,
+        add_source(h, t, "mongo-b", b).await,
+    )
+}
+
+pub fn golden_request() -> ExtractionRequest {
+    request(&[
+        ("pg-a", "public.a", &["id", "name"]),
+        ("mongo-b", "coll.b", &["id"]),
+    ])
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Asserts an error's full rendering, and that no injected secret text leaked.
+#[track_caller]
+pub fn assert_err(err: &EngineError, category: Category, message: &str) {
+    assert_eq!(err.to_string(), format!("engine: [{category}] {message}"));
+    for secret in [
+        "hunter2",
+        "10.1.2.3",
+        "s3cr3t",
+        "password=",
+        "AKIA",
+        "/var/secret",
+    ] {
+        assert!(!err.to_string().contains(secret), "{err} leaks {secret}");
+    }
+}

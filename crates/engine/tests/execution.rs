@@ -1,0 +1,980 @@
+//! Execution: golden bytes, ordering, concurrency, cancellation, limits, failures.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use fetcher_engine::memory::*;
+use fetcher_engine::*;
+
+const GOLDEN_DIRECT: &str = "{\n  \"mongo-b\": {\n    \"coll.b\": [\n      {\n        \"id\": 10\n      },\n      {\n        \"id\": 11\n      },\n      {\n        \"id\": 12\n      }\n    ]\n  },\n  \"pg-a\": {\n    \"public.a\": [\n      {\n        \"id\": 1,\n        \"name\": \"alice\"\n      },\n      {\n        \"id\": 2,\n        \"name\": \"bob\"\n      }\n    ]\n  }\n}";
+const GOLDEN_DIRECT_SHA: &str = "9bcdd3844dcd23fb3f37700e6e6369550483c3d0372d636131a84c28243ff77c";
+const GOLDEN_NDJSON: &str = "{\"config\":\"mongo-b\",\"table\":\"coll.b\",\"row\":{\"id\":10}}\n{\"config\":\"mongo-b\",\"table\":\"coll.b\",\"row\":{\"id\":11}}\n{\"config\":\"mongo-b\",\"table\":\"coll.b\",\"row\":{\"id\":12}}\n{\"config\":\"pg-a\",\"table\":\"public.a\",\"row\":{\"id\":1,\"name\":\"alice\"}}\n{\"config\":\"pg-a\",\"table\":\"public.a\",\"row\":{\"id\":2,\"name\":\"bob\"}}\n";
+const GOLDEN_NDJSON_SHA: &str = "d8c3b01347a83f0ac223574108009da9064458fcc9c40960af709027c86d83bf";
+const EMPTY_SHA: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+fn store_wiring() -> Wiring {
+    Wiring {
+        sink: true,
+        ..Wiring::default()
+    }
+}
+
+async fn golden_plan(h: &Harness, t: &TenantContext) -> ExtractionPlan {
+    golden_sources(h, t).await;
+    h.engine
+        .plan_extraction(&ctx(), t, &golden_request())
+        .await
+        .unwrap()
+}
+
+/// A hook that sleeps a pseudo-random few milliseconds, to shuffle completion order.
+fn jitter(seed: u64) -> QueryHook {
+    let n = Arc::new(AtomicUsize::new(seed as usize));
+    Arc::new(move |_ctx| {
+        let k = n.fetch_add(7919, Ordering::SeqCst);
+        let ms = (k.wrapping_mul(2654435761) >> 7) % 6;
+        Box::pin(tokio::time::sleep(Duration::from_millis(ms as u64)))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn direct_mode_matches_the_golden_bytes_every_time() {
+    let h = harness(Wiring::default(), TemplateBehaviour::default(), None);
+    let t = tenant("acme").with_request_id("job-1");
+    let (a, b) = golden_sources(&h, &t).await;
+    a.behaviour.lock().unwrap().on_query = Some(jitter(1));
+    b.behaviour.lock().unwrap().on_query = Some(jitter(2));
+    let plan = h
+        .engine
+        .plan_extraction(&ctx(), &t, &golden_request())
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        let r = h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+        let d = r.direct.as_ref().unwrap();
+        assert_eq!(std::str::from_utf8(&d.data).unwrap(), GOLDEN_DIRECT);
+        assert_eq!(d.data.len(), 299);
+        assert_eq!(d.integrity.as_ref().unwrap().digest, GOLDEN_DIRECT_SHA);
+        assert_eq!(d.integrity.as_ref().unwrap().algorithm, "SHA-256");
+        assert_eq!(
+            (d.format.as_str(), d.row_count, d.plaintext_size),
+            ("json", 5, 299)
+        );
+        assert_eq!(
+            d.protection,
+            Some(ResultProtection {
+                encrypted: false,
+                applied_by: "engine".into(),
+                ..Default::default()
+            })
+        );
+        assert!(r.reference.is_none());
+        assert_eq!(
+            r.row_counts,
+            [("mongo-b".to_string(), 3), ("pg-a".to_string(), 2)].into()
+        );
+        assert_eq!(r.state.status, Some(ExecutionStatus::Completed));
+        assert_eq!(r.state.job_id, "job-1");
+        assert_eq!(r.state.completed_at, d.completed_at);
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"direct\"") && !json.contains("\"reference\""));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_mode_matches_the_golden_ndjson_across_25_jittered_runs() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let t = tenant("acme").with_request_id("job-1");
+    let (a, b) = golden_sources(&h, &t).await;
+    a.behaviour.lock().unwrap().on_query = Some(jitter(3));
+    b.behaviour.lock().unwrap().on_query = Some(jitter(4));
+    let plan = h
+        .engine
+        .plan_extraction(&ctx(), &t, &golden_request())
+        .await
+        .unwrap();
+    for run in 0..25 {
+        let r = h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+        let reference = r
+            .reference
+            .as_ref()
+            .expect("store mode returns a reference");
+        assert!(r.direct.is_none());
+        let bytes = h.sink.get(&reference.path).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            GOLDEN_NDJSON,
+            "run {run}"
+        );
+        assert_eq!(bytes.len(), 294);
+        assert_eq!(sha256_hex(&bytes), GOLDEN_NDJSON_SHA);
+        assert_eq!((reference.row_count, reference.size_bytes), (5, 294));
+        assert_eq!(reference.format, "ndjson");
+        assert_eq!(reference.completed_at, r.state.completed_at);
+    }
+    assert_eq!(h.sink.closes.load(Ordering::SeqCst), 25);
+    assert_eq!(h.sink.aborts.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn the_engine_stamps_its_digest_and_size_when_the_sink_reports_none() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    *h.sink.switches.lock().unwrap() = SinkSwitches {
+        omit_integrity: true,
+        omit_size: true,
+        ..Default::default()
+    };
+    let t = tenant("acme");
+    let plan = golden_plan(&h, &t).await;
+    let r = h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+    let reference = r.reference.unwrap();
+    assert_eq!(
+        reference.integrity,
+        Some(ResultIntegrity::sha256(GOLDEN_NDJSON_SHA.into()))
+    );
+    assert_eq!(reference.size_bytes, 294);
+}
+
+#[tokio::test]
+async fn sink_protection_is_preserved_and_applied_by_is_checked() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let protection = ResultProtection {
+        encrypted: true,
+        key_version: "7".into(),
+        mode: "AES-256-GCM".into(),
+        applied_by: "adapter".into(),
+    };
+    let signed = ResultIntegrity {
+        algorithm: "HMAC-SHA-256".into(),
+        signature: "ab".repeat(32),
+        digest: String::new(),
+    };
+    *h.sink.switches.lock().unwrap() = SinkSwitches {
+        protection: Some(protection.clone()),
+        ..Default::default()
+    };
+    let t = tenant("acme");
+    let plan = golden_plan(&h, &t).await;
+    let r = h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+    assert_eq!(
+        r.reference.as_ref().unwrap().protection,
+        Some(protection.clone())
+    );
+    // The sink's own integrity (here a digest) is kept as reported.
+    assert_eq!(r.reference.unwrap().integrity.unwrap().algorithm, "SHA-256");
+    let _ = signed;
+
+    for bad in ["", "ENGINE", "sink"] {
+        *h.sink.switches.lock().unwrap() = SinkSwitches {
+            protection: Some(ResultProtection {
+                applied_by: bad.into(),
+                ..protection.clone()
+            }),
+            ..Default::default()
+        };
+        let err = h
+            .engine
+            .execute_extraction(&ctx(), &plan)
+            .await
+            .unwrap_err();
+        assert_err(
+            &err,
+            Category::Validation,
+            "result protection appliedBy is invalid",
+        );
+    }
+}
+
+#[tokio::test]
+async fn empty_plans_succeed_in_both_modes() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let plan = ExtractionPlan {
+        tenant_id: "acme".into(),
+        limits: Limits::defaults(),
+        ..Default::default()
+    };
+    let r = h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+    let reference = r.reference.unwrap();
+    assert_eq!(reference.integrity.unwrap().digest, EMPTY_SHA);
+    assert_eq!(h.sink.get(&reference.path).unwrap(), b"");
+    let direct = ExtractionPlan {
+        mode: ExecutionMode::Direct,
+        ..plan
+    };
+    let r = h.engine.execute_extraction(&ctx(), &direct).await.unwrap();
+    assert_eq!(r.direct.unwrap().data, b"{}");
+}
+
+#[tokio::test]
+async fn mode_resolution() {
+    let h = harness(Wiring::default(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let plan = golden_plan(&h, &t).await;
+    let store = ExtractionPlan {
+        mode: ExecutionMode::Store,
+        ..plan.clone()
+    };
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &store)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::Validation,
+        "store mode requires a configured result sink",
+    );
+    assert!(
+        h.executions.saved().is_empty(),
+        "gate failures record nothing"
+    );
+    assert!(
+        h.engine
+            .execute_extraction(&ctx(), &plan)
+            .await
+            .unwrap()
+            .direct
+            .is_some(),
+        "auto without sink is direct"
+    );
+
+    let hs = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let plan = golden_plan(&hs, &t).await;
+    let direct = ExtractionPlan {
+        mode: ExecutionMode::Direct,
+        ..plan.clone()
+    };
+    assert!(
+        hs.engine
+            .execute_extraction(&ctx(), &direct)
+            .await
+            .unwrap()
+            .direct
+            .is_some(),
+        "explicit direct wins over a sink"
+    );
+    assert!(
+        hs.engine
+            .execute_extraction(&ctx(), &plan)
+            .await
+            .unwrap()
+            .reference
+            .is_some(),
+        "auto with sink is store"
+    );
+}
+
+fn multi_source(rows_per_step: i64) -> TemplateBehaviour {
+    TemplateBehaviour {
+        rows: [(
+            "t".to_string(),
+            (0..rows_per_step)
+                .map(|i| row(&[("id", i.into()), ("v", format!("value-{i}").into())]))
+                .collect(),
+        )]
+        .into(),
+        schema: schema(&[("t", &["id", "v"])]),
+        ..Default::default()
+    }
+}
+
+async fn multi_plan(
+    h: &Harness,
+    t: &TenantContext,
+    steps: usize,
+    rows: i64,
+    concurrency: i64,
+) -> ExtractionPlan {
+    let mut req = ExtractionRequest::default();
+    for s in 0..steps {
+        let name = format!("src{s}");
+        let f = add_source(h, t, &name, multi_source(rows)).await;
+        f.behaviour.lock().unwrap().on_query = Some(jitter(s as u64));
+        req.mapped_fields.insert(
+            name,
+            [("t".to_string(), vec!["id".to_string(), "v".to_string()])].into(),
+        );
+    }
+    req.overrides = Some(Limits {
+        max_concurrency: concurrency,
+        ..Limits::default()
+    });
+    h.engine.plan_extraction(&ctx(), t, &req).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn multi_step_multi_batch_streams_complete_identically_at_any_window() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let mut digests = Vec::new();
+    for (i, w) in [4i64, 2, 1].into_iter().enumerate() {
+        let plan = multi_plan(&h, &tenant(&format!("t{i}")), 5, 1000, w).await;
+        let _ = &t;
+        let writes_before = h.sink.write_sizes().len();
+        let r = tokio::time::timeout(
+            Duration::from_secs(20),
+            h.engine.execute_extraction(&ctx(), &plan),
+        )
+        .await
+        .expect("no deadlock")
+        .unwrap();
+        let reference = r.reference.unwrap();
+        assert_eq!(reference.row_count, 5000);
+        assert_eq!(
+            r.row_counts.values().copied().collect::<Vec<_>>(),
+            [1000; 5]
+        );
+        let writes = h.sink.write_sizes()[writes_before..].to_vec();
+        assert!(
+            writes.len() >= 5 * 4,
+            "at least steps × batches writes, got {}",
+            writes.len()
+        );
+        assert!(
+            writes.iter().all(|w| (*w as i64) < reference.size_bytes),
+            "no single write covers the whole result"
+        );
+        let bytes = h.sink.get(&reference.path).unwrap();
+        // Lines are in plan order: src0's rows, then src1's, ...
+        let configs: Vec<String> = bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                serde_json::from_slice::<serde_json::Value>(l).unwrap()["config"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let mut sorted = configs.clone();
+        sorted.sort();
+        assert_eq!(configs, sorted);
+        digests.push(sha256_hex(&bytes));
+    }
+    assert!(
+        digests.windows(2).all(|w| w[0] == w[1]),
+        "same bytes at W=4, 2, 1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrency_overlap_equals_the_window() {
+    for (mode, w) in [
+        (ExecutionMode::Direct, 2usize),
+        (ExecutionMode::Store, 2),
+        (ExecutionMode::Direct, 1),
+        (ExecutionMode::Store, 1),
+    ] {
+        let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+        let t = tenant("acme");
+        let active = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let barrier = Arc::new(tokio::sync::Barrier::new(w));
+        let mut req = ExtractionRequest::default();
+        for s in 0..4 {
+            let name = format!("src{s}");
+            let f = add_source(&h, &t, &name, multi_source(3)).await;
+            let (active, peak, barrier) = (active.clone(), peak.clone(), barrier.clone());
+            f.behaviour.lock().unwrap().on_query = Some(Arc::new(move |_| {
+                let (active, peak, barrier) = (active.clone(), peak.clone(), barrier.clone());
+                Box::pin(async move {
+                    let now = active.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    // Everyone in the window must arrive before anyone leaves: proves overlap.
+                    barrier.wait().await;
+                    active.fetch_sub(1, Ordering::SeqCst);
+                })
+            }));
+            req.mapped_fields
+                .insert(name, [("t".to_string(), vec!["id".to_string()])].into());
+        }
+        req.overrides = Some(Limits {
+            max_concurrency: w as i64,
+            ..Limits::default()
+        });
+        let plan = ExtractionPlan {
+            mode,
+            ..h.engine.plan_extraction(&ctx(), &t, &req).await.unwrap()
+        };
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            h.engine.execute_extraction(&ctx(), &plan),
+        )
+        .await
+        .expect("no hang")
+        .unwrap();
+        assert_eq!(peak.load(Ordering::SeqCst), w, "{mode:?} W={w}");
+    }
+}
+
+#[tokio::test]
+async fn filters_reach_the_connector_and_nothing_else_does() {
+    let h = harness(Wiring::default(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let (a, _) = golden_sources(&h, &t).await;
+    let mut req = golden_request();
+    req.filters.insert(
+        "pg-a".into(),
+        serde_json::json!({"public.a": {"id": {"gte": [2]}}}),
+    );
+    req.metadata.insert("source".into(), "crm".into());
+    let plan = h.engine.plan_extraction(&ctx(), &t, &req).await.unwrap();
+    h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+    let sent = a
+        .last_built()
+        .unwrap()
+        .last_request
+        .lock()
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert_eq!(sent.mapped_fields.keys().collect::<Vec<_>>(), ["pg-a"]);
+    assert_eq!(sent.mapped_fields["pg-a"]["public.a"], ["id", "name"]);
+    assert_eq!(
+        sent.filters["pg-a"],
+        serde_json::json!({"public.a": {"id": {"gte": [2]}}})
+    );
+    assert!(sent.metadata.is_empty() && sent.overrides.is_none());
+    // Each step ran on its own freshly built connector (planning built one more).
+    assert_eq!(a.build_count(), 2);
+    assert_eq!(a.last_built().unwrap().calls(), ["test", "query", "close"]);
+}
+
+#[tokio::test]
+async fn status_transitions_are_recorded_best_effort() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let t = tenant("acme").with_request_id("job-9");
+    let plan = golden_plan(&h, &t).await;
+    h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+    let saved = h.executions.saved();
+    assert_eq!(
+        h.executions.statuses(),
+        [ExecutionStatus::Running, ExecutionStatus::Completed]
+    );
+    assert!(saved.iter().all(|s| s.job_id == "job-9"));
+    assert!(
+        saved[0].started_at.is_some()
+            && saved[1].started_at.is_none()
+            && saved[1].completed_at.is_some()
+    );
+
+    // A failing execution store changes nothing.
+    h.executions.fail.store(true, Ordering::SeqCst);
+    let r = h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+    assert_eq!(r.reference.unwrap().row_count, 5);
+    h.executions.fail.store(false, Ordering::SeqCst);
+
+    // Sink write failure: failed with the fixed text; aborted, never closed.
+    let closes = h.sink.closes.load(Ordering::SeqCst);
+    *h.sink.switches.lock().unwrap() = SinkSwitches {
+        fail_write_at: Some(1),
+        ..Default::default()
+    };
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::Unavailable,
+        "failed to persist extraction result",
+    );
+    let last = h.executions.saved().last().cloned().unwrap();
+    assert_eq!(
+        (last.status, last.failure_message.as_str()),
+        (
+            Some(ExecutionStatus::Failed),
+            "failed to persist extraction result"
+        )
+    );
+    assert_eq!(h.sink.closes.load(Ordering::SeqCst), closes);
+    assert_eq!(h.sink.aborts.load(Ordering::SeqCst), 1);
+
+    // Open and close failures.
+    *h.sink.switches.lock().unwrap() = SinkSwitches {
+        fail_open: true,
+        ..Default::default()
+    };
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::Unavailable,
+        "failed to persist extraction result",
+    );
+    *h.sink.switches.lock().unwrap() = SinkSwitches {
+        fail_close: true,
+        ..Default::default()
+    };
+    let stored = h.sink.stored_count();
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::Unavailable,
+        "failed to persist extraction result",
+    );
+    assert_eq!(h.sink.stored_count(), stored);
+}
+
+#[tokio::test]
+async fn connector_failures_are_safe_and_close_everything() {
+    let h = harness(Wiring::default(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let (a, b) = golden_sources(&h, &t).await;
+    let plan = h
+        .engine
+        .plan_extraction(&ctx(), &t, &golden_request())
+        .await
+        .unwrap();
+
+    a.behaviour.lock().unwrap().fail_query = true;
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(&err, Category::Unavailable, "failed to query datasource");
+    assert_eq!(
+        h.executions.statuses().last(),
+        Some(&ExecutionStatus::Failed)
+    );
+    for f in [&a, &b] {
+        for s in f.built() {
+            assert_eq!(
+                s.closes.load(Ordering::SeqCst),
+                1,
+                "every built connector closed exactly once"
+            );
+        }
+    }
+    a.behaviour.lock().unwrap().fail_query = false;
+
+    a.behaviour.lock().unwrap().fail_test = true;
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::Unavailable,
+        "failed to connect to datasource",
+    );
+    assert_eq!(a.last_built().unwrap().calls(), ["test", "close"]);
+    a.behaviour.lock().unwrap().fail_test = false;
+
+    a.behaviour.lock().unwrap().fail_stream_after = Some(1);
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(&err, Category::Unavailable, "failed to query datasource");
+    a.behaviour.lock().unwrap().fail_stream_after = None;
+
+    a.fail_build.store(true, Ordering::SeqCst);
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::Unavailable,
+        "failed to build connector for connection",
+    );
+    a.fail_build.store(false, Ordering::SeqCst);
+    a.build_nothing.store(true, Ordering::SeqCst);
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::Unavailable,
+        "failed to build connector for connection",
+    );
+    a.build_nothing.store(false, Ordering::SeqCst);
+
+    // A connection deleted since planning.
+    h.engine
+        .delete_connection(&ctx(), &t, "pg-a")
+        .await
+        .unwrap();
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::NotFound,
+        "extraction references an unknown datasource connection",
+    );
+    for f in [&a, &b] {
+        for s in f.built() {
+            assert_eq!(s.closes.load(Ordering::SeqCst), 1);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_step_is_internal_and_leaks_no_connector() {
+    for wiring in [Wiring::default(), store_wiring()] {
+        let h = harness(wiring, TemplateBehaviour::default(), None);
+        let t = tenant("acme");
+        let (a, b) = golden_sources(&h, &t).await;
+        let plan = h
+            .engine
+            .plan_extraction(&ctx(), &t, &golden_request())
+            .await
+            .unwrap();
+        a.behaviour.lock().unwrap().panic_on_query = true;
+        let err = h
+            .engine
+            .execute_extraction(&ctx(), &plan)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "engine: [internal] extraction step panicked: template connector panicked on purpose"
+        );
+        for f in [&a, &b] {
+            for s in f.built() {
+                assert_eq!(s.closes.load(Ordering::SeqCst), 1);
+            }
+        }
+        assert_eq!(h.sink.stored_count(), 0);
+    }
+}
+
+#[tokio::test]
+async fn unserialisable_values_fail_safely_in_both_modes() {
+    for wiring in [Wiring::default(), store_wiring()] {
+        let h = harness(wiring, TemplateBehaviour::default(), None);
+        let t = tenant("acme");
+        let f = add_source(
+            &h,
+            &t,
+            "nan",
+            TemplateBehaviour {
+                rows: [("t".to_string(), vec![row(&[("x", Value::Float(f64::NAN))])])].into(),
+                schema: schema(&[("t", &["x"])]),
+                ..Default::default()
+            },
+        )
+        .await;
+        let plan = h
+            .engine
+            .plan_extraction(&ctx(), &t, &request(&[("nan", "t", &["x"])]))
+            .await
+            .unwrap();
+        let err = h
+            .engine
+            .execute_extraction(&ctx(), &plan)
+            .await
+            .unwrap_err();
+        assert_err(
+            &err,
+            Category::Internal,
+            "failed to serialize extraction result",
+        );
+        assert_eq!(f.last_built().unwrap().closes.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test]
+async fn cancellation_checkpoints() {
+    // 1. Pre-cancelled: canceled, nothing built or queried.
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let (a, _) = golden_sources(&h, &t).await;
+    let plan = h
+        .engine
+        .plan_extraction(&ctx(), &t, &golden_request())
+        .await
+        .unwrap();
+    let builds = a.build_count();
+    let c = ctx().child();
+    c.cancel();
+    let err = h.engine.execute_extraction(&c, &plan).await.unwrap_err();
+    assert_err(&err, Category::Canceled, "execution canceled");
+    assert_eq!(a.build_count(), builds);
+    assert_eq!(h.sink.opens.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        h.executions.statuses(),
+        [ExecutionStatus::Running, ExecutionStatus::Canceled]
+    );
+    assert_eq!(
+        h.executions.saved()[1].failure_message,
+        "execution canceled"
+    );
+
+    // 2. During the query: the connector blocks on the context; a host cancel 20 ms in.
+    for wiring in [Wiring::default(), store_wiring()] {
+        let h = harness(wiring, TemplateBehaviour::default(), None);
+        let (a, _) = golden_sources(&h, &t).await;
+        let plan = h
+            .engine
+            .plan_extraction(&ctx(), &t, &golden_request())
+            .await
+            .unwrap();
+        a.behaviour.lock().unwrap().block_on_context = true;
+        let c = ctx().child();
+        let canceller = c.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            canceller.cancel();
+        });
+        let err = h.engine.execute_extraction(&c, &plan).await.unwrap_err();
+        assert_err(&err, Category::Canceled, "execution canceled");
+        assert_eq!(a.last_built().unwrap().closes.load(Ordering::SeqCst), 1);
+        assert_eq!(h.sink.stored_count(), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_plan_timeout_is_timeout_and_failed() {
+    for wiring in [Wiring::default(), store_wiring()] {
+        let h = harness(wiring, TemplateBehaviour::default(), None);
+        let t = tenant("acme");
+        let (a, _) = golden_sources(&h, &t).await;
+        let mut plan = h
+            .engine
+            .plan_extraction(&ctx(), &t, &golden_request())
+            .await
+            .unwrap();
+        plan.limits.timeout = Duration::from_millis(30);
+        a.behaviour.lock().unwrap().block_on_context = true;
+        let err = h
+            .engine
+            .execute_extraction(&ctx(), &plan)
+            .await
+            .unwrap_err();
+        assert_err(&err, Category::Timeout, "execution exceeded its deadline");
+        assert_eq!(
+            h.executions.statuses(),
+            [ExecutionStatus::Running, ExecutionStatus::Failed]
+        );
+        assert_eq!(
+            h.executions.saved()[1].failure_message,
+            "execution exceeded its deadline"
+        );
+        assert_eq!(a.last_built().unwrap().closes.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_between_steps_stops_later_steps_before_they_build() {
+    for wiring in [Wiring::default(), store_wiring()] {
+        let h = harness(wiring, TemplateBehaviour::default(), None);
+        let t = tenant("acme");
+        let (a, b) = golden_sources(&h, &t).await;
+        let mut req = golden_request();
+        req.overrides = Some(Limits {
+            max_concurrency: 1,
+            ..Limits::default()
+        });
+        let plan = h.engine.plan_extraction(&ctx(), &t, &req).await.unwrap();
+        // Steps run in config order: mongo-b first. It cancels the host context as it finishes.
+        let c = ctx().child();
+        let canceller = c.clone();
+        b.behaviour.lock().unwrap().after_query = Some(Arc::new(move || canceller.cancel()));
+        let a_builds = a.build_count();
+        let err = h.engine.execute_extraction(&c, &plan).await.unwrap_err();
+        assert_err(&err, Category::Canceled, "execution canceled");
+        assert_eq!(a.build_count(), a_builds, "pg-a never built");
+    }
+}
+
+#[tokio::test]
+async fn a_cursor_that_swallows_the_cancel_yields_no_result() {
+    let h = harness(Wiring::default(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let (a, _) = golden_sources(&h, &t).await;
+    let plan = h
+        .engine
+        .plan_extraction(&ctx(), &t, &golden_request())
+        .await
+        .unwrap();
+    let c = ctx().child();
+    let canceller = c.clone();
+    let mut behaviour = a.behaviour.lock().unwrap();
+    behaviour.cursor_ignores_cancel = true;
+    behaviour.after_query = Some(Arc::new(move || canceller.cancel()));
+    drop(behaviour);
+    let err = h.engine.execute_extraction(&c, &plan).await.unwrap_err();
+    assert_err(&err, Category::Canceled, "execution canceled");
+}
+
+#[tokio::test]
+async fn a_producer_blocked_on_back_pressure_is_cancelled_and_nothing_is_finalised() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let plan = multi_plan(&h, &t, 2, 2000, 2).await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *h.sink.gate.lock().unwrap() = Some(gate.clone());
+    let c = ctx().child();
+    let canceller = c.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        canceller.cancel();
+    });
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        h.engine.execute_extraction(&c, &plan),
+    )
+    .await
+    .expect("no hang")
+    .unwrap_err();
+    assert_err(&err, Category::Canceled, "execution canceled");
+    assert_eq!(h.sink.stored_count(), 0);
+    assert_eq!(h.sink.closes.load(Ordering::SeqCst), 0);
+    assert_eq!(h.sink.aborts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn direct_size_limit_is_checked_on_the_indented_payload() {
+    // Compact golden size is 131 bytes ({"mongo-b":{"coll.b":[...]}} per step summed); the
+    // indented payload is 299. A limit between the two passes layer 1 and fails layer 2.
+    let h = harness(Wiring::default(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let mut plan = golden_plan(&h, &t).await;
+    plan.limits.max_result_bytes = 200;
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::LimitExceeded,
+        "extraction result exceeds the configured size limit",
+    );
+    assert_eq!(
+        h.executions.statuses().last(),
+        Some(&ExecutionStatus::Failed)
+    );
+    plan.limits.max_result_bytes = 299;
+    assert_eq!(
+        h.engine
+            .execute_extraction(&ctx(), &plan)
+            .await
+            .unwrap()
+            .direct
+            .unwrap()
+            .data
+            .len(),
+        299,
+        "equal is allowed"
+    );
+    plan.limits.max_result_bytes = 298;
+    assert!(h.engine.execute_extraction(&ctx(), &plan).await.is_err());
+    // Layer 1 (fail fast): a limit below the compact size fails on the step itself.
+    plan.limits.max_result_bytes = 20;
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::LimitExceeded,
+        "extraction result exceeds the configured size limit",
+    );
+}
+
+#[tokio::test]
+async fn store_size_limit_stops_mid_stream_before_the_breaching_write() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let mut plan = multi_plan(&h, &t, 2, 2000, 2).await;
+    plan.limits.max_result_bytes = 50_000;
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::LimitExceeded,
+        "extraction result exceeds the configured size limit",
+    );
+    let written: usize = h.sink.write_sizes().iter().sum();
+    assert!(
+        written <= 50_000,
+        "nothing past the budget was written ({written})"
+    );
+    assert!(!h.sink.write_sizes().is_empty(), "writes were incremental");
+    assert_eq!(h.sink.closes.load(Ordering::SeqCst), 0);
+    assert_eq!(h.sink.aborts.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        h.executions.statuses(),
+        [ExecutionStatus::Running, ExecutionStatus::Failed]
+    );
+}
+
+#[tokio::test]
+async fn large_results_are_written_incrementally() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let plan = multi_plan(&h, &t, 1, 2000, 1).await;
+    let r = h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+    let sizes = h.sink.write_sizes();
+    assert_eq!(
+        sizes.len(),
+        8,
+        "2000 rows = 7 full 256-row batches + 1 partial"
+    );
+    assert!(
+        sizes
+            .iter()
+            .all(|s| (*s as i64) < r.reference.as_ref().unwrap().size_bytes)
+    );
+}
+
+#[tokio::test]
+async fn zero_row_steps_contribute_keys_but_no_lines() {
+    for wiring in [Wiring::default(), store_wiring()] {
+        let h = harness(wiring, TemplateBehaviour::default(), None);
+        let t = tenant("acme");
+        add_source(
+            &h,
+            &t,
+            "empty",
+            TemplateBehaviour {
+                schema: schema(&[("t", &["id"])]),
+                ..Default::default()
+            },
+        )
+        .await;
+        let plan = h
+            .engine
+            .plan_extraction(&ctx(), &t, &request(&[("empty", "t", &["id"])]))
+            .await
+            .unwrap();
+        let r = h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+        assert_eq!(r.row_counts, [("empty".to_string(), 0)].into());
+        match (r.direct, r.reference) {
+            (Some(d), None) => assert_eq!(
+                std::str::from_utf8(&d.data).unwrap(),
+                "{\n  \"empty\": {}\n}"
+            ),
+            (None, Some(reference)) => assert_eq!(h.sink.get(&reference.path).unwrap(), b""),
+            _ => panic!("exactly one arm"),
+        }
+    }
+}
