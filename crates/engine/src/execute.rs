@@ -347,10 +347,8 @@ impl Engine {
             if let Err(e) = connector.test_connection(run).await {
                 return Err(connector_error(e, run, msg::CONNECT_FAILED));
             }
-            if direct {
-                if let Some(d) = run.err() {
-                    return Err(d.into());
-                }
+            if direct && let Some(d) = run.err() {
+                return Err(d.into());
             }
             let request = step_request(step);
             let mut cursor = connector
@@ -530,10 +528,10 @@ impl Engine {
             .close(run)
             .await
             .map_err(|_| EngineError::new(Category::Unavailable, msg::PERSIST_FAILED))?;
-        if let Some(p) = &reference.protection {
-            if !applied_by::is_valid(&p.applied_by) {
-                return Err(EngineError::validation(msg::APPLIED_BY_INVALID));
-            }
+        if let Some(p) = &reference.protection
+            && !applied_by::is_valid(&p.applied_by)
+        {
+            return Err(EngineError::validation(msg::APPLIED_BY_INVALID));
         }
         if reference.integrity.is_none() {
             reference.integrity = Some(ResultIntegrity::sha256(digest));
@@ -643,10 +641,10 @@ impl Engine {
         }
         drop(queues); // unblocks any producer still waiting to hand off
         while let Some(joined) = tasks.join_next().await {
-            if let Err(e) = joined {
-                if e.is_panic() {
-                    first.record(panic_error(e.into_panic()));
-                }
+            if let Err(e) = joined
+                && e.is_panic()
+            {
+                first.record(panic_error(e.into_panic()));
             }
         }
         // The writer's failure wins over producers that merely observed its cancel.

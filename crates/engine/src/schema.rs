@@ -65,10 +65,10 @@ impl Engine {
         } else {
             self.inner.schema_cache.as_ref()
         };
-        if let Some(cache) = cache {
-            if let Ok(Some(hit)) = cache.get(ctx, tenant, &descriptor.config_name).await {
-                return Ok(hit);
-            }
+        if let Some(cache) = cache
+            && let Ok(Some(hit)) = cache.get(ctx, tenant, &descriptor.config_name).await
+        {
+            return Ok(hit);
         }
         let mut connector = self.build_connector(ctx, tenant, descriptor).await?;
         let discovered = connector.discover_schema(ctx).await;

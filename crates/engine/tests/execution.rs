@@ -148,11 +148,6 @@ async fn sink_protection_is_preserved_and_applied_by_is_checked() {
         mode: "AES-256-GCM".into(),
         applied_by: "adapter".into(),
     };
-    let signed = ResultIntegrity {
-        algorithm: "HMAC-SHA-256".into(),
-        signature: "ab".repeat(32),
-        digest: String::new(),
-    };
     *h.sink.switches.lock().unwrap() = SinkSwitches {
         protection: Some(protection.clone()),
         ..Default::default()
@@ -166,7 +161,6 @@ async fn sink_protection_is_preserved_and_applied_by_is_checked() {
     );
     // The sink's own integrity (here a digest) is kept as reported.
     assert_eq!(r.reference.unwrap().integrity.unwrap().algorithm, "SHA-256");
-    let _ = signed;
 
     for bad in ["", "ENGINE", "sink"] {
         *h.sink.switches.lock().unwrap() = SinkSwitches {
@@ -812,10 +806,11 @@ async fn a_cursor_that_swallows_the_cancel_yields_no_result() {
         .unwrap();
     let c = ctx().child();
     let canceller = c.clone();
-    let mut behaviour = a.behaviour.lock().unwrap();
-    behaviour.cursor_ignores_cancel = true;
-    behaviour.after_query = Some(Arc::new(move || canceller.cancel()));
-    drop(behaviour);
+    {
+        let mut behaviour = a.behaviour.lock().unwrap();
+        behaviour.cursor_ignores_cancel = true;
+        behaviour.after_query = Some(Arc::new(move || canceller.cancel()));
+    }
     let err = h.engine.execute_extraction(&c, &plan).await.unwrap_err();
     assert_err(&err, Category::Canceled, "execution canceled");
 }

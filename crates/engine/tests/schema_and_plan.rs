@@ -168,7 +168,10 @@ async fn discovery_errors_are_fixed_except_connect() {
     );
 }
 
-fn vreq(ds: &[(&str, &[(&str, &[&str], &[&str])])]) -> ValidationRequest {
+/// `(table, fields, filter fields)`.
+type TableSpec<'a> = (&'a str, &'a [&'a str], &'a [&'a str]);
+
+fn vreq(ds: &[(&str, &[TableSpec])]) -> ValidationRequest {
     ValidationRequest {
         datasources: ds
             .iter()

@@ -277,10 +277,10 @@ struct TemplateCursor {
 
 impl TemplateCursor {
     async fn next(&mut self, ctx: &Context) -> Result<Option<RowBatch>> {
-        if let Some(limit) = self.fail_after {
-            if self.served >= limit {
-                return Err(driver_error());
-            }
+        if let Some(limit) = self.fail_after
+            && self.served >= limit
+        {
+            return Err(driver_error());
         }
         if ctx.is_done() && self.ignore_cancel {
             return Ok(None);

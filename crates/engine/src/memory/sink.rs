@@ -114,13 +114,13 @@ struct MemoryWriter {
 impl ResultStreamWriter for MemoryWriter {
     fn write<'a>(&'a mut self, ctx: &'a Context, bytes: &'a [u8]) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            if self.writes == 0 {
-                if let Some(gate) = self.gate.take() {
-                    match ctx.run(gate.acquire_owned()).await {
-                        Ok(Ok(permit)) => permit.forget(),
-                        Ok(Err(_)) => return Err(unavailable()),
-                        Err(d) => return Err(d.into()),
-                    }
+            if self.writes == 0
+                && let Some(gate) = self.gate.take()
+            {
+                match ctx.run(gate.acquire_owned()).await {
+                    Ok(Ok(permit)) => permit.forget(),
+                    Ok(Err(_)) => return Err(unavailable()),
+                    Err(d) => return Err(d.into()),
                 }
             }
             self.writes += 1;

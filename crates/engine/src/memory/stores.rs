@@ -488,10 +488,14 @@ impl ActiveExecutionChecker for MemoryActiveChecker {
     }
 }
 
+/// `(span name, error category if the operation failed)`.
+pub type SpanRecord = (&'static str, Option<Category>);
+type SpanLog = Arc<Mutex<Vec<SpanRecord>>>;
+
 /// Records span names and their outcome categories.
 #[derive(Default)]
 pub struct RecordingObservability {
-    spans: Arc<Mutex<Vec<(&'static str, Option<Category>)>>>,
+    spans: SpanLog,
 }
 
 impl RecordingObservability {
@@ -500,14 +504,14 @@ impl RecordingObservability {
     }
 
     /// `(span name, error category if it failed)` in the order the spans ended.
-    pub fn spans(&self) -> Vec<(&'static str, Option<Category>)> {
+    pub fn spans(&self) -> Vec<SpanRecord> {
         self.spans.lock().unwrap().clone()
     }
 }
 
 struct RecordedSpan {
     name: &'static str,
-    sink: Arc<Mutex<Vec<(&'static str, Option<Category>)>>>,
+    sink: SpanLog,
 }
 
 impl Span for RecordedSpan {
