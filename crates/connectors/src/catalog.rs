@@ -1,0 +1,199 @@
+//! What discovery learns about a datasource: tables, columns with their type class, and
+//! primary keys. The engine's [`SchemaSnapshot`] keeps only names; the connector keeps
+//! this richer form to type filter values and pick value decoders.
+//!
+//! Naming (spec §6.5): PostgreSQL tables in `public` are bare, others `schema.table`;
+//! MySQL and SQLite names are always bare. Lookups accept the qualified spellings too
+//! (`public.users`, `PUBLIC.users`, `db.public.users` → `users`).
+
+use std::collections::BTreeMap;
+
+use fetcher_engine::{SchemaSnapshot, TableSnapshot};
+
+use crate::Dialect;
+
+/// The type class of a column: decides how filter values are typed and bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Int,
+    /// MySQL `BIGINT UNSIGNED` and friends.
+    UInt,
+    Float,
+    /// Exact decimals (`numeric`, `DECIMAL`).
+    Decimal,
+    Bool,
+    Text,
+    Uuid,
+    Date,
+    /// Without time zone.
+    Timestamp,
+    TimestampTz,
+    Time,
+    Json,
+    Bytes,
+    /// Anything else (arrays, intervals, enums rendered as text, …): not filterable.
+    Other,
+}
+
+#[derive(Debug, Clone)]
+pub struct ColumnInfo {
+    pub name: String,
+    pub kind: Kind,
+    /// The catalog's type name (`integer`, `decimal(15,2)`, …), for docs and debugging.
+    pub type_name: String,
+    /// PostgreSQL: the base type OID to decode with (`TEXT` when selected as `::text`).
+    pub pg_oid: u32,
+    /// PostgreSQL: the column is selected as `col::text`.
+    pub pg_text_cast: bool,
+    /// Whether `ORDER BY col` works natively (PG `json`, `xml`, … do not).
+    pub orderable: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct TableInfo {
+    /// Physical schema (PG), empty for MySQL/SQLite.
+    pub schema: String,
+    pub name: String,
+    /// The snapshot key (`users`, `accounting.invoices`).
+    pub key: String,
+    pub columns: Vec<ColumnInfo>,
+    /// Primary-key column names in key order.
+    pub primary_key: Vec<String>,
+}
+
+impl TableInfo {
+    pub fn column(&self, name: &str) -> Option<&ColumnInfo> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+}
+
+/// All tables of a datasource, by snapshot key.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub tables: BTreeMap<String, TableInfo>,
+}
+
+impl Catalog {
+    pub fn snapshot(&self, config_name: &str) -> SchemaSnapshot {
+        SchemaSnapshot {
+            config_name: config_name.to_owned(),
+            tables: self
+                .tables
+                .values()
+                .map(|t| TableSnapshot {
+                    name: t.key.clone(),
+                    fields: t.columns.iter().map(|c| c.name.clone()).collect(),
+                })
+                .collect(),
+            captured_at: None,
+        }
+    }
+
+    /// Finds a requested table: the exact key first, then its normalised form.
+    pub fn lookup(&self, dialect: Dialect, requested: &str) -> Option<&TableInfo> {
+        self.tables
+            .get(requested)
+            .or_else(|| self.tables.get(&normalize_table(dialect, requested)))
+    }
+
+    pub fn insert(&mut self, dialect: Dialect, t: TableInfo) {
+        if !is_system_table(dialect, &t.key) {
+            self.tables.insert(t.key.clone(), t);
+        }
+    }
+}
+
+/// The dialect's default schema (spec §6.5): PostgreSQL `public`, others none.
+pub fn default_schema(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => "public",
+        Dialect::MySql | Dialect::Sqlite => "",
+    }
+}
+
+/// `schema.table` key, bare for the default schema.
+pub fn table_key(dialect: Dialect, schema: &str, table: &str) -> String {
+    if schema.is_empty() || schema == default_schema(dialect) {
+        table.to_owned()
+    } else {
+        format!("{schema}.{table}")
+    }
+}
+
+/// Spec §6.4 `ParseQualifiedTableName`: 1, 2 or 3 dot-separated parts.
+pub fn parse_qualified(name: &str, default: &str) -> Option<(String, String)> {
+    let name = name.trim();
+    if name.is_empty() {
+        return None;
+    }
+    let parts: Vec<&str> = name.split('.').collect();
+    match parts.as_slice() {
+        [t] => Some((default.to_owned(), (*t).to_owned())),
+        [s, t] | [_, s, t] => Some(((*s).to_owned(), (*t).to_owned())),
+        _ => None,
+    }
+}
+
+/// Spec §6.5 `NormalizeTable` (PostgreSQL: default schema `public`, matched
+/// case-insensitively; MySQL/SQLite: a schema/database prefix is dropped).
+pub fn normalize_table(dialect: Dialect, name: &str) -> String {
+    let default = default_schema(dialect);
+    let Some((schema, table)) = parse_qualified(name, default) else {
+        return name.to_owned();
+    };
+    match dialect {
+        Dialect::Postgres => {
+            if schema.is_empty() || schema.eq_ignore_ascii_case(default) {
+                table
+            } else {
+                format!("{schema}.{table}")
+            }
+        }
+        Dialect::MySql | Dialect::Sqlite => table,
+    }
+}
+
+/// Spec §6.3 `IsSystemTable`, on the discovered key.
+pub fn is_system_table(dialect: Dialect, key: &str) -> bool {
+    let l = key.to_ascii_lowercase();
+    match dialect {
+        Dialect::Postgres => l.starts_with("pg_") || l.starts_with("information_schema"),
+        Dialect::MySql => matches!(
+            l.as_str(),
+            "mysql" | "information_schema" | "performance_schema" | "sys"
+        ),
+        Dialect::Sqlite => l.starts_with("sqlite_"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalisation_examples() {
+        let pg = |n| normalize_table(Dialect::Postgres, n);
+        assert_eq!(pg("public.transactions"), "transactions");
+        assert_eq!(pg("PUBLIC.users"), "users");
+        assert_eq!(pg("public.Users"), "Users");
+        assert_eq!(pg("accounting.invoices"), "accounting.invoices");
+        assert_eq!(pg("mydb.sales.orders"), "sales.orders");
+        assert_eq!(pg("a.b.c.d"), "a.b.c.d");
+        assert_eq!(normalize_table(Dialect::MySql, "app.users"), "users");
+        assert_eq!(table_key(Dialect::Postgres, "public", "t"), "t");
+        assert_eq!(table_key(Dialect::Postgres, "Acc", "t"), "Acc.t");
+    }
+
+    #[test]
+    fn system_tables() {
+        for t in ["pg_catalog", "pg_toast", "pg_temp_1", "information_schema", "pg_audit"] {
+            assert!(is_system_table(Dialect::Postgres, t), "{t}");
+        }
+        assert!(!is_system_table(Dialect::Postgres, "users"));
+        for t in ["mysql", "information_schema", "performance_schema", "sys"] {
+            assert!(is_system_table(Dialect::MySql, t), "{t}");
+        }
+        assert!(!is_system_table(Dialect::MySql, "products"));
+        assert!(is_system_table(Dialect::Sqlite, "sqlite_sequence"));
+    }
+}

@@ -1,0 +1,365 @@
+//! The engine ports: [`SqlRegistry`] → [`SqlConnectorFactory`] → [`SqlConnector`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fetcher_engine::ports::{Connector, ConnectorFactory, ConnectorRegistry, RowCursor};
+use fetcher_engine::{
+    BoxFuture, Category, ConnectionDescriptor, Context, EngineError, ExtractionRequest, Result,
+    SchemaSnapshot, Secret, TenantContext,
+};
+use sqlx::Connection as _;
+
+use crate::catalog::Catalog;
+use crate::error::{self, msg};
+use crate::host::HostPolicy;
+use crate::query::{self, ChannelCursor};
+use crate::{Dialect, mysql, pg, sqlite, ssl};
+
+/// Where a connector gets the connection's password. Called by `build` (no network I/O
+/// to the datasource happens there). The service layer implements it with
+/// `store.credential` + `protector.reveal`; internal datasources use
+/// [`StaticCredentials`]. Errors must be safe to show (the engine redacts them anyway).
+pub trait CredentialSource: Send + Sync {
+    fn password<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        descriptor: &'a ConnectionDescriptor,
+    ) -> BoxFuture<'a, Result<Secret>>;
+}
+
+/// Passwords held in memory by config name (internal datasources, tests). A missing
+/// entry is the empty password.
+#[derive(Default)]
+pub struct StaticCredentials {
+    by_config: BTreeMap<String, Secret>,
+}
+
+impl StaticCredentials {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with(mut self, config_name: &str, password: impl Into<Secret>) -> Self {
+        self.by_config.insert(config_name.to_owned(), password.into());
+        self
+    }
+
+    pub fn insert(&mut self, config_name: &str, password: impl Into<Secret>) {
+        self.by_config.insert(config_name.to_owned(), password.into());
+    }
+}
+
+impl CredentialSource for StaticCredentials {
+    fn password<'a>(
+        &'a self,
+        _ctx: &'a Context,
+        _tenant: &'a TenantContext,
+        d: &'a ConnectionDescriptor,
+    ) -> BoxFuture<'a, Result<Secret>> {
+        let s = self.by_config.get(&d.config_name).cloned().unwrap_or_default();
+        Box::pin(async move { Ok(s) })
+    }
+}
+
+/// Bounds every connect attempt (the context's deadline applies too).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Bounds a whole schema discovery (spec §2.6).
+pub const DISCOVER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Builds connectors of one type.
+pub struct SqlConnectorFactory {
+    dialect: Dialect,
+    credentials: Arc<dyn CredentialSource>,
+    policy: HostPolicy,
+    copy_fast_path: bool,
+}
+
+impl SqlConnectorFactory {
+    pub fn new(dialect: Dialect, credentials: Arc<dyn CredentialSource>, policy: HostPolicy) -> Self {
+        SqlConnectorFactory {
+            dialect,
+            credentials,
+            policy,
+            copy_fast_path: true,
+        }
+    }
+
+    /// PostgreSQL only: turns the unfiltered `COPY` fast path off (every table then uses
+    /// the bound-parameter query path). For tests and comparisons.
+    pub fn with_copy_fast_path(mut self, on: bool) -> Self {
+        self.copy_fast_path = on;
+        self
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Builds the connector directly (the trait method boxes it).
+    pub async fn build_connector(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        d: &ConnectionDescriptor,
+    ) -> Result<SqlConnector> {
+        if d.datasource_type != self.dialect.type_string() {
+            return Err(EngineError::new(Category::Validation, msg::TYPE_MISMATCH));
+        }
+        ssl::validate_ssl_mode(&d.datasource_type, &d.ssl_mode)?;
+        // Host safety before any credential is revealed (spec §2.5 step 3).
+        self.policy.precheck(d)?;
+        let password = self.credentials.password(ctx, tenant, d).await?;
+        if password.expose_str().is_none() {
+            return Err(EngineError::new(Category::Validation, msg::PASSWORD_NOT_UTF8));
+        }
+        Ok(SqlConnector {
+            dialect: self.dialect,
+            descriptor: d.clone(),
+            password,
+            policy: self.policy.clone(),
+            copy_fast_path: self.copy_fast_path,
+            conn: None,
+            catalog: None,
+        })
+    }
+}
+
+impl ConnectorFactory for SqlConnectorFactory {
+    fn build<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        descriptor: &'a ConnectionDescriptor,
+    ) -> BoxFuture<'a, Result<Option<Box<dyn Connector>>>> {
+        Box::pin(async move {
+            let c = self.build_connector(ctx, tenant, descriptor).await?;
+            Ok(Some(Box::new(c) as Box<dyn Connector>))
+        })
+    }
+}
+
+/// Registers `POSTGRESQL`, `MYSQL` and `SQLITE`.
+pub struct SqlRegistry {
+    factories: BTreeMap<&'static str, Arc<SqlConnectorFactory>>,
+}
+
+impl SqlRegistry {
+    pub fn new(credentials: Arc<dyn CredentialSource>, policy: HostPolicy) -> Self {
+        let factories = [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite]
+            .into_iter()
+            .map(|d| {
+                (
+                    d.type_string(),
+                    Arc::new(SqlConnectorFactory::new(d, credentials.clone(), policy.clone())),
+                )
+            })
+            .collect();
+        SqlRegistry { factories }
+    }
+
+    pub fn factory(&self, datasource_type: &str) -> Option<Arc<SqlConnectorFactory>> {
+        self.factories.get(datasource_type).cloned()
+    }
+}
+
+impl ConnectorRegistry for SqlRegistry {
+    fn connector(&self, datasource_type: &str) -> Option<Arc<dyn ConnectorFactory>> {
+        self.factory(datasource_type)
+            .map(|f| f as Arc<dyn ConnectorFactory>)
+    }
+}
+
+enum Conn {
+    Pg(sqlx::PgConnection),
+    My(sqlx::MySqlConnection),
+    Lite(sqlx::SqliteConnection),
+}
+
+impl Conn {
+    async fn close(self) {
+        let _ = match self {
+            Conn::Pg(c) => c.close().await,
+            Conn::My(c) => c.close().await,
+            Conn::Lite(c) => c.close().await,
+        };
+    }
+
+    async fn ping(&mut self) -> std::result::Result<(), sqlx::Error> {
+        match self {
+            Conn::Pg(c) => c.ping().await,
+            Conn::My(c) => c.ping().await,
+            Conn::Lite(c) => c.ping().await,
+        }
+    }
+}
+
+/// One live connection for one operation; connects lazily.
+pub struct SqlConnector {
+    dialect: Dialect,
+    descriptor: ConnectionDescriptor,
+    password: Secret,
+    policy: HostPolicy,
+    copy_fast_path: bool,
+    conn: Option<Conn>,
+    catalog: Option<Catalog>,
+}
+
+impl std::fmt::Debug for SqlConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlConnector")
+            .field("type", &self.dialect.type_string())
+            .field("config", &self.descriptor.config_name)
+            .field("connected", &self.conn.is_some())
+            .finish()
+    }
+}
+
+/// Runs `fut` bounded by `limit` and the context; a timeout is `kind`'s failure.
+async fn bounded<T>(
+    ctx: &Context,
+    limit: Duration,
+    fut: impl std::future::Future<Output = Result<T>>,
+    on_timeout: fn() -> EngineError,
+) -> Result<T> {
+    match ctx.run(tokio::time::timeout(limit, fut)).await {
+        Err(done) => Err(error::from_done(done)),
+        Ok(Err(_elapsed)) => Err(on_timeout()),
+        Ok(Ok(r)) => r,
+    }
+}
+
+impl SqlConnector {
+    async fn connect(&mut self, ctx: &Context) -> Result<&mut Conn> {
+        if self.conn.is_none() {
+            let d = &self.descriptor;
+            let password = self.password.expose_str().unwrap_or_default();
+            let conn = match self.dialect {
+                Dialect::Sqlite => {
+                    let o = sqlite::options(d)?;
+                    let fut = async { sqlite::connect(&o).await.map_err(error::connect_failed) };
+                    Conn::Lite(bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?)
+                }
+                Dialect::Postgres => {
+                    let target = self.policy.target(ctx, d).await?;
+                    let o = pg::options(d, &target, password)?;
+                    let fut = async { pg::connect(&o).await.map_err(error::connect_failed) };
+                    Conn::Pg(bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?)
+                }
+                Dialect::MySql => {
+                    let target = self.policy.target(ctx, d).await?;
+                    let o = mysql::options(d, &target, password)?;
+                    let fut = async { mysql::connect(&o).await.map_err(error::connect_failed) };
+                    Conn::My(bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?)
+                }
+            };
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    async fn load_catalog(&mut self, ctx: &Context) -> Result<()> {
+        if self.catalog.is_some() {
+            return Ok(());
+        }
+        let conn = self.connect(ctx).await?;
+        let fut = async {
+            match conn {
+                Conn::Pg(c) => pg::discover(c).await,
+                Conn::My(c) => mysql::discover(c).await,
+                Conn::Lite(c) => sqlite::discover(c).await,
+            }
+        };
+        let catalog = bounded(ctx, DISCOVER_TIMEOUT, fut, discover_timeout).await?;
+        self.catalog = Some(catalog);
+        Ok(())
+    }
+
+    /// The catalog discovered by this connector, if any (column types included).
+    pub fn catalog(&self) -> Option<&Catalog> {
+        self.catalog.as_ref()
+    }
+
+    /// Plans the request without running it (validation only). Connects and discovers.
+    pub async fn plan(&mut self, ctx: &Context, request: &ExtractionRequest) -> Result<Vec<query::TablePlan>> {
+        self.load_catalog(ctx).await?;
+        query::plan(
+            self.dialect,
+            self.catalog.as_ref().expect("loaded"),
+            &self.descriptor.config_name,
+            request,
+            self.copy_fast_path,
+        )
+    }
+}
+
+fn connect_timeout() -> EngineError {
+    EngineError::new(Category::Connect, msg::CONNECT_FAILED)
+}
+
+fn discover_timeout() -> EngineError {
+    EngineError::new(Category::Timeout, msg::DISCOVER_FAILED)
+}
+
+impl Connector for SqlConnector {
+    fn test_connection<'a>(&'a mut self, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let conn = self.connect(ctx).await?;
+            let pinged = bounded(
+                ctx,
+                CONNECT_TIMEOUT,
+                async { conn.ping().await.map_err(error::connect_failed) },
+                connect_timeout,
+            )
+            .await;
+            if pinged.is_err() {
+                if let Some(c) = self.conn.take() {
+                    c.close().await;
+                }
+            }
+            pinged
+        })
+    }
+
+    fn discover_schema<'a>(
+        &'a mut self,
+        ctx: &'a Context,
+    ) -> BoxFuture<'a, Result<SchemaSnapshot>> {
+        Box::pin(async move {
+            self.load_catalog(ctx).await?;
+            Ok(self
+                .catalog
+                .as_ref()
+                .expect("loaded")
+                .snapshot(&self.descriptor.config_name))
+        })
+    }
+
+    fn query_stream<'a>(
+        &'a mut self,
+        ctx: &'a Context,
+        request: &'a ExtractionRequest,
+    ) -> BoxFuture<'a, Result<Box<dyn RowCursor + 'a>>> {
+        Box::pin(async move {
+            let plans = self.plan(ctx, request).await?;
+            let conn = self.conn.take().expect("connected by plan");
+            let cursor = match conn {
+                Conn::Pg(c) => ChannelCursor::spawn(move |tx| pg::produce(c, plans, tx)),
+                Conn::My(c) => ChannelCursor::spawn(move |tx| mysql::produce(c, plans, tx)),
+                Conn::Lite(c) => ChannelCursor::spawn(move |tx| sqlite::produce(c, plans, tx)),
+            };
+            Ok(Box::new(cursor) as Box<dyn RowCursor + 'a>)
+        })
+    }
+
+    fn close<'a>(&'a mut self, _ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if let Some(c) = self.conn.take() {
+                c.close().await;
+            }
+            Ok(())
+        })
+    }
+}

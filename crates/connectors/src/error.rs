@@ -1,0 +1,91 @@
+//! The crate's errors are [`EngineError`]s with fixed texts. Driver errors are kept only
+//! as the hidden cause ([`EngineError::wrap`]); no message ever carries driver text, a DSN,
+//! a password, a host or a row value.
+
+use fetcher_engine::{Category, Done, EngineError};
+
+/// Fixed messages.
+pub mod msg {
+    pub const CONNECT_FAILED: &str = "failed to connect to datasource";
+    pub const DNS_FAILED: &str = "failed to resolve datasource host";
+    pub const QUERY_FAILED: &str = "failed to query datasource";
+    pub const DISCOVER_FAILED: &str = "failed to discover datasource schema";
+    pub const DECODE_FAILED: &str = "failed to decode a datasource value";
+    pub const CREDENTIAL_FAILED: &str = "failed to resolve datasource credential";
+    pub const PASSWORD_NOT_UTF8: &str = "datasource password is not valid UTF-8";
+    pub const TYPE_MISMATCH: &str = "connection type does not match the connector";
+    pub const UNSUPPORTED_TYPE: &str = "unsupported database type";
+    pub const HOST_FORMAT: &str = "host must be a valid hostname or IP address";
+    /// `FET-0414` (HTTP 400): deliberately generic, never echoes the host or the rule.
+    pub const HOST_FORBIDDEN: &str = "FET-0414 - Host is not a valid external database endpoint";
+    pub const TABLE_NOT_FOUND: &str = "table not found in datasource schema";
+    pub const FIELD_NOT_FOUND: &str = "field not found in table schema";
+    pub const FILTER_SHAPE: &str = "filters must map table to field to a condition object";
+    pub const FILTER_TABLE: &str = "filter targets a table that is not selected";
+    pub const FILTER_UNKNOWN_COLUMN: &str = "filter references an unknown column";
+    pub const FILTER_UNKNOWN_OPERATOR: &str = "filter uses an unknown operator";
+    pub const FILTER_EMPTY: &str = "filter condition has no values";
+    pub const FILTER_ARITY: &str = "filter operator has the wrong number of values";
+    pub const FILTER_VALUE_TYPE: &str = "filter value has the wrong type for its column";
+    pub const FILTER_COLUMN_TYPE: &str = "filters are not supported on this column type";
+    pub const SQLITE_PATH: &str = "sqlite datasource needs a database file path";
+}
+
+/// Code of the invalid-SSL-mode error (spec §3.1).
+pub const SSL_MODE_CODE: &str = "FET-0413";
+/// Code of the forbidden-host error (spec §4.2).
+pub const FORBIDDEN_HOST_CODE: &str = "FET-0414";
+
+/// Typed hidden cause of a host-safety rejection, so a host can map it to HTTP 400
+/// (`err.cause_as::<ForbiddenHost>()`).
+#[derive(Debug)]
+pub struct ForbiddenHost;
+
+impl std::fmt::Display for ForbiddenHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(msg::HOST_FORBIDDEN)
+    }
+}
+impl std::error::Error for ForbiddenHost {}
+
+/// Typed hidden cause of an invalid SSL mode (`FET-0413`).
+#[derive(Debug)]
+pub struct InvalidSslMode;
+
+impl std::fmt::Display for InvalidSslMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(SSL_MODE_CODE)
+    }
+}
+impl std::error::Error for InvalidSslMode {}
+
+pub fn forbidden_host() -> EngineError {
+    EngineError::wrap(Category::Validation, msg::HOST_FORBIDDEN, ForbiddenHost)
+}
+
+pub fn validation(m: &'static str) -> EngineError {
+    EngineError::new(Category::Validation, m)
+}
+
+pub fn from_done(d: Done) -> EngineError {
+    match d {
+        Done::DeadlineExceeded => EngineError::new(Category::Timeout, "execution exceeded its deadline"),
+        Done::Canceled => EngineError::new(Category::Canceled, "execution canceled"),
+    }
+}
+
+pub fn connect_failed(cause: sqlx::Error) -> EngineError {
+    EngineError::wrap(Category::Connect, msg::CONNECT_FAILED, cause)
+}
+
+pub fn query_failed(cause: sqlx::Error) -> EngineError {
+    EngineError::wrap(Category::Unavailable, msg::QUERY_FAILED, cause)
+}
+
+pub fn discover_failed(cause: sqlx::Error) -> EngineError {
+    EngineError::wrap(Category::Unavailable, msg::DISCOVER_FAILED, cause)
+}
+
+pub fn decode_failed() -> EngineError {
+    EngineError::new(Category::Internal, msg::DECODE_FAILED)
+}

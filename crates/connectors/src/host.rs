@@ -1,0 +1,316 @@
+//! Host safety (SSRF guard, spec §4) for tenant-supplied hosts.
+//!
+//! * [`validate_host_input`] is layer 1 (the API layer, on create/update): the host must
+//!   be an RFC 952 hostname or a strict IP literal; in multi-tenant mode a blocked IP
+//!   literal is rejected.
+//! * [`HostPolicy::target`] is layer 2 (before every dial): blocked names and non-canonical
+//!   numeric forms are rejected without DNS; IP literals are checked; names are resolved
+//!   **once**, every address is checked, and the connector dials the first checked address
+//!   (pinning), so DNS rebinding cannot swap the address between check and dial. A DNS
+//!   failure is an error (`connect`), never a pass.
+//!
+//! The guard applies only in multi-tenant mode and only to external connections (non-empty
+//! key version). Internal datasources (§5) are exempt; [`HostPolicy::single_tenant`] checks
+//! nothing (local development and tests reach 127.0.0.1).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fetcher_engine::{BoxFuture, Category, ConnectionDescriptor, Context, EngineError, Result};
+
+use crate::error::{self, msg};
+
+/// Resolves a host name to addresses. Injectable so tests can simulate DNS answers.
+pub trait Resolver: Send + Sync {
+    fn lookup<'a>(&'a self, host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>>;
+}
+
+/// The system resolver (`getaddrinfo` through tokio).
+pub struct SystemResolver;
+
+impl Resolver for SystemResolver {
+    fn lookup<'a>(&'a self, host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
+        Box::pin(async move {
+            Ok(tokio::net::lookup_host((host, 0))
+                .await?
+                .map(|a| a.ip())
+                .collect())
+        })
+    }
+}
+
+/// Where the connector dials: the host name as configured (guard off) or a checked,
+/// pinned address (guard on). `tls_name` is the configured host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DialTarget {
+    pub address: String,
+    pub tls_name: String,
+    pub pinned: bool,
+}
+
+/// The host-safety policy a factory applies before dialling.
+#[derive(Clone)]
+pub struct HostPolicy {
+    multi_tenant: bool,
+    resolver: Arc<dyn Resolver>,
+    dns_timeout: Duration,
+}
+
+impl std::fmt::Debug for HostPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostPolicy")
+            .field("multi_tenant", &self.multi_tenant)
+            .finish()
+    }
+}
+
+impl HostPolicy {
+    /// No checks: single-tenant deployments, whose hosts come from the operator
+    /// (loopback allowed).
+    pub fn single_tenant() -> Self {
+        HostPolicy {
+            multi_tenant: false,
+            resolver: Arc::new(SystemResolver),
+            dns_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The guard on (`MULTI_TENANT_ENABLED=true`), with the system resolver.
+    pub fn multi_tenant() -> Self {
+        HostPolicy {
+            multi_tenant: true,
+            ..Self::single_tenant()
+        }
+    }
+
+    /// Replaces the resolver (tests).
+    pub fn with_resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    pub fn is_multi_tenant(&self) -> bool {
+        self.multi_tenant
+    }
+
+    /// Whether the guard applies to this connection: multi-tenant mode and an external
+    /// connection (non-empty key version). Internal datasources are exempt.
+    pub fn applies_to(&self, d: &ConnectionDescriptor) -> bool {
+        self.multi_tenant && !d.key_version.is_empty()
+    }
+
+    /// The checks that need no network: blocked names, non-canonical numeric forms and
+    /// blocked IP literals. Run by `build` (before credentials are revealed).
+    pub fn precheck(&self, d: &ConnectionDescriptor) -> Result<()> {
+        if !self.applies_to(d) {
+            return Ok(());
+        }
+        if d.datasource_type == crate::SQLITE {
+            // A file path is not a network host, but tenants may not name server files.
+            return Err(error::forbidden_host());
+        }
+        match classify(&d.host) {
+            Literal::Blocked => Err(error::forbidden_host()),
+            Literal::Ip(_) | Literal::Name(_) => Ok(()),
+        }
+    }
+
+    /// Layer 2: decides the dial target. With the guard on, resolves once, checks every
+    /// address and pins the first one.
+    pub async fn target(&self, ctx: &Context, d: &ConnectionDescriptor) -> Result<DialTarget> {
+        let configured = DialTarget {
+            address: d.host.clone(),
+            tls_name: d.host.clone(),
+            pinned: false,
+        };
+        if !self.applies_to(d) {
+            return Ok(configured);
+        }
+        self.precheck(d)?;
+        let name = match classify(&d.host) {
+            Literal::Blocked => return Err(error::forbidden_host()),
+            Literal::Ip(ip) => {
+                return Ok(DialTarget {
+                    address: ip.to_string(),
+                    tls_name: d.host.trim().to_owned(),
+                    pinned: true,
+                });
+            }
+            Literal::Name(n) => n,
+        };
+        let lookup = tokio::time::timeout(self.dns_timeout, self.resolver.lookup(&name));
+        let addrs = match ctx.run(lookup).await {
+            Err(done) => return Err(error::from_done(done)),
+            Ok(Err(_elapsed)) => {
+                return Err(EngineError::new(Category::Connect, msg::DNS_FAILED));
+            }
+            Ok(Ok(Err(e))) => {
+                return Err(EngineError::wrap(Category::Connect, msg::DNS_FAILED, e));
+            }
+            Ok(Ok(Ok(a))) => a,
+        };
+        if addrs.is_empty() {
+            return Err(EngineError::new(Category::Connect, msg::DNS_FAILED));
+        }
+        if addrs.iter().any(|ip| is_blocked_ip(*ip)) {
+            return Err(error::forbidden_host());
+        }
+        Ok(DialTarget {
+            address: addrs[0].to_string(),
+            tls_name: name,
+            pinned: true,
+        })
+    }
+}
+
+enum Literal {
+    Blocked,
+    Ip(IpAddr),
+    Name(String),
+}
+
+/// Trims, then: blocked name → Blocked; strict IP literal → checked; a numeric-looking
+/// name that is not a strict dotted quad (decimal `2130706433`, octal `0177.0.0.1`, hex
+/// `0x7f.1`, short `127.1`), a bracketed or zoned IPv6 → Blocked (fail closed).
+fn classify(host: &str) -> Literal {
+    let h = host.trim();
+    if is_blocked_hostname(h) {
+        return Literal::Blocked;
+    }
+    if let Ok(ip) = h.parse::<IpAddr>() {
+        return if is_blocked_ip(ip) {
+            Literal::Blocked
+        } else {
+            Literal::Ip(ip)
+        };
+    }
+    if h.contains(['[', ']', '%', ':', '/', '@', '\\']) || h.chars().any(|c| c.is_whitespace()) {
+        return Literal::Blocked;
+    }
+    let last = h.trim_end_matches('.').rsplit('.').next().unwrap_or("");
+    if last.starts_with(|c: char| c.is_ascii_digit()) {
+        return Literal::Blocked;
+    }
+    Literal::Name(h.to_ascii_lowercase())
+}
+
+/// Spec §4.5: exact names and suffixes, compared lower-cased with trailing dots removed;
+/// empty names are blocked.
+pub fn is_blocked_hostname(host: &str) -> bool {
+    let n = host.trim().to_ascii_lowercase();
+    let n = n.trim_end_matches('.');
+    if n.is_empty() {
+        return true;
+    }
+    matches!(
+        n,
+        "localhost"
+            | "metadata.google.internal"
+            | "metadata.gcp.internal"
+            | "metadata.azure.internal"
+            | "169.254.169.254"
+    ) || n.ends_with(".local")
+        || n.ends_with(".internal")
+        || n.ends_with(".localhost")
+}
+
+fn v4_in(ip: Ipv4Addr, net: [u8; 4], bits: u32) -> bool {
+    let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+    (u32::from(ip) & mask) == (u32::from(Ipv4Addr::from(net)) & mask)
+}
+
+fn v6_in(ip: Ipv6Addr, net: Ipv6Addr, bits: u32) -> bool {
+    let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
+    (u128::from(ip) & mask) == (u128::from(net) & mask)
+}
+
+/// Spec §4.4 ranges, plus hardening for IPv6 forms that embed an IPv4 address.
+pub fn is_blocked_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_blocked_v4(v4),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_blocked_v4(v4);
+            }
+            let seg = v6.segments();
+            let octets = v6.octets();
+            let embedded = |o: &[u8]| Ipv4Addr::new(o[0], o[1], o[2], o[3]);
+            // IPv4-compatible ::a.b.c.d (deprecated; includes :: and ::1): blocked outright.
+            if v6_in(v6, Ipv6Addr::UNSPECIFIED, 96) {
+                return true;
+            }
+            // NAT64 64:ff9b::/96 and 6to4 2002::/16 reach the embedded IPv4 address.
+            if v6_in(v6, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96) {
+                return is_blocked_v4(embedded(&octets[12..]));
+            }
+            if seg[0] == 0x2002 {
+                return is_blocked_v4(embedded(&octets[2..6]));
+            }
+            let blocked: [(Ipv6Addr, u32); 8] = [
+                (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7), // unique local
+                (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10), // link-local
+                (Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10), // site-local (deprecated)
+                (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8), // multicast
+                (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32), // documentation
+                (Ipv6Addr::new(0x0100, 0, 0, 0, 0, 0, 0, 0), 64), // discard-only
+                (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 32), // Teredo
+                (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48), // local-use NAT64
+            ];
+            blocked.iter().any(|(net, bits)| v6_in(v6, *net, *bits))
+        }
+    }
+}
+
+fn is_blocked_v4(ip: Ipv4Addr) -> bool {
+    const NETS: [([u8; 4], u32); 15] = [
+        ([0, 0, 0, 0], 8),       // "this network", includes 0.0.0.0
+        ([10, 0, 0, 0], 8),      // private
+        ([100, 64, 0, 0], 10),   // CGNAT
+        ([127, 0, 0, 0], 8),     // loopback
+        ([169, 254, 0, 0], 16),  // link-local, cloud metadata
+        ([172, 16, 0, 0], 12),   // private
+        ([192, 0, 0, 0], 24),    // IETF protocol assignments
+        ([192, 0, 2, 0], 24),    // TEST-NET-1
+        ([192, 168, 0, 0], 16),  // private
+        ([198, 18, 0, 0], 15),   // benchmarking
+        ([198, 51, 100, 0], 24), // TEST-NET-2
+        ([203, 0, 113, 0], 24),  // TEST-NET-3
+        ([224, 0, 0, 0], 4),     // multicast (incl. link-local multicast)
+        ([240, 0, 0, 0], 4),     // reserved, broadcast
+        ([255, 255, 255, 255], 32),
+    ];
+    NETS.iter().any(|(net, bits)| v4_in(ip, *net, *bits))
+}
+
+/// RFC 952 hostname as the reference's validator checks it
+/// (`^[a-zA-Z]([a-zA-Z0-9-]+\.?)*[a-zA-Z0-9]$`): no trailing dot, no underscore, first
+/// label at least two characters.
+pub fn is_rfc952_hostname(h: &str) -> bool {
+    let b = h.as_bytes();
+    if b.len() < 2 || !b[0].is_ascii_alphabetic() || !b[b.len() - 1].is_ascii_alphanumeric() {
+        return false;
+    }
+    if !b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.') {
+        return false;
+    }
+    b[1] != b'.' && !h.contains("..")
+}
+
+/// Layer 1 (API input): an RFC 952 hostname or a strict IP literal (no brackets, no
+/// zone); with the guard on, a blocked IP literal is `FET-0414`. Host names pass this
+/// layer (layer 2 resolves them).
+pub fn validate_host_input(host: &str, multi_tenant: bool) -> Result<()> {
+    let ip = host.parse::<IpAddr>().ok();
+    if ip.is_none() && !is_rfc952_hostname(host) {
+        return Err(EngineError::new(Category::Validation, msg::HOST_FORMAT));
+    }
+    if multi_tenant {
+        if let Ok(ip) = host.trim().parse::<IpAddr>() {
+            if is_blocked_ip(ip) {
+                return Err(error::forbidden_host());
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,366 @@
+//! MySQL / MariaDB: connect options, catalog discovery of the connection's database,
+//! streaming with sqlx, values decoded by the catalog type.
+
+use std::collections::BTreeMap;
+
+use futures_util::TryStreamExt;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
+use sqlx::{ConnectOptions, Connection, Row, ValueRef};
+use tokio::sync::mpsc;
+
+use fetcher_engine::{ConnectionDescriptor, Result, Row as ERow, RowBatch, Value};
+
+use crate::Dialect;
+use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo};
+use crate::error::{decode_failed, discover_failed, query_failed};
+use crate::filter::Bind;
+use crate::host::DialTarget;
+use crate::query::{BATCH_ROWS, Msg, TablePlan};
+use crate::{ssl, values};
+
+pub fn options(
+    d: &ConnectionDescriptor,
+    target: &DialTarget,
+    password: &str,
+) -> Result<MySqlConnectOptions> {
+    let mode = ssl::mysql_mode(&d.ssl_mode)?;
+    let mut o = MySqlConnectOptions::new()
+        .host(&target.address)
+        .port(d.port)
+        .username(&d.username)
+        .database(&d.database_name)
+        .ssl_mode(mode)
+        .charset("utf8mb4")
+        .timezone(Some("+00:00".to_owned()))
+        .statement_cache_capacity(32)
+        .disable_statement_logging();
+    if !password.is_empty() {
+        o = o.password(password);
+    }
+    if let Some(ca) = ssl::root_cert(d) {
+        o = o.ssl_ca_from_pem(ca);
+    }
+    Ok(o)
+}
+
+pub async fn connect(o: &MySqlConnectOptions) -> std::result::Result<MySqlConnection, sqlx::Error> {
+    o.connect().await
+}
+
+fn kind_of(data_type: &str, column_type: &str) -> Kind {
+    let unsigned = column_type.contains("unsigned");
+    match data_type {
+        "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" | "year" => {
+            if unsigned {
+                Kind::UInt
+            } else {
+                Kind::Int
+            }
+        }
+        "float" | "double" | "real" => Kind::Float,
+        "decimal" | "numeric" => Kind::Decimal,
+        "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "enum" | "set"
+        | "inet4" | "inet6" => Kind::Text,
+        "uuid" => Kind::Uuid,
+        "json" => Kind::Json,
+        "date" => Kind::Date,
+        "datetime" => Kind::Timestamp,
+        "timestamp" => Kind::TimestampTz,
+        "time" => Kind::Time,
+        "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => Kind::Bytes,
+        _ => Kind::Other, // bit, geometry, …
+    }
+}
+
+/// Base tables of `DATABASE()`; names always bare.
+pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(table_name AS CHAR) FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' ORDER BY table_name",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(discover_failed)?;
+    let columns = sqlx::query(
+        "SELECT CAST(table_name AS CHAR), CAST(column_name AS CHAR), \
+                CAST(LOWER(data_type) AS CHAR), CAST(LOWER(column_type) AS CHAR) \
+         FROM information_schema.columns WHERE table_schema = DATABASE() \
+         ORDER BY table_name, ordinal_position",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(discover_failed)?;
+    let keys = sqlx::query(
+        "SELECT CAST(table_name AS CHAR), CAST(column_name AS CHAR) \
+         FROM information_schema.key_column_usage \
+         WHERE table_schema = DATABASE() AND constraint_name = 'PRIMARY' \
+         ORDER BY table_name, ordinal_position",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(discover_failed)?;
+    // MariaDB stores JSON as LONGTEXT with a `json_valid(col)` check named after the column.
+    let json_checks: Vec<(String, String)> = sqlx::query_as(
+        "SELECT CAST(table_name AS CHAR), CAST(constraint_name AS CHAR) \
+         FROM information_schema.check_constraints \
+         WHERE constraint_schema = DATABASE() AND LOWER(check_clause) LIKE 'json_valid(%'",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap_or_default();
+
+    let mut by_table: BTreeMap<String, TableInfo> = tables
+        .into_iter()
+        .map(|t| {
+            (
+                t.clone(),
+                TableInfo {
+                    schema: String::new(),
+                    key: t.clone(),
+                    name: t,
+                    columns: Vec::new(),
+                    primary_key: Vec::new(),
+                },
+            )
+        })
+        .collect();
+    for r in columns {
+        let get = |i| r.try_get::<String, _>(i).map_err(discover_failed);
+        let (table, column, data_type, column_type) = (get(0)?, get(1)?, get(2)?, get(3)?);
+        let Some(t) = by_table.get_mut(&table) else { continue };
+        let mut kind = kind_of(&data_type, &column_type);
+        if kind == Kind::Text && json_checks.iter().any(|(jt, jc)| *jt == table && *jc == column) {
+            kind = Kind::Json;
+        }
+        t.columns.push(ColumnInfo {
+            name: column,
+            kind,
+            type_name: column_type,
+            pg_oid: 0,
+            pg_text_cast: false,
+            orderable: true,
+        });
+    }
+    for r in keys {
+        let table: String = r.try_get(0).map_err(discover_failed)?;
+        let column: String = r.try_get(1).map_err(discover_failed)?;
+        if let Some(t) = by_table.get_mut(&table) {
+            t.primary_key.push(column);
+        }
+    }
+    let mut catalog = Catalog::default();
+    for t in by_table.into_values() {
+        catalog.insert(Dialect::MySql, t);
+    }
+    Ok(catalog)
+}
+
+fn bind<'q>(
+    q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    b: &Bind,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    match b {
+        Bind::I64(v) => q.bind(*v),
+        Bind::U64(v) => q.bind(*v),
+        Bind::F64(v) => q.bind(*v),
+        Bind::Bool(v) => q.bind(*v),
+        Bind::Text(v) => q.bind(v.clone()),
+    }
+}
+
+/// DATE / DATETIME / TIMESTAMP / TIME from either wire format (binary: a length byte and
+/// packed fields; text: `YYYY-MM-DD[ HH:MM:SS[.ffffff]]`, `[-]HHH:MM:SS[.ffffff]`).
+fn temporal(kind: Kind, b: &[u8]) -> Option<String> {
+    let binary = b.first().is_some_and(|&c| c < 0x20);
+    if kind == Kind::Time {
+        if binary {
+            let len = b[0] as usize;
+            if len == 0 {
+                return Some("00:00:00.000000".into());
+            }
+            let p = b.get(1..=len)?;
+            let neg = p[0] == 1;
+            let days = u32::from_le_bytes(p.get(1..5)?.try_into().ok()?);
+            let (h, m, s) = (p[5] as u32 + days * 24, p[6], p[7]);
+            let us = if len >= 12 {
+                u32::from_le_bytes(p.get(8..12)?.try_into().ok()?)
+            } else {
+                0
+            };
+            return Some(format!(
+                "{}{h:02}:{m:02}:{s:02}.{us:06}",
+                if neg { "-" } else { "" }
+            ));
+        }
+        let t = std::str::from_utf8(b).ok()?;
+        let (neg, t) = match t.strip_prefix('-') {
+            Some(r) => ("-", r),
+            None => ("", t),
+        };
+        let (hms, frac) = t.split_once('.').unwrap_or((t, ""));
+        let mut f = frac.to_owned();
+        f.truncate(6);
+        while f.len() < 6 {
+            f.push('0');
+        }
+        return Some(format!("{neg}{hms}.{f}"));
+    }
+    let (y, mo, d, h, mi, s, us) = if binary {
+        let len = b[0] as usize;
+        let p = b.get(1..=len)?;
+        if len == 0 {
+            (0, 0, 0, 0, 0, 0, 0)
+        } else {
+            let y = u16::from_le_bytes(p.get(0..2)?.try_into().ok()?) as u32;
+            let (h, mi, s) = if len >= 7 { (p[4], p[5], p[6]) } else { (0, 0, 0) };
+            let us = if len >= 11 {
+                u32::from_le_bytes(p.get(7..11)?.try_into().ok()?)
+            } else {
+                0
+            };
+            (y, p[2], p[3], h, mi, s, us)
+        }
+    } else {
+        let t = std::str::from_utf8(b).ok()?;
+        let n = |r: std::ops::Range<usize>| t.get(r).and_then(|x| x.parse::<u32>().ok());
+        let frac = t.get(20..).unwrap_or("");
+        let mut f = frac.to_owned();
+        f.truncate(6);
+        while f.len() < 6 {
+            f.push('0');
+        }
+        let time = t.len() >= 19;
+        (
+            n(0..4)?,
+            n(5..7)? as u8,
+            n(8..10)? as u8,
+            if time { n(11..13)? as u8 } else { 0 },
+            if time { n(14..16)? as u8 } else { 0 },
+            if time { n(17..19)? as u8 } else { 0 },
+            f.parse().ok()?,
+        )
+    };
+    if mo == 0 || d == 0 {
+        // MySQL zero dates ('0000-00-00', '2024-00-00') have no calendar meaning.
+        return Some(format!("{y:04}-{mo:02}-{d:02}"));
+    }
+    Some(format!(
+        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{us:06}Z"
+    ))
+}
+
+fn decode_value(row: &MySqlRow, i: usize, c: &ColumnInfo) -> Result<Value> {
+    let raw = row.try_get_raw(i).map_err(query_failed)?;
+    if raw.is_null() {
+        return Ok(Value::Null);
+    }
+    let bad = |_| decode_failed();
+    Ok(match c.kind {
+        Kind::Int => Value::Int(row.try_get_unchecked::<i64, _>(i).map_err(bad)?),
+        Kind::UInt => Value::UInt(row.try_get_unchecked::<u64, _>(i).map_err(bad)?),
+        Kind::Float if c.type_name.starts_with("float") => {
+            values::float32(row.try_get_unchecked::<f32, _>(i).map_err(bad)?)
+        }
+        Kind::Float => values::float(row.try_get_unchecked::<f64, _>(i).map_err(bad)?),
+        Kind::Decimal | Kind::Text | Kind::Uuid | Kind::Bool => {
+            values::text(row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?)
+        }
+        Kind::Json => {
+            let b = row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?;
+            match std::str::from_utf8(b) {
+                Ok(s) => values::json(s),
+                Err(_) => Value::Bytes(b.to_vec()),
+            }
+        }
+        Kind::Date | Kind::Timestamp | Kind::TimestampTz | Kind::Time => {
+            let b = row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?;
+            Value::String(temporal(c.kind, b).ok_or_else(decode_failed)?)
+        }
+        Kind::Other if c.type_name.starts_with("bit") => {
+            let b = row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?;
+            Value::UInt(b.iter().fold(0u64, |acc, x| (acc << 8) | *x as u64))
+        }
+        Kind::Bytes | Kind::Other => {
+            Value::Bytes(row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?.to_vec())
+        }
+    })
+}
+
+async fn stream_table(
+    conn: &mut MySqlConnection,
+    plan: &TablePlan,
+    tx: &mpsc::Sender<Msg>,
+) -> Result<bool> {
+    let mut q = sqlx::query(&plan.sql);
+    for b in &plan.binds {
+        q = bind(q, b);
+    }
+    let mut rows = Vec::with_capacity(BATCH_ROWS);
+    let mut stream = q.fetch(&mut *conn);
+    while let Some(row) = stream.try_next().await.map_err(query_failed)? {
+        let vals = plan
+            .selected
+            .iter()
+            .enumerate()
+            .map(|(i, c)| decode_value(&row, i, c))
+            .collect::<Result<Vec<_>>>()?;
+        rows.push(ERow::new(plan.columns.clone(), vals));
+        if rows.len() >= BATCH_ROWS {
+            let batch = RowBatch::new(plan.key.clone(), std::mem::take(&mut rows));
+            if tx.send(Msg::Batch(batch)).await.is_err() {
+                return Ok(false);
+            }
+        }
+    }
+    if !rows.is_empty() {
+        let batch = RowBatch::new(plan.key.clone(), rows);
+        return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
+    }
+    Ok(true)
+}
+
+pub async fn produce(mut conn: MySqlConnection, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
+    for plan in &plans {
+        match stream_table(&mut conn, plan, &tx).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                let _ = tx.send(Msg::Failed(e)).await;
+                return;
+            }
+        }
+    }
+    let _ = conn.close().await;
+    let _ = tx.send(Msg::End).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporals_from_both_formats() {
+        assert_eq!(
+            temporal(Kind::Timestamp, b"2024-04-05 09:00:00.5").unwrap(),
+            "2024-04-05T09:00:00.500000Z"
+        );
+        assert_eq!(
+            temporal(Kind::Date, b"2024-04-05").unwrap(),
+            "2024-04-05T00:00:00.000000Z"
+        );
+        assert_eq!(temporal(Kind::Date, b"0000-00-00").unwrap(), "0000-00-00");
+        let mut bin = vec![11u8];
+        bin.extend(2024u16.to_le_bytes());
+        bin.extend([4, 5, 9, 0, 1]);
+        bin.extend(7u32.to_le_bytes());
+        assert_eq!(
+            temporal(Kind::Timestamp, &bin).unwrap(),
+            "2024-04-05T09:00:01.000007Z"
+        );
+        assert_eq!(temporal(Kind::Time, b"-838:59:59").unwrap(), "-838:59:59.000000");
+        let mut t = vec![8u8, 1];
+        t.extend(1u32.to_le_bytes());
+        t.extend([2, 3, 4]);
+        assert_eq!(temporal(Kind::Time, &t).unwrap(), "-26:03:04.000000");
+    }
+}

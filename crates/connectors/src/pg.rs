@@ -1,0 +1,241 @@
+//! PostgreSQL: connect options, catalog discovery, streaming (COPY binary fast path and
+//! bound-parameter query path, both decoded by [`crate::pgbin`]).
+
+use futures_util::TryStreamExt;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow};
+use sqlx::{ConnectOptions, Connection, Row, ValueRef};
+use tokio::sync::mpsc;
+
+use fetcher_engine::{ConnectionDescriptor, Result, Row as ERow, RowBatch, Value};
+
+use crate::Dialect;
+use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo, table_key};
+use crate::error::{decode_failed, discover_failed, query_failed};
+use crate::filter::Bind;
+use crate::host::DialTarget;
+use crate::pgbin::{self, CopyBinaryParser, oid};
+use crate::query::{BATCH_ROWS, Msg, TablePlan, pg_decoders};
+use crate::ssl;
+
+pub fn options(
+    d: &ConnectionDescriptor,
+    target: &DialTarget,
+    password: &str,
+) -> Result<PgConnectOptions> {
+    let ca = ssl::root_cert(d);
+    let mode = ssl::pg_mode(&d.ssl_mode, ca.is_some())?;
+    let mut o = PgConnectOptions::new_without_pgpass()
+        .host(&target.address)
+        .port(d.port)
+        .username(&d.username)
+        .database(&d.database_name)
+        .ssl_mode(mode)
+        .application_name("fetcher")
+        .statement_cache_capacity(32)
+        .options([("TimeZone", "UTC")])
+        .disable_statement_logging();
+    if !password.is_empty() {
+        o = o.password(password);
+    }
+    if let Some(ca) = ca {
+        o = o.ssl_root_cert_from_pem(ca);
+    }
+    Ok(o)
+}
+
+pub async fn connect(o: &PgConnectOptions) -> std::result::Result<PgConnection, sqlx::Error> {
+    o.connect().await
+}
+
+const CATALOG_SQL: &str = "\
+SELECT n.nspname::text, c.relname::text, a.attname::text, \
+  a.atttypid::int8, t.typtype::text, t.typbasetype::int8, t.typcategory::text, \
+  format_type(a.atttypid, a.atttypmod), \
+  COALESCE((SELECT array_position(i.indkey::int2[], a.attnum) FROM pg_index i \
+            WHERE i.indrelid = c.oid AND i.indisprimary), 0)::int8 \
+FROM pg_class c \
+JOIN pg_namespace n ON n.oid = c.relnamespace \
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+JOIN pg_type t ON t.oid = a.atttypid \
+WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't' \
+  AND n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema' \
+  AND has_table_privilege(c.oid, 'SELECT') \
+ORDER BY n.nspname, c.relname, a.attnum";
+
+fn kind_of(o: u32) -> Kind {
+    match o {
+        oid::INT2 | oid::INT4 | oid::INT8 | oid::OID => Kind::Int,
+        oid::FLOAT4 | oid::FLOAT8 => Kind::Float,
+        oid::NUMERIC => Kind::Decimal,
+        oid::BOOL => Kind::Bool,
+        oid::TEXT | oid::VARCHAR | oid::BPCHAR | oid::NAME | oid::CHAR => Kind::Text,
+        oid::UUID => Kind::Uuid,
+        oid::DATE => Kind::Date,
+        oid::TIMESTAMP => Kind::Timestamp,
+        oid::TIMESTAMPTZ => Kind::TimestampTz,
+        oid::TIME => Kind::Time,
+        oid::JSON | oid::JSONB => Kind::Json,
+        oid::BYTEA => Kind::Bytes,
+        _ => Kind::Other,
+    }
+}
+
+/// Every table of every non-system schema the user may `SELECT` from (regular and
+/// partitioned tables, partitions included, temporary tables excluded).
+pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
+    let rows = sqlx::query(CATALOG_SQL)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(discover_failed)?;
+    let mut catalog = Catalog::default();
+    let mut current: Option<(TableInfo, Vec<(i64, String)>)> = None;
+    let flush = |cur: Option<(TableInfo, Vec<(i64, String)>)>, catalog: &mut Catalog| {
+        if let Some((mut t, mut pk)) = cur {
+            pk.sort();
+            t.primary_key = pk.into_iter().map(|(_, n)| n).collect();
+            catalog.insert(Dialect::Postgres, t);
+        }
+    };
+    for r in rows {
+        let get = |i| r.try_get::<String, _>(i).map_err(discover_failed);
+        let (schema, table, column) = (get(0)?, get(1)?, get(2)?);
+        let typid = r.try_get::<i64, _>(3).map_err(discover_failed)? as u32;
+        let typtype = get(4)?;
+        let base = r.try_get::<i64, _>(5).map_err(discover_failed)? as u32;
+        let category = get(6)?;
+        let type_name = get(7)?;
+        let pk_pos = r.try_get::<i64, _>(8).map_err(discover_failed)?;
+        let effective = if typtype == "d" { base } else { typid };
+        let supported = pgbin::pg_supported(effective)
+            || (category == "A" && pgbin::array_element(effective).is_some());
+        let kind = if supported {
+            kind_of(effective)
+        } else if typtype == "e" || type_name == "citext" {
+            Kind::Text
+        } else {
+            Kind::Other
+        };
+        let info = ColumnInfo {
+            name: column.clone(),
+            kind,
+            type_name,
+            pg_oid: effective,
+            pg_text_cast: !supported,
+            orderable: effective != oid::JSON && category != "A",
+        };
+        let same = matches!(&current, Some((t, _)) if t.schema == schema && t.name == table);
+        if !same {
+            flush(current.take(), &mut catalog);
+            current = Some((
+                TableInfo {
+                    key: table_key(Dialect::Postgres, &schema, &table),
+                    schema,
+                    name: table,
+                    columns: Vec::new(),
+                    primary_key: Vec::new(),
+                },
+                Vec::new(),
+            ));
+        }
+        let (t, pk) = current.as_mut().expect("set above");
+        if pk_pos > 0 {
+            pk.push((pk_pos, column));
+        }
+        t.columns.push(info);
+    }
+    flush(current, &mut catalog);
+    Ok(catalog)
+}
+
+fn bind<'q>(
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    b: &Bind,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    match b {
+        Bind::I64(v) => q.bind(*v),
+        // PostgreSQL has no unsigned type: beyond i64 the value is compared as numeric text.
+        Bind::U64(v) => q.bind(v.to_string()),
+        Bind::F64(v) => q.bind(*v),
+        Bind::Bool(v) => q.bind(*v),
+        Bind::Text(v) => q.bind(v.clone()),
+    }
+}
+
+fn decode_row(row: &PgRow, decoders: &[u32]) -> Result<Vec<Value>> {
+    let mut vals = Vec::with_capacity(decoders.len());
+    for (i, &d) in decoders.iter().enumerate() {
+        let raw = row.try_get_raw(i).map_err(query_failed)?;
+        if raw.is_null() {
+            vals.push(Value::Null);
+            continue;
+        }
+        let bytes = raw.as_bytes().map_err(|_| decode_failed())?;
+        vals.push(pgbin::decode(d, bytes).map_err(|_| decode_failed())?);
+    }
+    Ok(vals)
+}
+
+async fn send(tx: &mpsc::Sender<Msg>, plan: &TablePlan, rows: &mut Vec<ERow>) -> bool {
+    if rows.is_empty() {
+        return true;
+    }
+    let batch = RowBatch::new(plan.key.clone(), std::mem::take(rows));
+    tx.send(Msg::Batch(batch)).await.is_ok()
+}
+
+async fn stream_table(
+    conn: &mut PgConnection,
+    plan: &TablePlan,
+    tx: &mpsc::Sender<Msg>,
+) -> Result<bool> {
+    let decoders = pg_decoders(plan);
+    let mut rows = Vec::with_capacity(BATCH_ROWS);
+    if plan.copy {
+        let sql = format!("COPY ({}) TO STDOUT (FORMAT binary)", plan.sql);
+        let mut stream = conn.copy_out_raw(&sql).await.map_err(query_failed)?;
+        let mut parser = CopyBinaryParser::new();
+        while let Some(chunk) = stream.try_next().await.map_err(query_failed)? {
+            parser.feed(&chunk);
+            parser
+                .drain(&decoders, |vals| {
+                    rows.push(ERow::new(plan.columns.clone(), vals));
+                })
+                .map_err(|_| decode_failed())?;
+            if rows.len() >= BATCH_ROWS && !send(tx, plan, &mut rows).await {
+                return Ok(false);
+            }
+        }
+        if !parser.finished {
+            return Err(decode_failed());
+        }
+    } else {
+        let mut q = sqlx::query(&plan.sql);
+        for b in &plan.binds {
+            q = bind(q, b);
+        }
+        let mut stream = q.fetch(&mut *conn);
+        while let Some(row) = stream.try_next().await.map_err(query_failed)? {
+            rows.push(ERow::new(plan.columns.clone(), decode_row(&row, &decoders)?));
+            if rows.len() >= BATCH_ROWS && !send(tx, plan, &mut rows).await {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(send(tx, plan, &mut rows).await)
+}
+
+/// The producer: streams every planned table in order, then closes the connection.
+pub async fn produce(mut conn: PgConnection, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
+    for plan in &plans {
+        match stream_table(&mut conn, plan, &tx).await {
+            Ok(true) => {}
+            Ok(false) => return, // the cursor went away
+            Err(e) => {
+                let _ = tx.send(Msg::Failed(e)).await;
+                return;
+            }
+        }
+    }
+    let _ = conn.close().await;
+    let _ = tx.send(Msg::End).await;
+}

@@ -1,0 +1,218 @@
+//! Extraction planning inside a connector: requested tables/fields/filters → one ordered
+//! `SELECT` per table, validated against the catalog before anything is streamed; and the
+//! channel cursor the producers feed.
+
+use std::sync::Arc;
+
+use fetcher_engine::ports::RowCursor;
+use fetcher_engine::{
+    BoxFuture, Category, Columns, Context, EngineError, ExtractionRequest, Result, RowBatch,
+};
+use tokio::sync::mpsc;
+
+use crate::Dialect;
+use crate::catalog::{Catalog, ColumnInfo, TableInfo};
+use crate::error::{self, msg, validation};
+use crate::filter::{Bind, Where, build_where, quote_ident};
+use crate::pgbin::oid;
+
+/// Rows per batch handed to the engine.
+pub const BATCH_ROWS: usize = 1024;
+
+/// One table's query.
+#[derive(Debug, Clone)]
+pub struct TablePlan {
+    /// The table name as requested (labels the batches).
+    pub key: Arc<str>,
+    pub columns: Arc<Columns>,
+    pub selected: Vec<ColumnInfo>,
+    pub sql: String,
+    pub binds: Vec<Bind>,
+    /// PostgreSQL: unfiltered tables use `COPY (SELECT …) TO STDOUT (FORMAT binary)`.
+    pub copy: bool,
+}
+
+fn column_expr(dialect: Dialect, c: &ColumnInfo) -> String {
+    let q = quote_ident(dialect, &c.name);
+    if dialect == Dialect::Postgres && c.pg_text_cast {
+        format!("CAST({q} AS text)")
+    } else {
+        q
+    }
+}
+
+fn order_expr(dialect: Dialect, c: &ColumnInfo) -> String {
+    let q = quote_ident(dialect, &c.name);
+    if dialect == Dialect::Postgres && (c.pg_text_cast || !c.orderable) {
+        format!("CAST({q} AS text)")
+    } else {
+        q
+    }
+}
+
+/// `SELECT cols FROM table [WHERE …] ORDER BY pk | selected columns`.
+pub fn select_sql(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &Where) -> String {
+    let cols: Vec<String> = selected.iter().map(|c| column_expr(dialect, c)).collect();
+    let from = match dialect {
+        Dialect::Postgres => format!(
+            "{}.{}",
+            quote_ident(dialect, &t.schema),
+            quote_ident(dialect, &t.name)
+        ),
+        Dialect::MySql | Dialect::Sqlite => quote_ident(dialect, &t.name),
+    };
+    let order: Vec<String> = if t.primary_key.is_empty() {
+        selected.iter().map(|c| order_expr(dialect, c)).collect()
+    } else {
+        t.primary_key
+            .iter()
+            .map(|k| quote_ident(dialect, k))
+            .collect()
+    };
+    let mut sql = format!("SELECT {} FROM {from}", cols.join(", "));
+    if !w.sql.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&w.sql);
+    }
+    if !order.is_empty() {
+        sql.push_str(" ORDER BY ");
+        sql.push_str(&order.join(", "));
+    }
+    sql
+}
+
+/// Validates the request against the catalog and plans every table, in ascending table
+/// order. An empty field list selects all columns (catalog order).
+pub fn plan(
+    dialect: Dialect,
+    catalog: &Catalog,
+    config_name: &str,
+    request: &ExtractionRequest,
+    copy_fast_path: bool,
+) -> Result<Vec<TablePlan>> {
+    let Some(selection) = request.mapped_fields.get(config_name) else {
+        return Ok(Vec::new());
+    };
+    let filters = match request.filters.get(config_name) {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Object(m)) => Some(m),
+        Some(_) => return Err(validation(msg::FILTER_SHAPE)),
+    };
+    if let Some(f) = filters {
+        if f.keys().any(|t| !selection.contains_key(t)) {
+            return Err(validation(msg::FILTER_TABLE));
+        }
+    }
+    let mut plans = Vec::with_capacity(selection.len());
+    for (requested, fields) in selection {
+        let table = catalog
+            .lookup(dialect, requested)
+            .ok_or_else(|| validation(msg::TABLE_NOT_FOUND))?;
+        let selected: Vec<ColumnInfo> = if fields.is_empty() {
+            table.columns.clone()
+        } else {
+            fields
+                .iter()
+                .map(|f| {
+                    table
+                        .column(f)
+                        .cloned()
+                        .ok_or_else(|| validation(msg::FIELD_NOT_FOUND))
+                })
+                .collect::<Result<_>>()?
+        };
+        let w = build_where(dialect, table, filters.and_then(|f| f.get(requested)))?;
+        let sql = select_sql(dialect, table, &selected, &w);
+        plans.push(TablePlan {
+            key: Arc::from(requested.as_str()),
+            columns: Columns::new(selected.iter().map(|c| c.name.clone())),
+            copy: copy_fast_path && dialect == Dialect::Postgres && w.binds.is_empty(),
+            selected,
+            sql,
+            binds: w.binds,
+        });
+    }
+    Ok(plans)
+}
+
+/// Decoder OIDs for the PostgreSQL columns of a plan.
+pub fn pg_decoders(plan: &TablePlan) -> Vec<u32> {
+    plan.selected
+        .iter()
+        .map(|c| if c.pg_text_cast { oid::TEXT } else { c.pg_oid })
+        .collect()
+}
+
+/// What a producer sends.
+pub enum Msg {
+    Batch(RowBatch),
+    Failed(EngineError),
+    End,
+}
+
+/// Aborts the producer when the cursor goes away.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A cursor fed by a producer task that owns the connection, so decoding overlaps with the
+/// engine's encoding. A producer that stops without `End` (panic, abort) is an error, so a
+/// half-read table can never pass as complete.
+pub struct ChannelCursor {
+    rx: mpsc::Receiver<Msg>,
+    _task: AbortOnDrop,
+    done: bool,
+}
+
+impl ChannelCursor {
+    pub fn spawn<F>(producer: impl FnOnce(mpsc::Sender<Msg>) -> F) -> ChannelCursor
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(4);
+        let task = tokio::spawn(producer(tx));
+        ChannelCursor {
+            rx,
+            _task: AbortOnDrop(task.abort_handle()),
+            done: false,
+        }
+    }
+}
+
+impl RowCursor for ChannelCursor {
+    fn next_batch<'a>(&'a mut self, ctx: &'a Context) -> BoxFuture<'a, Result<Option<RowBatch>>> {
+        Box::pin(async move {
+            if self.done {
+                return Ok(None);
+            }
+            match ctx.run(self.rx.recv()).await {
+                Err(d) => Err(error::from_done(d)),
+                Ok(Some(Msg::Batch(b))) => Ok(Some(b)),
+                Ok(Some(Msg::End)) => {
+                    self.done = true;
+                    Ok(None)
+                }
+                Ok(Some(Msg::Failed(e))) => {
+                    self.done = true;
+                    Err(e)
+                }
+                Ok(None) => {
+                    self.done = true;
+                    Err(EngineError::new(Category::Internal, msg::QUERY_FAILED))
+                }
+            }
+        })
+    }
+
+    fn close<'a>(&'a mut self, _ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.done = true;
+            self.rx.close();
+            Ok(())
+        })
+    }
+}

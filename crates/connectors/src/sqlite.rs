@@ -1,0 +1,214 @@
+//! SQLite (type `SQLITE`, the embedded demo source): the database file is
+//! `descriptor.database_name`, opened read-only; host, port, user and password are
+//! ignored. Values follow the storage class, refined by the declared type (`BOOLEAN` →
+//! bool, `JSON` → nested value, `DECIMAL`/`NUMERIC` → exact string of what is stored,
+//! `UUID` 16-byte blobs → canonical text).
+
+use futures_util::TryStreamExt;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
+use sqlx::{ConnectOptions, Connection, Row, TypeInfo, ValueRef};
+use tokio::sync::mpsc;
+
+use fetcher_engine::{ConnectionDescriptor, Result, Row as ERow, RowBatch, Value};
+
+use crate::Dialect;
+use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo};
+use crate::error::{decode_failed, discover_failed, msg, query_failed, validation};
+use crate::filter::Bind;
+use crate::query::{BATCH_ROWS, Msg, TablePlan};
+use crate::values;
+
+pub fn options(d: &ConnectionDescriptor) -> Result<SqliteConnectOptions> {
+    if d.database_name.trim().is_empty() {
+        return Err(validation(msg::SQLITE_PATH));
+    }
+    Ok(SqliteConnectOptions::new()
+        .filename(&d.database_name)
+        .read_only(true)
+        .create_if_missing(false)
+        .disable_statement_logging())
+}
+
+pub async fn connect(o: &SqliteConnectOptions) -> std::result::Result<SqliteConnection, sqlx::Error> {
+    o.connect().await
+}
+
+/// Declared type → kind, by SQLite's affinity rules refined with common type names.
+pub fn kind_of(declared: &str) -> Kind {
+    let t = declared.to_ascii_uppercase();
+    let has = |s: &str| t.contains(s);
+    if has("JSON") {
+        Kind::Json
+    } else if has("UUID") {
+        Kind::Uuid
+    } else if has("BOOL") {
+        Kind::Bool
+    } else if has("DATETIME") || has("TIMESTAMP") {
+        Kind::Timestamp
+    } else if has("DATE") {
+        Kind::Date
+    } else if has("TIME") {
+        Kind::Time
+    } else if has("INT") {
+        Kind::Int
+    } else if has("CHAR") || has("CLOB") || has("TEXT") {
+        Kind::Text
+    } else if has("BLOB") {
+        Kind::Bytes
+    } else if has("REAL") || has("FLOA") || has("DOUB") {
+        Kind::Float
+    } else if has("DEC") || has("NUMERIC") {
+        Kind::Decimal
+    } else {
+        Kind::Other
+    }
+}
+
+pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(discover_failed)?;
+    let mut catalog = Catalog::default();
+    for t in tables {
+        let cols: Vec<(String, String, i64)> =
+            sqlx::query_as("SELECT name, type, pk FROM pragma_table_info(?) ORDER BY cid")
+                .bind(&t)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(discover_failed)?;
+        let mut pk: Vec<(i64, String)> = cols
+            .iter()
+            .filter(|c| c.2 > 0)
+            .map(|c| (c.2, c.0.clone()))
+            .collect();
+        pk.sort();
+        catalog.insert(
+            Dialect::Sqlite,
+            TableInfo {
+                schema: String::new(),
+                key: t.clone(),
+                name: t,
+                columns: cols
+                    .into_iter()
+                    .map(|(name, ty, _)| ColumnInfo {
+                        name,
+                        kind: kind_of(&ty),
+                        type_name: ty,
+                        pg_oid: 0,
+                        pg_text_cast: false,
+                        orderable: true,
+                    })
+                    .collect(),
+                primary_key: pk.into_iter().map(|(_, n)| n).collect(),
+            },
+        );
+    }
+    Ok(catalog)
+}
+
+fn bind<'q>(
+    q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    b: &Bind,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    match b {
+        Bind::I64(v) => q.bind(*v),
+        Bind::U64(v) => match i64::try_from(*v) {
+            Ok(i) => q.bind(i),
+            Err(_) => q.bind(*v as f64),
+        },
+        Bind::F64(v) => q.bind(*v),
+        Bind::Bool(v) => q.bind(*v),
+        Bind::Text(v) => q.bind(v.clone()),
+    }
+}
+
+fn decode_value(row: &SqliteRow, i: usize, c: &ColumnInfo) -> Result<Value> {
+    let raw = row.try_get_raw(i).map_err(query_failed)?;
+    if raw.is_null() {
+        return Ok(Value::Null);
+    }
+    let class = raw.type_info().name().to_owned();
+    let bad = |_| decode_failed();
+    Ok(match class.as_str() {
+        "INTEGER" => {
+            let v = row.try_get_unchecked::<i64, _>(i).map_err(bad)?;
+            match c.kind {
+                Kind::Bool => Value::Bool(v != 0),
+                Kind::Decimal => Value::String(v.to_string()),
+                _ => Value::Int(v),
+            }
+        }
+        "REAL" => {
+            let v = row.try_get_unchecked::<f64, _>(i).map_err(bad)?;
+            match c.kind {
+                Kind::Decimal if v.is_finite() => Value::String(v.to_string()),
+                _ => values::float(v),
+            }
+        }
+        "TEXT" => {
+            let s = row.try_get_unchecked::<String, _>(i).map_err(bad)?;
+            match c.kind {
+                Kind::Json => values::json(&s),
+                _ => Value::String(s),
+            }
+        }
+        _ => {
+            let b = row.try_get_unchecked::<Vec<u8>, _>(i).map_err(bad)?;
+            match (c.kind, <[u8; 16]>::try_from(b.as_slice())) {
+                (Kind::Uuid, Ok(u)) => Value::String(values::uuid(&u)),
+                _ => Value::Bytes(b),
+            }
+        }
+    })
+}
+
+async fn stream_table(
+    conn: &mut SqliteConnection,
+    plan: &TablePlan,
+    tx: &mpsc::Sender<Msg>,
+) -> Result<bool> {
+    let mut q = sqlx::query(&plan.sql);
+    for b in &plan.binds {
+        q = bind(q, b);
+    }
+    let mut rows = Vec::with_capacity(BATCH_ROWS);
+    let mut stream = q.fetch(&mut *conn);
+    while let Some(row) = stream.try_next().await.map_err(query_failed)? {
+        let vals = plan
+            .selected
+            .iter()
+            .enumerate()
+            .map(|(i, c)| decode_value(&row, i, c))
+            .collect::<Result<Vec<_>>>()?;
+        rows.push(ERow::new(plan.columns.clone(), vals));
+        if rows.len() >= BATCH_ROWS {
+            let batch = RowBatch::new(plan.key.clone(), std::mem::take(&mut rows));
+            if tx.send(Msg::Batch(batch)).await.is_err() {
+                return Ok(false);
+            }
+        }
+    }
+    if !rows.is_empty() {
+        let batch = RowBatch::new(plan.key.clone(), rows);
+        return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
+    }
+    Ok(true)
+}
+
+pub async fn produce(mut conn: SqliteConnection, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
+    for plan in &plans {
+        match stream_table(&mut conn, plan, &tx).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                let _ = tx.send(Msg::Failed(e)).await;
+                return;
+            }
+        }
+    }
+    let _ = conn.close().await;
+    let _ = tx.send(Msg::End).await;
+}

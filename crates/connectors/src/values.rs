@@ -1,0 +1,231 @@
+//! Lossless rendering helpers shared by every dialect: calendar arithmetic, RFC 3339
+//! timestamps with microseconds, tagged strings for values RFC 3339 cannot express, exact
+//! floats, UUIDs and JSON documents. The table of encodings is in the crate docs.
+
+use std::fmt::Write as _;
+
+use fetcher_engine::Value;
+
+/// Tagged strings for special values (see the crate docs' encoding table).
+pub const INFINITY: &str = "infinity";
+pub const NEG_INFINITY: &str = "-infinity";
+pub const NAN: &str = "NaN";
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian, astronomical years
+/// (year 0 = 1 BC). Valid for the whole `i64` day range PostgreSQL can send.
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// (year, month, day) → days since 1970-01-01.
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Years 0..=9999 as four digits (RFC 3339); others as ISO 8601 expanded years with an
+/// explicit sign (`+12345`, `-0044`: astronomical numbering, so 1 BC is `0000`).
+fn write_year(out: &mut String, y: i64) {
+    if (0..=9999).contains(&y) {
+        let _ = write!(out, "{y:04}");
+    } else if y > 9999 {
+        let _ = write!(out, "+{y}");
+    } else {
+        let _ = write!(out, "-{:04}", -y);
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.ffffffZ` from microseconds since the Unix epoch (UTC).
+pub fn timestamp_from_unix_micros(us: i64) -> String {
+    let days = us.div_euclid(86_400_000_000);
+    let rem = us.rem_euclid(86_400_000_000);
+    let mut s = String::with_capacity(27);
+    write_date(&mut s, days);
+    s.push('T');
+    write_time_of_day(&mut s, rem);
+    s.push('Z');
+    s
+}
+
+/// A calendar date as midnight UTC: `YYYY-MM-DDT00:00:00.000000Z`.
+pub fn date_from_unix_days(days: i64) -> String {
+    let mut s = String::with_capacity(27);
+    write_date(&mut s, days);
+    s.push_str("T00:00:00.000000Z");
+    s
+}
+
+pub fn write_date(s: &mut String, days: i64) {
+    let (y, m, d) = civil_from_days(days);
+    write_year(s, y);
+    let _ = write!(s, "-{m:02}-{d:02}");
+}
+
+/// `HH:MM:SS.ffffff` from microseconds since midnight.
+pub fn write_time_of_day(s: &mut String, us: i64) {
+    let secs = us.div_euclid(1_000_000);
+    let micros = us.rem_euclid(1_000_000);
+    let _ = write!(
+        s,
+        "{:02}:{:02}:{:02}.{:06}",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60,
+        micros
+    );
+}
+
+/// `+HH:MM` / `-HH:MM` for an offset east of UTC in seconds.
+pub fn write_offset(s: &mut String, east_secs: i64) {
+    let sign = if east_secs < 0 { '-' } else { '+' };
+    let a = east_secs.abs();
+    let _ = write!(s, "{sign}{:02}:{:02}", a / 3600, (a / 60) % 60);
+    if a % 60 != 0 {
+        let _ = write!(s, ":{:02}", a % 60);
+    }
+}
+
+/// Floats: finite values as JSON numbers; NaN and infinities as tagged strings.
+pub fn float(v: f64) -> Value {
+    if v.is_nan() {
+        Value::String(NAN.into())
+    } else if v.is_infinite() {
+        Value::String(if v > 0.0 { "Infinity" } else { "-Infinity" }.into())
+    } else {
+        Value::Float(v)
+    }
+}
+
+/// A 4-byte float in its own shortest form (`89.99`, not `89.98999786376953`).
+pub fn float32(v: f32) -> Value {
+    if !v.is_finite() {
+        return float(v as f64);
+    }
+    float(v.to_string().parse::<f64>().unwrap_or(v as f64))
+}
+
+/// Canonical lower-case hyphenated UUID text.
+pub fn uuid(b: &[u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push(HEX[(byte >> 4) as usize] as char);
+        s.push(HEX[(byte & 15) as usize] as char);
+    }
+    s
+}
+
+/// Parses any accepted UUID spelling (hyphenated, 32 hex digits, braced, `urn:uuid:`) into
+/// its canonical text.
+pub fn parse_uuid(s: &str) -> Option<String> {
+    let t = s
+        .strip_prefix("urn:uuid:")
+        .or_else(|| s.strip_prefix('{').and_then(|x| x.strip_suffix('}')))
+        .unwrap_or(s);
+    let hex: Vec<u8> = match t.len() {
+        36 => {
+            let b = t.as_bytes();
+            if [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
+                return None;
+            }
+            t.bytes().filter(|&c| c != b'-').collect()
+        }
+        32 => t.bytes().collect(),
+        _ => return None,
+    };
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        let v = |c: u8| (c as char).to_digit(16);
+        out[i] = (v(pair[0])? * 16 + v(pair[1])?) as u8;
+    }
+    Some(uuid(&out))
+}
+
+/// A JSON document embedded as nested values. Text that is not JSON stays a string.
+pub fn json(text: &str) -> Value {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) => Value::from(v),
+        Err(_) => Value::String(text.to_owned()),
+    }
+}
+
+/// Text from bytes; invalid UTF-8 is kept losslessly as bytes.
+pub fn text(b: &[u8]) -> Value {
+    match std::str::from_utf8(b) {
+        Ok(s) => Value::String(s.to_owned()),
+        Err(_) => Value::Bytes(b.to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calendar_round_trips_across_eras() {
+        for days in [-1_000_000_000i64, -719_528, -1, 0, 1, 10_957, 2_932_896, 1_000_000_000] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days, "{days}");
+        }
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(10_957), (2000, 1, 1));
+    }
+
+    #[test]
+    fn timestamps_and_years() {
+        assert_eq!(timestamp_from_unix_micros(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(timestamp_from_unix_micros(-1), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(
+            date_from_unix_days(days_from_civil(12345, 6, 7)),
+            "+12345-06-07T00:00:00.000000Z"
+        );
+        assert_eq!(
+            date_from_unix_days(days_from_civil(-43, 3, 15)),
+            "-0043-03-15T00:00:00.000000Z"
+        );
+        assert_eq!(
+            date_from_unix_days(days_from_civil(0, 1, 1)),
+            "0000-01-01T00:00:00.000000Z"
+        );
+    }
+
+    #[test]
+    fn uuids_and_floats() {
+        let c = "550e8400-e29b-41d4-a716-446655440000";
+        for s in [
+            c,
+            "550E8400-E29B-41D4-A716-446655440000",
+            "550e8400e29b41d4a716446655440000",
+            "{550e8400-e29b-41d4-a716-446655440000}",
+            "urn:uuid:550e8400-e29b-41d4-a716-446655440000",
+        ] {
+            assert_eq!(parse_uuid(s).as_deref(), Some(c), "{s}");
+        }
+        for bad in ["", "550e8400", "550e8400-e29b-41d4-a716-44665544000g", "x".repeat(36).as_str()] {
+            assert_eq!(parse_uuid(bad), None, "{bad}");
+        }
+        assert_eq!(float32(89.99), Value::Float(89.99));
+        assert_eq!(float(f64::NAN), Value::String("NaN".into()));
+        assert_eq!(float(f64::NEG_INFINITY), Value::String("-Infinity".into()));
+    }
+}
