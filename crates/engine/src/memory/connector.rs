@@ -241,17 +241,35 @@ impl TemplateConnector {
         if self.b.fail_query {
             return Err(driver_error());
         }
-        let wanted: Vec<&String> = request
+        // Serve the requested tables, projected onto the selected fields (an empty
+        // selection means every column), like a real connector.
+        let selected: BTreeMap<&String, &Vec<String>> = request
             .mapped_fields
             .values()
-            .flat_map(|sel| sel.keys())
+            .flat_map(|sel| sel.iter())
             .collect();
         let canned = self
             .b
             .rows
             .iter()
-            .filter(|(t, _)| wanted.is_empty() || wanted.contains(t))
-            .map(|(t, r)| (t.clone(), r.clone()))
+            .filter_map(|(t, rows)| {
+                let fields = selected.get(t)?;
+                let rows = if fields.is_empty() {
+                    rows.clone()
+                } else {
+                    rows.iter()
+                        .map(|r| {
+                            Row::from_map(
+                                r.to_map()
+                                    .into_iter()
+                                    .filter(|(k, _)| fields.contains(k))
+                                    .collect(),
+                            )
+                        })
+                        .collect()
+                };
+                Some((t.clone(), rows))
+            })
             .collect();
         Ok(Box::new(TemplateCursor {
             canned: EagerCursor::new(canned),

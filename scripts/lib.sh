@@ -1,0 +1,28 @@
+# Shared helpers for the project's scripts. Sourced, not run.
+
+step() { printf '\n==> %s\n' "$*"; }
+
+ensure_rust_components() {
+  command -v cargo >/dev/null || { echo "cargo is required (rustup)" >&2; exit 1; }
+  if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    rustup component add rustfmt clippy
+  fi
+}
+
+# PostgreSQL on 127.0.0.1:5432 with trust auth (the machine's own cluster).
+ensure_postgres() {
+  if pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then return; fi
+  echo "starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
+  for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && return; sleep 1; done
+  echo "PostgreSQL did not start" >&2; exit 1
+}
+
+# MariaDB on 127.0.0.1:3306, root without a password.
+ensure_mariadb() {
+  if mariadb-admin -h 127.0.0.1 -P 3306 -uroot ping >/dev/null 2>&1; then return; fi
+  echo "starting MariaDB"
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  for _ in $(seq 1 30); do mariadb-admin -h 127.0.0.1 -P 3306 -uroot ping >/dev/null 2>&1 && return; sleep 1; done
+  echo "MariaDB did not start" >&2; exit 1
+}
