@@ -51,8 +51,8 @@ const CATALOG_SQL: &str = "\
 SELECT n.nspname::text, c.relname::text, a.attname::text, \
   a.atttypid::int8, t.typtype::text, t.typbasetype::int8, t.typcategory::text, \
   format_type(a.atttypid, a.atttypmod), \
-  COALESCE((SELECT array_position(i.indkey::int2[], a.attnum) FROM pg_index i \
-            WHERE i.indrelid = c.oid AND i.indisprimary), 0)::int8 \
+  COALESCE((SELECT k.n FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
+            WHERE i.indrelid = c.oid AND i.indisprimary AND k.attnum = a.attnum), 0)::int8 \
 FROM pg_class c \
 JOIN pg_namespace n ON n.oid = c.relnamespace \
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
