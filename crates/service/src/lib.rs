@@ -1,0 +1,32 @@
+//! # fetcher-service
+//!
+//! The host logic every Fetcher host shares: the API Lambda, the extraction Lambda and
+//! `fetcher serve` all run this crate's router and pipeline over different adapters.
+//!
+//! ## Module map
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`ports`] | host ports: [`ports::JobStore`], [`ports::JobQueue`], [`ports::EventPublisher`], [`ports::RateLimiter`], [`ports::KeyProvider`], [`ports::ObjectStore`] |
+//! | [`model`] | the job record, result descriptor, terminal event and queue message |
+//! | [`message`] | the signed job message: encode on the API side, verify + parse on the worker side |
+//! | [`memory`] | in-memory implementations of every host port |
+//! | [`testing`] | conformance suites every host-port adapter passes (feature `testing`) |
+//! | [`error`] | [`ServiceError`]: kind, safe message, retryability |
+//!
+//! ## Error policy
+//!
+//! Every failure is a [`ServiceError`] whose message was written here (or is an engine
+//! error's fixed rendering); adapter and SDK text is only ever a hidden cause, visible in
+//! logs via [`ServiceError::log_detail`], never in an HTTP body or an event.
+//! [`ServiceError::is_retryable`] decides whether a queue message comes back.
+
+pub mod error;
+pub mod memory;
+pub mod message;
+pub mod model;
+pub mod ports;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use error::{ErrorKind, Result, ServiceError};

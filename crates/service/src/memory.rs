@@ -1,0 +1,408 @@
+//! In-memory host ports, for tests and as the reference behaviour of every adapter.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fetcher_crypto::KeyRing;
+use fetcher_engine::{BoxFuture, Timestamp};
+use tokio::sync::mpsc;
+
+use crate::error::{Result, ServiceError};
+use crate::model::*;
+use crate::ports::*;
+
+fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
+    Box::pin(std::future::ready(v))
+}
+
+fn add(t: Timestamp, d: Duration) -> Timestamp {
+    Timestamp::from_unix_nanos(t.unix_nanos() + d.as_nanos() as i128)
+}
+
+fn lost_claim() -> ServiceError {
+    ServiceError::conflict("job is not held by this claim")
+}
+
+fn job_not_found() -> ServiceError {
+    ServiceError::not_found("job not found")
+}
+
+/// Jobs keyed by (tenant, id).
+#[derive(Default)]
+pub struct MemoryJobStore {
+    jobs: Mutex<BTreeMap<(String, String), Job>>,
+    pub fail: AtomicBool,
+}
+
+impl MemoryJobStore {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(ServiceError::unavailable("job store unavailable"));
+        }
+        Ok(())
+    }
+
+    fn with_job<T>(&self, tenant: &str, id: &str, f: impl FnOnce(&mut Job) -> Result<T>) -> Result<T> {
+        self.check()?;
+        let mut jobs = self.jobs.lock().unwrap();
+        let job = jobs.get_mut(&(tenant.to_owned(), id.to_owned())).ok_or_else(job_not_found)?;
+        f(job)
+    }
+}
+
+impl JobStore for MemoryJobStore {
+    fn insert<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<InsertOutcome>> {
+        let out = self.check().map(|()| {
+            let mut jobs = self.jobs.lock().unwrap();
+            let active = jobs
+                .values()
+                .filter(|j| j.tenant_id == job.tenant_id && j.request_hash == job.request_hash && j.status.is_active())
+                .max_by_key(|j| j.created_at)
+                .cloned();
+            match active {
+                Some(existing) => InsertOutcome::Duplicate(Box::new(existing)),
+                None => {
+                    jobs.insert((job.tenant_id.clone(), job.id.clone()), job.clone());
+                    InsertOutcome::Created
+                }
+            }
+        });
+        ready(out)
+    }
+
+    fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<Option<Job>>> {
+        let out = self.check().map(|()| self.jobs.lock().unwrap().get(&(tenant.to_owned(), id.to_owned())).cloned());
+        ready(out)
+    }
+
+    fn find_recent_by_hash<'a>(&'a self, tenant: &'a str, hash: &'a str, since: Timestamp) -> BoxFuture<'a, Result<Option<Job>>> {
+        let out = self.check().map(|()| {
+            self.jobs
+                .lock()
+                .unwrap()
+                .values()
+                .filter(|j| j.tenant_id == tenant && j.request_hash == hash && j.created_at >= since)
+                .max_by_key(|j| j.created_at)
+                .cloned()
+        });
+        ready(out)
+    }
+
+    fn claim<'a>(&'a self, tenant: &'a str, id: &'a str, now: Timestamp, lease: Duration) -> BoxFuture<'a, Result<ClaimOutcome>> {
+        let out = self.check().map(|()| {
+            let mut jobs = self.jobs.lock().unwrap();
+            let Some(job) = jobs.get_mut(&(tenant.to_owned(), id.to_owned())) else { return ClaimOutcome::NotFound };
+            let expired = job.status == JobStatus::Processing && job.lease_expires_at.is_none_or(|l| l <= now);
+            if job.status == JobStatus::Pending || expired {
+                job.status = JobStatus::Processing;
+                job.attempts += 1;
+                job.lease_expires_at = Some(add(now, lease));
+                job.completed_at = None;
+                ClaimOutcome::Claimed { job: Box::new(job.clone()), token: job.attempts }
+            } else {
+                ClaimOutcome::NotClaimable(Box::new(job.clone()))
+            }
+        });
+        ready(out)
+    }
+
+    fn renew<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32, until: Timestamp) -> BoxFuture<'a, Result<()>> {
+        ready(self.with_job(tenant, id, |job| {
+            if job.status != JobStatus::Processing || job.attempts != token {
+                return Err(lost_claim());
+            }
+            job.lease_expires_at = Some(until);
+            Ok(())
+        }))
+    }
+
+    fn complete<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32, result: &'a JobResult, event: &'a PendingEvent, at: Timestamp) -> BoxFuture<'a, Result<()>> {
+        ready(self.with_job(tenant, id, |job| {
+            if job.status != JobStatus::Processing || job.attempts != token {
+                return Err(lost_claim());
+            }
+            job.status = JobStatus::Completed;
+            job.result = Some(result.clone());
+            job.completed_at = Some(at);
+            job.lease_expires_at = None;
+            job.pending_event = Some(event.clone());
+            Ok(())
+        }))
+    }
+
+    fn fail<'a>(&'a self, tenant: &'a str, id: &'a str, token: Option<u32>, error: &'a str, event: &'a PendingEvent, at: Timestamp) -> BoxFuture<'a, Result<()>> {
+        ready(self.with_job(tenant, id, |job| {
+            let holds = match token {
+                Some(t) => job.status == JobStatus::Processing && job.attempts == t,
+                None => job.status == JobStatus::Pending,
+            };
+            if !holds {
+                return Err(lost_claim());
+            }
+            job.status = JobStatus::Failed;
+            job.error = Some(error.to_owned());
+            job.completed_at = Some(at);
+            job.lease_expires_at = None;
+            job.pending_event = Some(event.clone());
+            Ok(())
+        }))
+    }
+
+    fn release<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32) -> BoxFuture<'a, Result<()>> {
+        ready(self.with_job(tenant, id, |job| {
+            if job.status != JobStatus::Processing || job.attempts != token {
+                return Err(lost_claim());
+            }
+            job.status = JobStatus::Pending;
+            job.lease_expires_at = None;
+            Ok(())
+        }))
+    }
+
+    fn clear_pending_event<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<()>> {
+        ready(self.with_job(tenant, id, |job| {
+            job.pending_event = None;
+            Ok(())
+        }))
+    }
+
+    fn list_pending_events<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
+        let out = self.check().map(|()| {
+            let mut v: Vec<Job> = self
+                .jobs
+                .lock()
+                .unwrap()
+                .values()
+                .filter(|j| j.status.is_terminal() && j.pending_event.is_some())
+                .cloned()
+                .collect();
+            v.sort_by_key(|j| (j.completed_at, j.created_at));
+            v.truncate(limit);
+            v
+        });
+        ready(out)
+    }
+
+    fn has_active_jobs<'a>(&'a self, tenant: &'a str, config_name: &'a str) -> BoxFuture<'a, Result<bool>> {
+        let out = self.check().map(|()| {
+            self.jobs
+                .lock()
+                .unwrap()
+                .values()
+                .any(|j| j.tenant_id == tenant && j.status.is_active() && j.request.mapped_fields.contains_key(config_name))
+        });
+        ready(out)
+    }
+
+    fn list_pending<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
+        let out = self.check().map(|()| {
+            let mut v: Vec<Job> = self.jobs.lock().unwrap().values().filter(|j| j.status == JobStatus::Pending).cloned().collect();
+            v.sort_by_key(|j| j.created_at);
+            v.truncate(limit);
+            v
+        });
+        ready(out)
+    }
+}
+
+/// A queue backed by a channel; [`MemoryJobQueue::receiver`] hands out the consumer side.
+pub struct MemoryJobQueue {
+    tx: mpsc::UnboundedSender<QueueMessage>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<QueueMessage>>>,
+    pub fail: AtomicBool,
+    sent: Mutex<Vec<QueueMessage>>,
+}
+
+impl Default for MemoryJobQueue {
+    fn default() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        MemoryJobQueue { tx, rx: Mutex::new(Some(rx)), fail: AtomicBool::new(false), sent: Mutex::default() }
+    }
+}
+
+impl MemoryJobQueue {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// The consumer side (once).
+    pub fn receiver(&self) -> Option<mpsc::UnboundedReceiver<QueueMessage>> {
+        self.rx.lock().unwrap().take()
+    }
+
+    /// Every message enqueued so far.
+    pub fn sent(&self) -> Vec<QueueMessage> {
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+impl JobQueue for MemoryJobQueue {
+    fn enqueue<'a>(&'a self, message: QueueMessage) -> BoxFuture<'a, Result<()>> {
+        if self.fail.load(Ordering::SeqCst) {
+            return ready(Err(ServiceError::unavailable("job queue unavailable")));
+        }
+        self.sent.lock().unwrap().push(message.clone());
+        let _ = self.tx.send(message);
+        ready(Ok(()))
+    }
+}
+
+/// Records published events; can be made to fail.
+#[derive(Default)]
+pub struct MemoryEventPublisher {
+    events: Mutex<Vec<TerminalEvent>>,
+    pub fail: AtomicBool,
+}
+
+impl MemoryEventPublisher {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    pub fn events(&self) -> Vec<TerminalEvent> {
+        self.events.lock().unwrap().clone()
+    }
+}
+
+impl EventPublisher for MemoryEventPublisher {
+    fn publish<'a>(&'a self, event: &'a TerminalEvent) -> BoxFuture<'a, Result<()>> {
+        if self.fail.load(Ordering::SeqCst) {
+            return ready(Err(ServiceError::unavailable("event bus unavailable")));
+        }
+        self.events.lock().unwrap().push(event.clone());
+        ready(Ok(()))
+    }
+}
+
+/// Fixed-window counters in a map.
+#[derive(Default)]
+pub struct MemoryRateLimiter {
+    windows: Mutex<HashMap<String, (Instant, u32)>>,
+}
+
+impl MemoryRateLimiter {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+}
+
+impl RateLimiter for MemoryRateLimiter {
+    fn hit<'a>(&'a self, key: &'a str, limit: u32, window: Duration) -> BoxFuture<'a, Result<RateDecision>> {
+        let now = Instant::now();
+        let mut windows = self.windows.lock().unwrap();
+        let entry = windows.entry(key.to_owned()).or_insert((now, 0));
+        if now.duration_since(entry.0) >= window {
+            *entry = (now, 0);
+        }
+        entry.1 += 1;
+        let allowed = entry.1 <= limit;
+        let retry_after = if allowed { Duration::ZERO } else { window.saturating_sub(now.duration_since(entry.0)) };
+        ready(Ok(RateDecision { allowed, retry_after }))
+    }
+}
+
+/// A fixed key ring.
+pub struct StaticKeyProvider(pub Arc<KeyRing>);
+
+impl KeyProvider for StaticKeyProvider {
+    fn key_ring(&self) -> BoxFuture<'_, Result<Arc<KeyRing>>> {
+        ready(Ok(self.0.clone()))
+    }
+}
+
+/// Objects in a map; writes become visible on `finish`.
+#[derive(Default)]
+pub struct MemoryObjectStore {
+    objects: Arc<Mutex<BTreeMap<String, Arc<Vec<u8>>>>>,
+}
+
+impl MemoryObjectStore {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    pub fn paths(&self) -> Vec<String> {
+        self.objects.lock().unwrap().keys().cloned().collect()
+    }
+}
+
+struct MemoryObjectWriter {
+    path: String,
+    buf: Vec<u8>,
+    objects: Arc<Mutex<BTreeMap<String, Arc<Vec<u8>>>>>,
+}
+
+impl ObjectWriter for MemoryObjectWriter {
+    fn write<'a>(&'a mut self, bytes: &'a [u8]) -> BoxFuture<'a, Result<()>> {
+        self.buf.extend_from_slice(bytes);
+        ready(Ok(()))
+    }
+
+    fn finish(self: Box<Self>) -> BoxFuture<'static, Result<u64>> {
+        let len = self.buf.len() as u64;
+        self.objects.lock().unwrap().insert(self.path, Arc::new(self.buf));
+        ready(Ok(len))
+    }
+
+    fn abort(self: Box<Self>) -> BoxFuture<'static, ()> {
+        ready(())
+    }
+}
+
+struct MemoryObjectReader {
+    data: Arc<Vec<u8>>,
+    offset: usize,
+}
+
+const READ_CHUNK: usize = 64 * 1024;
+
+impl ObjectReader for MemoryObjectReader {
+    fn next_chunk(&mut self) -> BoxFuture<'_, Result<Option<Vec<u8>>>> {
+        if self.offset >= self.data.len() {
+            return ready(Ok(None));
+        }
+        let end = (self.offset + READ_CHUNK).min(self.data.len());
+        let chunk = self.data[self.offset..end].to_vec();
+        self.offset = end;
+        ready(Ok(Some(chunk)))
+    }
+}
+
+impl ObjectStore for MemoryObjectStore {
+    fn put<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Box<dyn ObjectWriter>>> {
+        let out = validate_path(path).map(|()| {
+            Box::new(MemoryObjectWriter { path: path.to_owned(), buf: Vec::new(), objects: self.objects.clone() }) as Box<dyn ObjectWriter>
+        });
+        ready(out)
+    }
+
+    fn get<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Option<Box<dyn ObjectReader>>>> {
+        let out = validate_path(path).map(|()| {
+            self.objects
+                .lock()
+                .unwrap()
+                .get(path)
+                .cloned()
+                .map(|data| Box::new(MemoryObjectReader { data, offset: 0 }) as Box<dyn ObjectReader>)
+        });
+        ready(out)
+    }
+
+    fn delete<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<()>> {
+        let out = validate_path(path).map(|()| {
+            self.objects.lock().unwrap().remove(path);
+        });
+        ready(out)
+    }
+
+    fn head<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Option<u64>>> {
+        let out = validate_path(path).map(|()| self.objects.lock().unwrap().get(path).map(|d| d.len() as u64));
+        ready(out)
+    }
+}

@@ -1,0 +1,185 @@
+//! The job record and the terminal event, as the host ports store and move them.
+
+use std::collections::BTreeMap;
+
+use fetcher_engine::{FieldSelection, Timestamp};
+use serde::{Deserialize, Serialize};
+
+/// Job status (api.md §5.2). Terminal states are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    Pending,
+    Processing,
+    Completed,
+    Failed,
+}
+
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Pending => "pending",
+            JobStatus::Processing => "processing",
+            JobStatus::Completed => "completed",
+            JobStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Pending, Self::Processing, Self::Completed, Self::Failed].into_iter().find(|v| v.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Completed | JobStatus::Failed)
+    }
+
+    /// Pending and processing jobs hold the dedup slot of their request hash.
+    pub fn is_active(self) -> bool {
+        !self.is_terminal()
+    }
+}
+
+/// How a result is sealed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultFormat {
+    /// Streaming, framed AES-256-GCM over NDJSON (ours; any size). The default.
+    #[default]
+    V2,
+    /// The reference's format: indented JSON, HMAC then AES-256-GCM, Base64 text.
+    V1,
+}
+
+/// What the client asked for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRequest {
+    /// `configName → table → [field]`.
+    pub mapped_fields: BTreeMap<String, FieldSelection>,
+    /// `configName → table → field → condition`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub filters: BTreeMap<String, serde_json::Value>,
+    /// Client metadata, verbatim (contains `source`).
+    #[serde(default)]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// The result format asked for; `None` means the deployment's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_format: Option<ResultFormat>,
+}
+
+/// Where a completed job's result is and how to verify it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobResult {
+    /// Object-store key (no bucket).
+    pub path: String,
+    pub format: ResultFormat,
+    /// Lowercase hex HMAC-SHA256 of the plaintext (external HMAC key).
+    pub hmac: String,
+    /// Lowercase hex SHA-256 of the plaintext.
+    pub digest: String,
+    /// Plaintext bytes.
+    pub size_bytes: u64,
+    /// Stored (sealed) bytes.
+    pub stored_bytes: u64,
+    pub row_count: u64,
+    /// The key version that sealed the object.
+    pub key_version: String,
+}
+
+/// A terminal event persisted with the terminal status, published, then cleared (the
+/// outbox marker of worker-security §9.5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingEvent {
+    pub status: JobStatus,
+    /// The §9.2 payload, compact JSON, published verbatim.
+    pub payload: String,
+}
+
+/// One extraction job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    /// UUID v7, lowercase canonical text.
+    pub id: String,
+    pub tenant_id: String,
+    pub status: JobStatus,
+    pub request: JobRequest,
+    /// Lowercase hex SHA-256 of the canonical request (api.md §5.4).
+    pub request_hash: String,
+    pub created_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<JobResult>,
+    /// Sanitised failure text (`metadata.error` in the API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// While `processing`: when the current claim expires and may be taken over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at: Option<Timestamp>,
+    /// How many times the job was claimed; a claim's token is this number.
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_event: Option<PendingEvent>,
+}
+
+impl Job {
+    /// A new pending job.
+    pub fn new(tenant_id: &str, request: JobRequest, request_hash: String) -> Job {
+        Job {
+            id: uuid::Uuid::now_v7().to_string(),
+            tenant_id: tenant_id.to_owned(),
+            status: JobStatus::Pending,
+            request,
+            request_hash,
+            created_at: Timestamp::now(),
+            completed_at: None,
+            result: None,
+            error: None,
+            lease_expires_at: None,
+            attempts: 0,
+            pending_event: None,
+        }
+    }
+
+    /// Config names this job reads (for the active-execution gate).
+    pub fn config_names(&self) -> impl Iterator<Item = &str> {
+        self.request.mapped_fields.keys().map(String::as_str)
+    }
+}
+
+/// A terminal event on its way to subscribers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalEvent {
+    /// `fetcher.job.<status>.<jobId>`: deterministic, the subscribers' dedup key.
+    pub id: String,
+    /// `job.completed` or `job.failed`.
+    pub detail_type: String,
+    pub tenant_id: String,
+    pub job_id: String,
+    /// The §9.2 payload (compact JSON).
+    pub payload: String,
+}
+
+impl TerminalEvent {
+    pub fn new(tenant_id: &str, job_id: &str, status: JobStatus, payload: String) -> TerminalEvent {
+        TerminalEvent {
+            id: format!("fetcher.job.{}.{job_id}", status.as_str()),
+            detail_type: format!("job.{}", status.as_str()),
+            tenant_id: tenant_id.to_owned(),
+            job_id: job_id.to_owned(),
+            payload,
+        }
+    }
+}
+
+/// A message on the work queue: the signed envelope's headers plus the body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueMessage {
+    pub headers: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
