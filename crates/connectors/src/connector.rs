@@ -277,6 +277,32 @@ impl SqlConnector {
         Ok(())
     }
 
+    /// Whether the live session is encrypted (connects if needed): PostgreSQL
+    /// `pg_stat_ssl.ssl` of this backend, MySQL a non-empty `Ssl_cipher`, SQLite `false`.
+    /// A diagnostic for operators and the TLS tests.
+    pub async fn tls_in_use(&mut self, ctx: &Context) -> Result<bool> {
+        let conn = self.connect(ctx).await?;
+        let fut = async {
+            match conn {
+                Conn::Pg(c) => sqlx::query_scalar::<_, bool>(
+                    "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                )
+                .fetch_one(c)
+                .await
+                .map_err(error::query_failed),
+                Conn::My(c) => sqlx::query_as::<_, (String, String)>(
+                    "SHOW SESSION STATUS LIKE 'Ssl_cipher'",
+                )
+                .fetch_optional(c)
+                .await
+                .map(|r| r.is_some_and(|(_, v)| !v.is_empty()))
+                .map_err(error::query_failed),
+                Conn::Lite(_) => Ok(false),
+            }
+        };
+        bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await
+    }
+
     /// The catalog discovered by this connector, if any (column types included).
     pub fn catalog(&self) -> Option<&Catalog> {
         self.catalog.as_ref()
