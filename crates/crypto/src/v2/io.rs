@@ -12,6 +12,10 @@ use crate::keys::KeyRing;
 /// bounded memory.
 const STEP: usize = 256 * 1024;
 
+/// Sealed bytes read from the inner reader per step. Several frames per read keep most
+/// frames on the opener's zero-copy path (records that straddle reads are reassembled).
+const INPUT_BUF: usize = 256 * 1024;
+
 /// Seals everything written to it into `inner`. Call [`finish`](Self::finish): dropping
 /// the writer without it leaves a stream that readers reject as truncated.
 pub struct SealWriter<W: Write> {
@@ -104,8 +108,8 @@ impl<R: Read> OpenReader<R> {
         OpenReader {
             inner,
             opener: Some(opener),
-            input: vec![0u8; 64 * 1024].into_boxed_slice(),
-            plain: Zeroizing::new(Vec::with_capacity(160 * 1024)),
+            input: vec![0u8; INPUT_BUF].into_boxed_slice(),
+            plain: Zeroizing::new(Vec::with_capacity(INPUT_BUF + 64 * 1024)),
             pos: 0,
             summary: None,
             failed: None,
