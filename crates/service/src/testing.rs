@@ -1,1 +1,496 @@
-//! Conformance suites (filled below).
+//! Conformance suites for the host ports (feature `testing`): the in-memory ports, the
+//! embedded SQLite/local-directory adapters and the DynamoDB/SQS/S3 adapters all run
+//! these. Each suite panics on the first broken obligation; tenants and paths are unique
+//! per run, so suites can share a real backend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fetcher_engine::Timestamp;
+use fetcher_engine::testing::unique_tenant;
+
+use crate::error::ErrorKind;
+use crate::model::*;
+use crate::ports::*;
+
+fn request(tag: &str) -> JobRequest {
+    let mut r = JobRequest::default();
+    r.mapped_fields.insert(
+        "pg".into(),
+        [(
+            "public.accounts".to_string(),
+            vec!["id".to_string(), tag.to_string()],
+        )]
+        .into(),
+    );
+    r.filters.insert(
+        "pg".into(),
+        serde_json::json!({"public.accounts": {"id": {"gte": [1]}}}),
+    );
+    r.metadata.insert("source".into(), "conformance".into());
+    r
+}
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_unix_nanos(secs as i128 * 1_000_000_000)
+}
+
+fn event(status: JobStatus) -> PendingEvent {
+    PendingEvent {
+        status,
+        payload: format!("{{\"status\":\"{}\"}}", status.as_str()),
+    }
+}
+
+fn result() -> JobResult {
+    JobResult {
+        path: "external-data/x.ndjson.sealed".into(),
+        format: ResultFormat::V2,
+        hmac: "ab".repeat(32),
+        digest: "cd".repeat(32),
+        size_bytes: 10,
+        stored_bytes: 100,
+        row_count: 2,
+        key_version: "1".into(),
+    }
+}
+
+/// The [`JobStore`] obligations: atomic dedup, tenant scoping, conditional transitions
+/// with leases and claim tokens, the outbox marker, and the listing queries.
+pub async fn job_store(store: &Arc<dyn JobStore>) {
+    let tenant = unique_tenant("jobs").tenant_id;
+    let other = unique_tenant("jobs-other").tenant_id;
+    let t = tenant.as_str();
+
+    // Insert and read back (another tenant sees nothing).
+    let mut a = Job::new(t, request("a"), format!("hash-a-{t}"));
+    a.created_at = Timestamp::now();
+    assert_eq!(store.insert(&a).await.unwrap(), InsertOutcome::Created);
+    assert_eq!(store.get(t, &a.id).await.unwrap().as_ref(), Some(&a));
+    assert_eq!(store.get(&other, &a.id).await.unwrap(), None);
+    assert_eq!(
+        store
+            .get(t, "00000000-0000-7000-8000-000000000000")
+            .await
+            .unwrap(),
+        None
+    );
+
+    // Dedup: an active job with the same hash wins; other tenants are independent.
+    let dup = Job::new(t, request("a"), a.request_hash.clone());
+    match store.insert(&dup).await.unwrap() {
+        InsertOutcome::Duplicate(existing) => assert_eq!(existing.id, a.id),
+        other => panic!("duplicate insert: {other:?}"),
+    }
+    assert_eq!(
+        store.get(t, &dup.id).await.unwrap(),
+        None,
+        "the duplicate was not stored"
+    );
+    let same_hash_other_tenant = Job::new(&other, request("a"), a.request_hash.clone());
+    assert_eq!(
+        store.insert(&same_hash_other_tenant).await.unwrap(),
+        InsertOutcome::Created
+    );
+
+    // Concurrent identical inserts create exactly one job.
+    let hash = format!("hash-race-{t}");
+    let mut handles = Vec::new();
+    for _ in 0..16 {
+        let store = store.clone();
+        let job = Job::new(t, request("race"), hash.clone());
+        handles.push(tokio::spawn(
+            async move { store.insert(&job).await.unwrap() },
+        ));
+    }
+    let mut created = 0;
+    for h in handles {
+        if h.await.unwrap() == InsertOutcome::Created {
+            created += 1;
+        }
+    }
+    assert_eq!(
+        created, 1,
+        "exactly one of 16 concurrent identical inserts is created"
+    );
+
+    // find_recent_by_hash: the newest since the bound.
+    let recent = store
+        .find_recent_by_hash(t, &a.request_hash, at(0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(recent.id, a.id);
+    let future = Timestamp::from_unix_nanos(Timestamp::now().unix_nanos() + 3_600_000_000_000);
+    assert_eq!(
+        store
+            .find_recent_by_hash(t, &a.request_hash, future)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .find_recent_by_hash(&other, "nope", at(0))
+            .await
+            .unwrap(),
+        None
+    );
+
+    // Active-job gate and the pending listing.
+    assert!(store.has_active_jobs(t, "pg").await.unwrap());
+    assert!(!store.has_active_jobs(t, "other-config").await.unwrap());
+    assert!(
+        store
+            .list_pending(1000)
+            .await
+            .unwrap()
+            .iter()
+            .any(|j| j.id == a.id)
+    );
+
+    // Claim: pending → processing, once; a live lease blocks others; an expired one is
+    // taken over with a new token, and the old token can no longer finish the job.
+    let now = Timestamp::now();
+    let ClaimOutcome::Claimed { job, token } = store
+        .claim(t, &a.id, now, Duration::from_secs(60))
+        .await
+        .unwrap()
+    else {
+        panic!("first claim")
+    };
+    assert_eq!(job.status, JobStatus::Processing);
+    assert!(matches!(
+        store
+            .claim(t, &a.id, now, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        ClaimOutcome::NotClaimable(_)
+    ));
+    assert_eq!(
+        store
+            .claim(&other, &a.id, now, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        ClaimOutcome::NotFound
+    );
+    store
+        .renew(
+            t,
+            &a.id,
+            token,
+            Timestamp::from_unix_nanos(now.unix_nanos() + 120_000_000_000),
+        )
+        .await
+        .unwrap();
+    let later = Timestamp::from_unix_nanos(now.unix_nanos() + 600_000_000_000);
+    let ClaimOutcome::Claimed { token: token2, .. } = store
+        .claim(t, &a.id, later, Duration::from_secs(60))
+        .await
+        .unwrap()
+    else {
+        panic!("expired lease is taken over")
+    };
+    assert_ne!(token, token2);
+    let err = store
+        .complete(
+            t,
+            &a.id,
+            token,
+            &result(),
+            &event(JobStatus::Completed),
+            later,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Conflict,
+        "a lost claim cannot complete"
+    );
+    assert_eq!(
+        store
+            .renew(t, &a.id, token, later)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Conflict
+    );
+
+    // Release gives the job back; it can be claimed again.
+    store.release(t, &a.id, token2).await.unwrap();
+    assert_eq!(
+        store.get(t, &a.id).await.unwrap().unwrap().status,
+        JobStatus::Pending
+    );
+    let ClaimOutcome::Claimed { token: token3, .. } = store
+        .claim(t, &a.id, later, Duration::from_secs(60))
+        .await
+        .unwrap()
+    else {
+        panic!("claim after release")
+    };
+
+    // Complete: result + pending event in one write; terminal jobs cannot be claimed.
+    store
+        .complete(
+            t,
+            &a.id,
+            token3,
+            &result(),
+            &event(JobStatus::Completed),
+            later,
+        )
+        .await
+        .unwrap();
+    let done = store.get(t, &a.id).await.unwrap().unwrap();
+    assert_eq!(done.status, JobStatus::Completed);
+    assert_eq!(done.result, Some(result()));
+    assert_eq!(done.completed_at, Some(later));
+    assert_eq!(done.pending_event, Some(event(JobStatus::Completed)));
+    assert!(matches!(
+        store
+            .claim(t, &a.id, later, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        ClaimOutcome::NotClaimable(_)
+    ));
+    assert!(
+        store
+            .fail(
+                t,
+                &a.id,
+                Some(token3),
+                "x",
+                &event(JobStatus::Failed),
+                later
+            )
+            .await
+            .is_err()
+    );
+    // A completed job frees the dedup slot.
+    let again = Job::new(t, request("a"), a.request_hash.clone());
+    assert_eq!(store.insert(&again).await.unwrap(), InsertOutcome::Created);
+
+    // The outbox: listed while pending, gone once cleared.
+    assert!(
+        store
+            .list_pending_events(1000)
+            .await
+            .unwrap()
+            .iter()
+            .any(|j| j.id == a.id)
+    );
+    store.clear_pending_event(t, &a.id).await.unwrap();
+    assert_eq!(
+        store.get(t, &a.id).await.unwrap().unwrap().pending_event,
+        None
+    );
+    assert!(
+        !store
+            .list_pending_events(1000)
+            .await
+            .unwrap()
+            .iter()
+            .any(|j| j.id == a.id)
+    );
+
+    // Fail without a claim: only from pending.
+    store
+        .fail(
+            t,
+            &again.id,
+            None,
+            "FET-0053: bad message",
+            &event(JobStatus::Failed),
+            later,
+        )
+        .await
+        .unwrap();
+    let failed = store.get(t, &again.id).await.unwrap().unwrap();
+    assert_eq!(
+        (failed.status, failed.error.as_deref()),
+        (JobStatus::Failed, Some("FET-0053: bad message"))
+    );
+    assert_eq!(failed.pending_event, Some(event(JobStatus::Failed)));
+    assert_eq!(
+        store
+            .fail(
+                t,
+                &again.id,
+                None,
+                "again",
+                &event(JobStatus::Failed),
+                later
+            )
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Conflict
+    );
+
+    // Fail with a claim.
+    let b = Job::new(t, request("b"), format!("hash-b-{t}"));
+    store.insert(&b).await.unwrap();
+    let ClaimOutcome::Claimed { token, .. } = store
+        .claim(t, &b.id, later, Duration::from_secs(60))
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    store
+        .fail(
+            t,
+            &b.id,
+            Some(token),
+            "failed to query datasource",
+            &event(JobStatus::Failed),
+            later,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(t, &b.id).await.unwrap().unwrap().status,
+        JobStatus::Failed
+    );
+
+    // Transitions on unknown jobs fail.
+    let missing = "00000000-0000-7000-8000-00000000dead";
+    assert!(
+        store
+            .complete(
+                t,
+                missing,
+                1,
+                &result(),
+                &event(JobStatus::Completed),
+                later
+            )
+            .await
+            .is_err()
+    );
+    assert!(
+        store
+            .fail(t, missing, None, "x", &event(JobStatus::Failed), later)
+            .await
+            .is_err()
+    );
+}
+
+/// The [`ObjectStore`] obligations: streamed writes visible only after `finish`, abort
+/// leaves nothing, reads return the bytes, delete, head, path validation.
+pub async fn object_store(store: &Arc<dyn ObjectStore>) {
+    let prefix = unique_tenant("obj").tenant_id;
+    let path = format!("{prefix}/external-data/a.bin");
+    assert!(store.get(&path).await.unwrap().is_none());
+    assert_eq!(store.head(&path).await.unwrap(), None);
+
+    let mut w = store.put(&path).await.unwrap();
+    let mut expected = Vec::new();
+    for (i, len) in [0usize, 1, 4096, 5 * 1024 * 1024 + 3, 17]
+        .into_iter()
+        .enumerate()
+    {
+        let chunk: Vec<u8> = (0..len).map(|j| (i * 13 + j) as u8).collect();
+        w.write(&chunk).await.unwrap();
+        expected.extend_from_slice(&chunk);
+    }
+    assert!(
+        store.head(&path).await.unwrap().is_none(),
+        "not visible before finish"
+    );
+    assert_eq!(w.finish().await.unwrap(), expected.len() as u64);
+    assert_eq!(
+        store.head(&path).await.unwrap(),
+        Some(expected.len() as u64)
+    );
+    let got = read_all(store.as_ref(), &path).await.unwrap().unwrap();
+    assert!(got == expected, "read back differs");
+
+    // Overwrite replaces.
+    let mut w = store.put(&path).await.unwrap();
+    w.write(b"second").await.unwrap();
+    w.finish().await.unwrap();
+    assert_eq!(
+        read_all(store.as_ref(), &path).await.unwrap().unwrap(),
+        b"second"
+    );
+
+    // Abort: nothing becomes visible.
+    let aborted = format!("{prefix}/external-data/aborted.bin");
+    let mut w = store.put(&aborted).await.unwrap();
+    w.write(&vec![7u8; 1024 * 1024]).await.unwrap();
+    w.abort().await;
+    assert!(store.get(&aborted).await.unwrap().is_none());
+
+    // Empty object.
+    let empty = format!("{prefix}/empty");
+    store.put(&empty).await.unwrap().finish().await.unwrap();
+    assert_eq!(
+        read_all(store.as_ref(), &empty).await.unwrap().unwrap(),
+        Vec::<u8>::new()
+    );
+
+    // Delete (idempotent).
+    store.delete(&path).await.unwrap();
+    assert!(store.get(&path).await.unwrap().is_none());
+    store.delete(&path).await.unwrap();
+
+    // Path validation.
+    for bad in ["", "/abs", "a/../b", "..", "a//b", "a/./b", "a\\b", "a\nb"] {
+        assert!(store.put(bad).await.is_err(), "{bad:?} accepted");
+        assert!(store.get(bad).await.is_err(), "{bad:?} accepted");
+    }
+}
+
+/// The [`RateLimiter`] obligations: `limit` hits per window per key, then refusals with a
+/// positive `retry_after`; keys are independent; the window resets.
+pub async fn rate_limiter(limiter: &Arc<dyn RateLimiter>) {
+    let key = format!("test:{}", unique_tenant("rl").tenant_id);
+    let window = Duration::from_secs(2);
+    for i in 0..3 {
+        let d = limiter.hit(&key, 3, window).await.unwrap();
+        assert!(d.allowed, "hit {i} allowed");
+    }
+    let d = limiter.hit(&key, 3, window).await.unwrap();
+    assert!(!d.allowed);
+    assert!(
+        d.retry_after > Duration::ZERO && d.retry_after <= window,
+        "{:?}",
+        d.retry_after
+    );
+    assert!(
+        limiter
+            .hit(&format!("{key}-other"), 3, window)
+            .await
+            .unwrap()
+            .allowed
+    );
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    assert!(
+        limiter.hit(&key, 3, window).await.unwrap().allowed,
+        "window reset"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::*;
+
+    #[tokio::test]
+    async fn memory_job_store_conforms() {
+        job_store(&(MemoryJobStore::new() as Arc<dyn JobStore>)).await;
+    }
+
+    #[tokio::test]
+    async fn memory_object_store_conforms() {
+        object_store(&(MemoryObjectStore::new() as Arc<dyn ObjectStore>)).await;
+    }
+
+    #[tokio::test]
+    async fn memory_rate_limiter_conforms() {
+        rate_limiter(&(MemoryRateLimiter::new() as Arc<dyn RateLimiter>)).await;
+    }
+}
