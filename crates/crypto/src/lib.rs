@@ -21,6 +21,28 @@
 //! then hands clones of it to a [`CredentialCipher`], to [`Sealer`]/[`Opener`], and to
 //! two [`MessageSigner`]s (internal key for jobs, external key for terminal events).
 //!
+//! ```
+//! use fetcher_crypto::{CredentialCipher, KeyRing, Opener, Sealer};
+//!
+//! let ring = KeyRing::from_base64("dGhpcy1pcy1hLTMyLWJ5dGUtbWFzdGVyLWtleTEyMzQ=", "1")?;
+//!
+//! let creds = CredentialCipher::new(ring.clone());
+//! let stored = creds.protect("s3cr3t")?;
+//! assert_eq!(&*creds.reveal(&stored.ciphertext, &stored.key_version)?, "s3cr3t");
+//!
+//! let mut sealer = Sealer::new(&ring, "job-1")?;
+//! let mut object = sealer.update(b"{\"id\":1}\n")?;
+//! let (tail, sealed) = sealer.finish()?;
+//! object.extend_from_slice(&tail);
+//!
+//! let mut opener = Opener::new(&ring, "job-1");
+//! let plaintext = opener.update(&object)?;
+//! let opened = opener.finish()?; // fails if the object was truncated
+//! assert_eq!(&plaintext[..], b"{\"id\":1}\n");
+//! assert_eq!(opened.hmac, sealed.hmac);
+//! # Ok::<(), fetcher_crypto::Error>(())
+//! ```
+//!
 //! # Backend
 //!
 //! All primitives come from **aws-lc-rs** (AES-256-GCM, HMAC-SHA256, HKDF-SHA256, SHA-256,

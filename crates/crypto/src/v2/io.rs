@@ -22,6 +22,8 @@ pub struct SealWriter<W: Write> {
     inner: W,
     sealer: Sealer,
     out: Vec<u8>,
+    /// Set when the inner writer failed: sealed bytes were lost, the stream is unusable.
+    broken: bool,
 }
 
 impl<W: Write> std::fmt::Debug for SealWriter<W> {
@@ -45,12 +47,16 @@ impl<W: Write> SealWriter<W> {
             inner,
             sealer,
             out: Vec::with_capacity(cap),
+            broken: false,
         }
     }
 
     /// Writes the final frame and trailer, flushes, and returns the inner writer and
     /// the summary.
     pub fn finish(mut self) -> Result<(W, SealSummary)> {
+        if self.broken {
+            return Err(broken());
+        }
         self.out.clear();
         let summary = self.sealer.finish_into(&mut self.out)?;
         self.inner.write_all(&self.out).map_err(Error::from_io)?;
@@ -61,18 +67,31 @@ impl<W: Write> SealWriter<W> {
 
 impl<W: Write> Write for SealWriter<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.broken {
+            return Err(broken().into());
+        }
         let n = buf.len().min(STEP);
         self.out.clear();
         self.sealer.update_into(&buf[..n], &mut self.out)?;
-        // The sealer has consumed the bytes; a failure to hand them on is fatal for the
-        // stream, which the sealer state cannot undo, so report it as an error.
-        self.inner.write_all(&self.out)?;
+        // The sealer has consumed the bytes; if they cannot be handed on, the stream has a
+        // hole that cannot be repaired: every later call fails too.
+        if let Err(e) = self.inner.write_all(&self.out) {
+            self.broken = true;
+            return Err(e);
+        }
         Ok(n)
     }
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }
+}
+
+fn broken() -> Error {
+    Error::new(
+        crate::ErrorKind::Io,
+        "sealed stream is broken by an earlier write error",
+    )
 }
 
 /// Reads plaintext out of a sealed v2 stream. `read` returns `Ok(0)` (EOF) only after the

@@ -415,3 +415,29 @@ fn io_adapters_round_trip() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Authentication);
 }
+
+#[test]
+fn seal_writer_is_unusable_after_an_inner_error() {
+    #[derive(Debug)]
+    struct Failing(usize);
+    impl Write for Failing {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0 == 0 {
+                return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "gone"));
+            }
+            self.0 -= 1;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let ring = vector_ring();
+    let mut w =
+        SealWriter::from_sealer(Failing(1), Sealer::with_frame_size(&ring, JOB, 16).unwrap());
+    w.write_all(&[1u8; 40]).unwrap();
+    assert!(w.write_all(&[1u8; 40]).is_err());
+    assert!(w.write_all(b"x").is_err());
+    let e = w.finish().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io);
+}
