@@ -66,8 +66,10 @@
 //!
 //! Key material (master keys, derived keys, HKDF output, decrypted credentials, opened v1
 //! plaintext, buffered v2 plaintext) is held in `Zeroizing` buffers and wiped on drop;
-//! every type holding a key has a redacting `Debug`. aws-lc key schedules are built per
-//! operation from those buffers and are cleansed by aws-lc when freed.
+//! every type holding a key has a redacting `Debug`. aws-lc key objects (AES key
+//! schedules, HMAC contexts) are built from those buffers when needed and are cleansed by
+//! aws-lc when freed (best effort: byte copies made when Rust moves such an object are
+//! outside anyone's control).
 //!
 //! # Key versions
 //!
