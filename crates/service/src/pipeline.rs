@@ -1,0 +1,593 @@
+//! The extraction pipeline, one implementation for every host (worker-security §6–§9):
+//!
+//! 1. verify the signed envelope and parse the job message;
+//! 2. claim the job: a conditional `pending → processing` with a lease (a crashed run's
+//!    expired lease is taken over; a terminal job makes the delivery a no-op);
+//! 3. run the engine: store mode streams NDJSON through the v2 sealing writer into the
+//!    object store in constant memory (v1, the reference's format, when the job asks);
+//! 4. record `completed` (path, sizes, rows, HMAC, digest) or `failed` (sanitised error),
+//!    in the same write as the pending terminal event (the outbox marker);
+//! 5. publish `job.completed` / `job.failed` with the deterministic id
+//!    `fetcher.job.<status>.<jobId>`, then clear the marker; [`Pipeline::repair_events`]
+//!    republishes markers a crash left behind.
+//!
+//! Redelivered messages never produce a second result or event: terminal jobs are
+//! skipped, a pending marker is republished verbatim, and every transition is
+//! conditional on the claim token. Errors are classified: retryable failures (a database
+//! or dependency that may come back) release the claim and return
+//! [`Outcome::Retry`] until `max_attempts`; everything else fails the job now.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fetcher_crypto::{KeyPurpose, MessageSigner, VerifyPolicy};
+use fetcher_engine::{Context, Engine, ExecutionMode, ExtractionRequest, TenantContext, Timestamp};
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::error::{Result, ServiceError};
+use crate::message::{self, Received, Rejected};
+use crate::model::*;
+use crate::ports::*;
+use crate::sanitize::sanitize;
+use crate::sink::{attr, result_path, store_v1};
+
+/// Pipeline settings.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// How long a claim lasts without renewal; renewed every third of it while running.
+    /// Must exceed the time a crashed worker takes to be noticed, and is the delay after
+    /// which another worker may take the job over.
+    pub lease: Duration,
+    /// Claims after which a retryable failure fails the job instead of retrying.
+    pub max_attempts: u32,
+    /// Result format when the job does not ask for one.
+    pub default_format: ResultFormat,
+    /// Envelope freshness. Queue redeliveries arrive later than the reference's 5
+    /// minutes, so the pipeline accepts older messages (default 6 hours, still bounded).
+    pub max_message_age: Duration,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            lease: Duration::from_secs(15 * 60),
+            max_attempts: 3,
+            default_format: ResultFormat::V2,
+            max_message_age: Duration::from_secs(6 * 3600),
+        }
+    }
+}
+
+/// What to do with the message.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The job completed (delete the message).
+    Completed {
+        job_id: String,
+        rows: u64,
+        bytes: u64,
+        duration: Duration,
+    },
+    /// The job failed for good (delete the message).
+    Failed { job_id: String, error: String },
+    /// Nothing to do: duplicate delivery, terminal job, unusable message (delete it).
+    Skipped(&'static str),
+    /// Let the message come back later.
+    Retry(ServiceError),
+}
+
+impl Outcome {
+    /// Whether the queue should redeliver the message.
+    pub fn should_retry(&self) -> bool {
+        matches!(self, Outcome::Retry(_))
+    }
+}
+
+/// The pipeline and its dependencies.
+pub struct Pipeline {
+    pub engine: Engine,
+    pub jobs: Arc<dyn JobStore>,
+    pub events: Arc<dyn EventPublisher>,
+    pub objects: Arc<dyn ObjectStore>,
+    pub keys: Arc<dyn KeyProvider>,
+    pub config: PipelineConfig,
+}
+
+/// The `result` descriptor of `job.completed` (worker-security §7.5), plus our fields.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResultDescriptor<'a> {
+    path: &'a str,
+    #[serde(skip_serializing_if = "is_zero")]
+    size_bytes: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    row_count: u64,
+    format: &'static str,
+    hmac: &'a str,
+    integrity: Integrity<'a>,
+    protection: Protection,
+    /// Beyond the reference: how the object is sealed (`v1` or `v2`), with which key
+    /// version, and the plaintext SHA-256.
+    sealed_format: &'static str,
+    key_version: &'a str,
+    sha256: &'a str,
+}
+
+#[derive(Serialize)]
+struct Integrity<'a> {
+    algorithm: &'static str,
+    signature: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Protection {
+    encrypted: bool,
+    mode: &'static str,
+    applied_by: &'static str,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The §9.2 payload, fields in the emitted order.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EventPayload<'a> {
+    job_id: &'a str,
+    metadata: &'a serde_json::Map<String, serde_json::Value>,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<ResultDescriptor<'a>>,
+    #[serde(skip_serializing_if = "is_zero")]
+    execution_time_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completed_at: Option<String>,
+}
+
+/// The `job.completed` payload.
+pub fn completed_payload(
+    job_id: &str,
+    metadata: &serde_json::Map<String, serde_json::Value>,
+    r: &JobResult,
+    elapsed: Duration,
+    at: Timestamp,
+) -> String {
+    let payload = EventPayload {
+        job_id,
+        metadata,
+        status: "completed",
+        result: Some(ResultDescriptor {
+            path: &r.path,
+            size_bytes: r.size_bytes,
+            row_count: r.row_count,
+            format: "json",
+            hmac: &r.hmac,
+            integrity: Integrity {
+                algorithm: "HMAC-SHA256",
+                signature: &r.hmac,
+            },
+            protection: Protection {
+                encrypted: true,
+                mode: "adapter-managed",
+                applied_by: "adapter",
+            },
+            sealed_format: match r.format {
+                ResultFormat::V1 => "v1",
+                ResultFormat::V2 => "v2",
+            },
+            key_version: &r.key_version,
+            sha256: &r.digest,
+        }),
+        execution_time_ms: elapsed.as_millis() as u64,
+        completed_at: Some(at.to_string()),
+    };
+    serde_json::to_string(&payload).expect("payload is JSON")
+}
+
+/// The `job.failed` payload: the message metadata plus `error: {message}`.
+pub fn failed_payload(
+    job_id: &str,
+    metadata: &serde_json::Map<String, serde_json::Value>,
+    error: &str,
+) -> String {
+    let mut metadata = metadata.clone();
+    metadata.insert("error".into(), serde_json::json!({ "message": error }));
+    let payload = EventPayload {
+        job_id,
+        metadata: &metadata,
+        status: "failed",
+        result: None,
+        execution_time_ms: 0,
+        completed_at: None,
+    };
+    serde_json::to_string(&payload).expect("payload is JSON")
+}
+
+impl Pipeline {
+    /// Handles one queue message.
+    pub async fn handle(&self, msg: &QueueMessage) -> Outcome {
+        let ring = match self.keys.key_ring().await {
+            Ok(r) => r,
+            Err(e) => return Outcome::Retry(e),
+        };
+        let policy = VerifyPolicy {
+            max_age: self.config.max_message_age,
+            ..VerifyPolicy::default()
+        };
+        let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac).with_policy(policy);
+        match message::decode(msg, &signer, message::unix_now()) {
+            Ok(received) => self.process(received).await,
+            Err(Rejected::BadSignature(e)) => {
+                // Never retried. The job it names (if any, and still pending) fails, so
+                // it does not wait forever for a message that cannot be trusted.
+                let tenant = msg
+                    .headers
+                    .get(fetcher_crypto::envelope::HEADER_TENANT_ID)
+                    .cloned()
+                    .unwrap_or_default();
+                let job_id = msg
+                    .headers
+                    .get(message::HEADER_JOB_ID)
+                    .cloned()
+                    .unwrap_or_default();
+                warn!(error = %e, "job message rejected: invalid signature");
+                if tenant.is_empty() || uuid::Uuid::parse_str(&job_id).is_err() {
+                    return Outcome::Skipped("invalid signature");
+                }
+                self.fail_unclaimed(
+                    &tenant,
+                    &job_id,
+                    &serde_json::Map::new(),
+                    "invalid message signature",
+                )
+                .await
+            }
+            Err(Rejected::BadBody {
+                tenant,
+                job_id: Some(job_id),
+                error,
+            }) => {
+                self.fail_unclaimed(&tenant, &job_id, &serde_json::Map::new(), error.message())
+                    .await
+            }
+            Err(Rejected::BadBody { job_id: None, .. }) => {
+                Outcome::Skipped("unparseable job message")
+            }
+        }
+    }
+
+    async fn process(&self, r: Received) -> Outcome {
+        let Received {
+            tenant, message: m, ..
+        } = r;
+        let job = match self.jobs.get(&tenant, &m.job_id).await {
+            Ok(Some(j)) => j,
+            Ok(None) => return Outcome::Skipped("job not found"),
+            Err(e) => return Outcome::Retry(e),
+        };
+        if job.pending_event.is_some() {
+            return match self.republish(&job).await {
+                Ok(()) => Outcome::Skipped("terminal event republished"),
+                Err(e) => Outcome::Retry(e),
+            };
+        }
+        if job.status.is_terminal() {
+            return Outcome::Skipped("job already terminal");
+        }
+        let (job, token) = match self
+            .jobs
+            .claim(&tenant, &job.id, Timestamp::now(), self.config.lease)
+            .await
+        {
+            Ok(ClaimOutcome::Claimed { job, token }) => (*job, token),
+            Ok(ClaimOutcome::NotClaimable(j)) if j.status == JobStatus::Processing => {
+                // Someone holds a live lease. Come back later: if that worker died, its
+                // lease will have expired and this delivery takes the job over.
+                return Outcome::Retry(ServiceError::conflict("job is being processed elsewhere"));
+            }
+            Ok(_) => return Outcome::Skipped("job not claimable"),
+            Err(e) => return Outcome::Retry(e),
+        };
+        self.run_claimed(job, token).await
+    }
+
+    async fn run_claimed(&self, job: Job, token: u32) -> Outcome {
+        let started = Instant::now();
+        let heartbeat = self.spawn_heartbeat(&job, token);
+        let extracted = self.extract(&job).await;
+        heartbeat.abort();
+        match extracted {
+            Ok(result) => self.complete(&job, token, result, started.elapsed()).await,
+            Err(e) if e.is_retryable() && job.attempts < self.config.max_attempts => {
+                warn!(job_id = %job.id, attempt = job.attempts, error = %e.log_detail(), "extraction failed, will retry");
+                if let Err(release) = self.jobs.release(&job.tenant_id, &job.id, token).await {
+                    warn!(job_id = %job.id, error = %release.log_detail(), "could not release the claim; the lease will expire");
+                }
+                Outcome::Retry(e)
+            }
+            Err(e) => {
+                let text = sanitize(e.message());
+                self.fail_claimed(&job, token, &text).await
+            }
+        }
+    }
+
+    fn spawn_heartbeat(&self, job: &Job, token: u32) -> tokio::task::JoinHandle<()> {
+        let (jobs, tenant, id, lease) = (
+            self.jobs.clone(),
+            job.tenant_id.clone(),
+            job.id.clone(),
+            self.config.lease,
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                let until = Timestamp::from_unix_nanos(
+                    Timestamp::now().unix_nanos() + lease.as_nanos() as i128,
+                );
+                if jobs.renew(&tenant, &id, token, until).await.is_err() {
+                    warn!(job_id = %id, "lease renewal failed");
+                }
+            }
+        })
+    }
+
+    /// Plans and executes the job; returns where the sealed result is.
+    async fn extract(&self, job: &Job) -> Result<JobResult> {
+        let ctx = Context::background();
+        let tenant = TenantContext::new(&job.tenant_id)?.with_request_id(&job.id);
+        let request = ExtractionRequest {
+            mapped_fields: job.request.mapped_fields.clone(),
+            filters: job.request.filters.clone(),
+            metadata: job
+                .request
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            overrides: None,
+        };
+        let mut plan = self.engine.plan_extraction(&ctx, &tenant, &request).await?;
+        plan.request_id.clone_from(&job.id);
+        match job
+            .request
+            .result_format
+            .unwrap_or(self.config.default_format)
+        {
+            ResultFormat::V2 => {
+                plan.mode = ExecutionMode::Store;
+                let out = self.engine.execute_extraction(&ctx, &plan).await?;
+                let r = out
+                    .reference
+                    .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
+                let text = |k: &str| {
+                    r.attributes
+                        .get(k)
+                        .and_then(|v| v.as_str())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                Ok(JobResult {
+                    path: r.path.clone(),
+                    format: ResultFormat::V2,
+                    hmac: text(attr::HMAC),
+                    digest: text(attr::SHA256),
+                    size_bytes: r.size_bytes.max(0) as u64,
+                    stored_bytes: r
+                        .attributes
+                        .get(attr::STORED_BYTES)
+                        .and_then(|v| v.as_u64())
+                        .unwrap_or(0),
+                    row_count: r.row_count.max(0) as u64,
+                    key_version: text(attr::KEY_VERSION),
+                })
+            }
+            ResultFormat::V1 => {
+                plan.mode = ExecutionMode::Direct;
+                let out = self.engine.execute_extraction(&ctx, &plan).await?;
+                let d = out
+                    .direct
+                    .ok_or_else(|| ServiceError::internal("direct mode returned no payload"))?;
+                let ring = self.keys.key_ring().await?;
+                let path = result_path(&job.tenant_id, &job.id, ResultFormat::V1);
+                let r = store_v1(self.objects.as_ref(), &ring, &path, &d.data).await?;
+                Ok(JobResult {
+                    path,
+                    format: ResultFormat::V1,
+                    hmac: r.attributes[attr::HMAC]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    digest: d.integrity.map(|i| i.digest).unwrap_or_default(),
+                    size_bytes: d.data.len() as u64,
+                    stored_bytes: r.attributes[attr::STORED_BYTES].as_u64().unwrap_or(0),
+                    row_count: d.row_count.max(0) as u64,
+                    key_version: ring.current_version().to_owned(),
+                })
+            }
+        }
+    }
+
+    async fn complete(
+        &self,
+        job: &Job,
+        token: u32,
+        result: JobResult,
+        elapsed: Duration,
+    ) -> Outcome {
+        let at = Timestamp::now();
+        let payload = completed_payload(&job.id, &job.request.metadata, &result, elapsed, at);
+        let event = PendingEvent {
+            status: JobStatus::Completed,
+            payload,
+        };
+        match self
+            .jobs
+            .complete(&job.tenant_id, &job.id, token, &result, &event, at)
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == crate::ErrorKind::Conflict => {
+                return Outcome::Skipped("claim lost before completion");
+            }
+            Err(e) => return Outcome::Retry(e),
+        }
+        info!(job_id = %job.id, rows = result.row_count, bytes = result.size_bytes, ms = elapsed.as_millis() as u64, "job completed");
+        if let Err(e) = self
+            .publish_and_clear(
+                &job.tenant_id,
+                &job.id,
+                JobStatus::Completed,
+                &event.payload,
+            )
+            .await
+        {
+            return Outcome::Retry(e);
+        }
+        Outcome::Completed {
+            job_id: job.id.clone(),
+            rows: result.row_count,
+            bytes: result.size_bytes,
+            duration: elapsed,
+        }
+    }
+
+    async fn fail_claimed(&self, job: &Job, token: u32, error: &str) -> Outcome {
+        let event = PendingEvent {
+            status: JobStatus::Failed,
+            payload: failed_payload(&job.id, &job.request.metadata, error),
+        };
+        match self
+            .jobs
+            .fail(
+                &job.tenant_id,
+                &job.id,
+                Some(token),
+                error,
+                &event,
+                Timestamp::now(),
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == crate::ErrorKind::Conflict => {
+                return Outcome::Skipped("claim lost before failing");
+            }
+            Err(e) => return Outcome::Retry(e),
+        }
+        warn!(job_id = %job.id, error, "job failed");
+        if let Err(e) = self
+            .publish_and_clear(&job.tenant_id, &job.id, JobStatus::Failed, &event.payload)
+            .await
+        {
+            return Outcome::Retry(e);
+        }
+        Outcome::Failed {
+            job_id: job.id.clone(),
+            error: error.to_owned(),
+        }
+    }
+
+    /// Fails a job that was never claimed (bad message); only a pending job changes.
+    async fn fail_unclaimed(
+        &self,
+        tenant: &str,
+        job_id: &str,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+        error: &str,
+    ) -> Outcome {
+        let error = sanitize(error);
+        let event = PendingEvent {
+            status: JobStatus::Failed,
+            payload: failed_payload(job_id, metadata, &error),
+        };
+        match self
+            .jobs
+            .fail(tenant, job_id, None, &error, &event, Timestamp::now())
+            .await
+        {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    crate::ErrorKind::Conflict | crate::ErrorKind::NotFound
+                ) =>
+            {
+                return Outcome::Skipped("message rejected; job not pending");
+            }
+            Err(e) => return Outcome::Retry(e),
+        }
+        if let Err(e) = self
+            .publish_and_clear(tenant, job_id, JobStatus::Failed, &event.payload)
+            .await
+        {
+            return Outcome::Retry(e);
+        }
+        Outcome::Failed {
+            job_id: job_id.to_owned(),
+            error,
+        }
+    }
+
+    async fn publish_and_clear(
+        &self,
+        tenant: &str,
+        job_id: &str,
+        status: JobStatus,
+        payload: &str,
+    ) -> Result<()> {
+        self.events
+            .publish(&TerminalEvent::new(
+                tenant,
+                job_id,
+                status,
+                payload.to_owned(),
+            ))
+            .await?;
+        if let Err(e) = self.jobs.clear_pending_event(tenant, job_id).await {
+            // The event is out; a later repair pass would publish it again with the same
+            // id, which subscribers deduplicate.
+            warn!(job_id, error = %e.log_detail(), "could not clear the pending-event marker");
+        }
+        Ok(())
+    }
+
+    /// Republishes a job's stored terminal event verbatim (worker-security §9.5 rules).
+    async fn republish(&self, job: &Job) -> Result<()> {
+        let Some(event) = &job.pending_event else {
+            return Ok(());
+        };
+        if !job.status.is_terminal() {
+            return Err(ServiceError::conflict(
+                "refusing to publish a terminal event without a committed terminal state",
+            )
+            .retryable(false));
+        }
+        if event.status != job.status {
+            return Err(
+                ServiceError::conflict("pending event does not match the job status")
+                    .retryable(false),
+            );
+        }
+        self.publish_and_clear(&job.tenant_id, &job.id, event.status, &event.payload)
+            .await
+    }
+
+    /// One repair pass: republishes up to `limit` pending terminal events. Returns how
+    /// many were published; failures are logged and left for the next pass.
+    pub async fn repair_events(&self, limit: usize) -> Result<usize> {
+        let mut published = 0;
+        for job in self.jobs.list_pending_events(limit).await? {
+            match self.republish(&job).await {
+                Ok(()) => published += 1,
+                Err(e) => {
+                    warn!(job_id = %job.id, error = %e.log_detail(), "terminal event repair failed")
+                }
+            }
+        }
+        Ok(published)
+    }
+}

@@ -1,0 +1,455 @@
+//! The extraction pipeline on in-memory ports: results, events, redelivery, failures.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use fetcher_crypto::{KeyPurpose, KeyRing, MessageSigner, Opener};
+use fetcher_engine::memory::*;
+use fetcher_engine::*;
+use fetcher_service::memory::*;
+use fetcher_service::message;
+use fetcher_service::model::*;
+use fetcher_service::pipeline::*;
+use fetcher_service::ports::*;
+use fetcher_service::sink::SealedResultSink;
+
+const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+struct World {
+    pipeline: Pipeline,
+    jobs: Arc<MemoryJobStore>,
+    events: Arc<MemoryEventPublisher>,
+    objects: Arc<MemoryObjectStore>,
+    ring: Arc<KeyRing>,
+    factory: Arc<TemplateFactory>,
+}
+
+fn row(id: i64, name: &str) -> Row {
+    Row::from_pairs([("id", Value::Int(id)), ("name", Value::from(name))])
+}
+
+async fn world() -> World {
+    let ring = Arc::new(KeyRing::from_base64(KEY, "1").unwrap());
+    let keys: Arc<dyn KeyProvider> = Arc::new(StaticKeyProvider(ring.clone()));
+    let objects = MemoryObjectStore::new();
+    let registry = MemoryRegistry::new();
+    let factory = TemplateFactory::new(TemplateBehaviour {
+        rows: [(
+            "public.accounts".to_string(),
+            vec![row(1, "ada"), row(2, "grace <&>")],
+        )]
+        .into(),
+        schema: SchemaSnapshot {
+            config_name: String::new(),
+            tables: vec![TableSnapshot {
+                name: "public.accounts".into(),
+                fields: vec!["id".into(), "name".into()],
+            }],
+            captured_at: None,
+        },
+        ..Default::default()
+    });
+    registry.register("POSTGRESQL", factory.clone());
+    let store = MemoryConnectionStore::new();
+    let engine = Engine::builder()
+        .connector_registry(registry)
+        .connection_store(store.clone())
+        .result_sink(Arc::new(SealedResultSink::new(
+            objects.clone(),
+            keys.clone(),
+        )))
+        .build()
+        .unwrap();
+    let tenant = TenantContext::new("acme").unwrap();
+    let input = ConnectionInput {
+        config_name: "pg".into(),
+        datasource_type: "POSTGRESQL".into(),
+        ..Default::default()
+    };
+    engine
+        .create_connection(&Context::background(), &tenant, &input)
+        .await
+        .unwrap();
+    let jobs = MemoryJobStore::new();
+    let events = MemoryEventPublisher::new();
+    let pipeline = Pipeline {
+        engine,
+        jobs: jobs.clone(),
+        events: events.clone(),
+        objects: objects.clone(),
+        keys,
+        config: PipelineConfig {
+            lease: Duration::from_secs(60),
+            ..Default::default()
+        },
+    };
+    World {
+        pipeline,
+        jobs,
+        events,
+        objects,
+        ring,
+        factory,
+    }
+}
+
+async fn submit(w: &World, format: Option<ResultFormat>) -> (Job, QueueMessage) {
+    let mut req = JobRequest::default();
+    req.mapped_fields.insert(
+        "pg".into(),
+        [(
+            "public.accounts".to_string(),
+            vec!["id".to_string(), "name".to_string()],
+        )]
+        .into(),
+    );
+    req.metadata.insert("source".into(), "crm".into());
+    req.result_format = format;
+    let job = Job::new("acme", req, format!("hash-{}", uuid::Uuid::now_v7()));
+    assert_eq!(w.jobs.insert(&job).await.unwrap(), InsertOutcome::Created);
+    let signer = MessageSigner::from_ring(&w.ring, KeyPurpose::InternalHmac);
+    let msg = message::encode(&job, &signer, "req-1", message::unix_now());
+    (job, msg)
+}
+
+async fn open_v2(w: &World, path: &str, job_id: &str, hmac: &str) -> Vec<u8> {
+    let sealed = read_all(w.objects.as_ref(), path)
+        .await
+        .unwrap()
+        .expect("object stored");
+    let mut opener = Opener::new(&w.ring, job_id).expect_hmac(hmac);
+    let mut plain = Vec::new();
+    opener.update_into(&sealed, &mut plain).unwrap();
+    opener.finish().unwrap();
+    plain
+}
+
+const NDJSON: &str = "{\"config\":\"pg\",\"table\":\"public.accounts\",\"row\":{\"id\":1,\"name\":\"ada\"}}\n{\"config\":\"pg\",\"table\":\"public.accounts\",\"row\":{\"id\":2,\"name\":\"grace \\u003c\\u0026\\u003e\"}}\n";
+
+#[tokio::test]
+async fn a_job_completes_with_a_sealed_result_and_one_event() {
+    let w = world().await;
+    let (job, msg) = submit(&w, None).await;
+    let outcome = w.pipeline.handle(&msg).await;
+    let Outcome::Completed { rows, bytes, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!((rows, bytes), (2, NDJSON.len() as u64));
+
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Completed);
+    assert!(
+        stored.pending_event.is_none(),
+        "marker cleared after publishing"
+    );
+    let result = stored.result.unwrap();
+    assert_eq!(
+        result.path,
+        format!("acme/external-data/{}.ndjson.v2", job.id)
+    );
+    assert_eq!(
+        (result.format, result.row_count, result.size_bytes),
+        (ResultFormat::V2, 2, NDJSON.len() as u64)
+    );
+    let plain = open_v2(&w, &result.path, &job.id, &result.hmac).await;
+    assert_eq!(std::str::from_utf8(&plain).unwrap(), NDJSON);
+    let sha: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(NDJSON.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    assert_eq!(result.digest, sha);
+
+    let events = w.events.events();
+    assert_eq!(events.len(), 1);
+    let e = &events[0];
+    assert_eq!(e.id, format!("fetcher.job.completed.{}", job.id));
+    assert_eq!(
+        (e.detail_type.as_str(), e.tenant_id.as_str()),
+        ("job.completed", "acme")
+    );
+    let payload: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
+    assert_eq!(payload["jobId"], job.id.as_str());
+    assert_eq!(payload["status"], "completed");
+    assert_eq!(payload["metadata"], serde_json::json!({"source": "crm"}));
+    assert_eq!(payload["result"]["path"], result.path.as_str());
+    assert_eq!(payload["result"]["hmac"], result.hmac.as_str());
+    assert_eq!(
+        payload["result"]["integrity"],
+        serde_json::json!({"algorithm": "HMAC-SHA256", "signature": result.hmac})
+    );
+    assert_eq!(
+        payload["result"]["protection"],
+        serde_json::json!({"encrypted": true, "mode": "adapter-managed", "appliedBy": "adapter"})
+    );
+    assert_eq!(payload["result"]["rowCount"], 2);
+    assert_eq!(payload["result"]["format"], "json");
+    assert!(payload["completedAt"].as_str().unwrap().ends_with('Z'));
+    // Field order as the reference emits it.
+    let prefix = format!(
+        "{{\"jobId\":\"{}\",\"metadata\":{{\"source\":\"crm\"}},\"status\":\"completed\",\"result\":{{\"path\":",
+        job.id
+    );
+    assert!(e.payload.starts_with(&prefix), "{}", e.payload);
+    assert!(e.payload.contains("\"executionTimeMs\":") || e.payload.contains("},\"completedAt\":"));
+
+    // Redelivery: no second result, no second event.
+    let again = w.pipeline.handle(&msg).await;
+    assert!(matches!(again, Outcome::Skipped(_)), "{again:?}");
+    assert_eq!(w.events.events().len(), 1);
+    assert_eq!(
+        w.factory.build_count(),
+        2,
+        "planning + one run; the redelivery built nothing"
+    );
+}
+
+#[tokio::test]
+async fn v1_results_open_with_the_reference_procedure() {
+    let w = world().await;
+    let (job, msg) = submit(&w, Some(ResultFormat::V1)).await;
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Completed { .. }
+    ));
+    let result = w
+        .jobs
+        .get("acme", &job.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .result
+        .unwrap();
+    assert_eq!(result.path, format!("acme/external-data/{}.json", job.id));
+    let object = read_all(w.objects.as_ref(), &result.path)
+        .await
+        .unwrap()
+        .unwrap();
+    let plain = fetcher_crypto::open_v1(w.ring.current(), &object, &result.hmac).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&plain).unwrap();
+    assert_eq!(doc["pg"]["public.accounts"][1]["name"], "grace <&>");
+    assert!(
+        std::str::from_utf8(&plain)
+            .unwrap()
+            .starts_with("{\n  \"pg\": {")
+    );
+}
+
+#[tokio::test]
+async fn a_failing_extraction_fails_the_job_with_a_sanitised_error() {
+    let w = world().await;
+    w.factory.behaviour.lock().unwrap().fail_query = true;
+    let w = World {
+        pipeline: Pipeline {
+            config: PipelineConfig {
+                max_attempts: 1,
+                ..Default::default()
+            },
+            ..w.pipeline
+        },
+        ..w
+    };
+    let (job, msg2) = submit(&w, None).await;
+    let outcome = w.pipeline.handle(&msg2).await;
+    let Outcome::Failed { error, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(error, "engine: [unavailable] failed to query datasource");
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Failed);
+    assert_eq!(stored.error.as_deref(), Some(error.as_str()));
+    let events = w.events.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].id, format!("fetcher.job.failed.{}", job.id));
+    let payload: serde_json::Value = serde_json::from_str(&events[0].payload).unwrap();
+    assert_eq!(payload["metadata"]["error"]["message"], error.as_str());
+    assert_eq!(payload["metadata"]["source"], "crm");
+    assert!(payload.get("result").is_none() && payload.get("completedAt").is_none());
+    assert!(!events[0].payload.contains("hunter2") && !events[0].payload.contains("10.1.2.3"));
+    assert!(
+        w.objects.paths().is_empty(),
+        "nothing stored for a failed run"
+    );
+}
+
+#[tokio::test]
+async fn retryable_failures_release_the_claim_then_fail_after_max_attempts() {
+    let w = world().await;
+    w.factory.behaviour.lock().unwrap().fail_query = true;
+    let (job, msg) = submit(&w, None).await;
+    for attempt in 1..=2 {
+        let outcome = w.pipeline.handle(&msg).await;
+        assert!(outcome.should_retry(), "attempt {attempt}: {outcome:?}");
+        let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+        assert_eq!((j.status, j.attempts), (JobStatus::Pending, attempt));
+    }
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Failed { .. }
+    ));
+    assert_eq!(w.events.events().len(), 1);
+    // A non-retryable failure fails at once.
+    let (bad, msg) = {
+        let mut req = JobRequest::default();
+        req.mapped_fields.insert(
+            "pg".into(),
+            [("public.nope".to_string(), vec!["id".to_string()])].into(),
+        );
+        let job = Job::new("acme", req, "h2".into());
+        w.jobs.insert(&job).await.unwrap();
+        let signer = MessageSigner::from_ring(&w.ring, KeyPurpose::InternalHmac);
+        let m = message::encode(&job, &signer, "", message::unix_now());
+        (job, m)
+    };
+    let Outcome::Failed { error, .. } = w.pipeline.handle(&msg).await else {
+        panic!()
+    };
+    assert_eq!(
+        error,
+        "engine: [validation] extraction request failed schema validation"
+    );
+    assert_eq!(
+        w.jobs.get("acme", &bad.id).await.unwrap().unwrap().attempts,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_bad_signature_fails_the_job_without_a_retry_loop() {
+    let w = world().await;
+    let (job, mut msg) = submit(&w, None).await;
+    msg.headers
+        .insert("x-message-signature".into(), "00".repeat(32));
+    let outcome = w.pipeline.handle(&msg).await;
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    assert!(!outcome.should_retry());
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.status, stored.error.as_deref()),
+        (JobStatus::Failed, Some("invalid message signature"))
+    );
+    assert_eq!(w.factory.build_count(), 0, "nothing extracted");
+    // The same forged message again: skipped, no second event.
+    assert!(matches!(w.pipeline.handle(&msg).await, Outcome::Skipped(_)));
+    assert_eq!(w.events.events().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unpublished_event_is_republished_by_redelivery_or_repair() {
+    let w = world().await;
+    w.events.fail.store(true, Ordering::SeqCst);
+    let (job, msg) = submit(&w, None).await;
+    assert!(w.pipeline.handle(&msg).await.should_retry());
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.status,
+        JobStatus::Completed,
+        "the result is recorded"
+    );
+    let marker = stored.pending_event.clone().expect("marker kept");
+    w.events.fail.store(false, Ordering::SeqCst);
+    // Redelivery republishes the stored payload verbatim; extraction is not repeated.
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Skipped("terminal event republished")
+    ));
+    assert_eq!(w.events.events()[0].payload, marker.payload);
+    assert_eq!(w.factory.build_count(), 2);
+    assert!(
+        w.jobs
+            .get("acme", &job.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .pending_event
+            .is_none()
+    );
+
+    // The repair pass does the same for markers nobody redelivers.
+    w.events.fail.store(true, Ordering::SeqCst);
+    let (job2, msg2) = submit(&w, None).await;
+    assert!(w.pipeline.handle(&msg2).await.should_retry());
+    w.events.fail.store(false, Ordering::SeqCst);
+    assert_eq!(w.pipeline.repair_events(25).await.unwrap(), 1);
+    assert_eq!(w.pipeline.repair_events(25).await.unwrap(), 0);
+    assert_eq!(
+        w.events.events().last().unwrap().id,
+        format!("fetcher.job.completed.{}", job2.id)
+    );
+}
+
+#[tokio::test]
+async fn a_crashed_runs_lease_is_taken_over() {
+    let w = world().await;
+    let (job, msg) = submit(&w, None).await;
+    // Simulate a worker that claimed the job and died.
+    let long_ago = Timestamp::from_unix_nanos(Timestamp::now().unix_nanos() - 3_600_000_000_000);
+    assert!(matches!(
+        w.jobs
+            .claim("acme", &job.id, long_ago, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    let outcome = w.pipeline.handle(&msg).await;
+    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.attempts), (JobStatus::Completed, 2));
+
+    // A live lease held by someone else: come back later.
+    let (job2, msg2) = submit(&w, None).await;
+    assert!(matches!(
+        w.jobs
+            .claim("acme", &job2.id, Timestamp::now(), Duration::from_secs(600))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    assert!(w.pipeline.handle(&msg2).await.should_retry());
+}
+
+#[tokio::test]
+async fn unusable_messages() {
+    let w = world().await;
+    // Signed, but the body names a datasource with no tables: the job fails.
+    let mut req = JobRequest::default();
+    req.mapped_fields.insert("pg".into(), Default::default());
+    let job = Job::new("acme", req, "h".into());
+    w.jobs.insert(&job).await.unwrap();
+    let signer = MessageSigner::from_ring(&w.ring, KeyPurpose::InternalHmac);
+    let msg = message::encode(&job, &signer, "", message::unix_now());
+    let Outcome::Failed { error, .. } = w.pipeline.handle(&msg).await else {
+        panic!()
+    };
+    assert!(error.contains("FET-0053"));
+    // A message for an unknown job, and garbage: skipped.
+    let ghost = Job::new(
+        "acme",
+        JobRequest {
+            mapped_fields: job.request.mapped_fields.clone(),
+            ..Default::default()
+        },
+        "g".into(),
+    );
+    let mut ghost_req = ghost.clone();
+    ghost_req.request.mapped_fields.insert(
+        "pg".into(),
+        [("t".to_string(), vec!["id".to_string()])].into(),
+    );
+    let msg = message::encode(&ghost_req, &signer, "", message::unix_now());
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Skipped("job not found")
+    ));
+    let garbage = QueueMessage {
+        headers: Default::default(),
+        body: b"not json".to_vec(),
+    };
+    assert!(matches!(
+        w.pipeline.handle(&garbage).await,
+        Outcome::Skipped(_)
+    ));
+}
