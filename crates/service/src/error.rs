@@ -57,7 +57,12 @@ pub struct ServiceError {
 impl ServiceError {
     /// A new error; retryable iff the kind is `Unavailable`.
     pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
-        ServiceError { kind, retryable: kind == ErrorKind::Unavailable, message: message.into(), cause: None }
+        ServiceError {
+            kind,
+            retryable: kind == ErrorKind::Unavailable,
+            message: message.into(),
+            cause: None,
+        }
     }
 
     /// Keeps `cause` reachable (for logs) but never renders it.
@@ -107,7 +112,10 @@ impl ServiceError {
     /// The full cause chain, for logs (may hold adapter text; never send it to clients).
     pub fn log_detail(&self) -> String {
         let mut out = self.to_string();
-        let mut next = self.cause.as_deref().map(|c| c as &(dyn std::error::Error + 'static));
+        let mut next = self
+            .cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static));
         while let Some(c) = next {
             out.push_str(": ");
             out.push_str(&c.to_string());
@@ -125,13 +133,21 @@ impl fmt::Display for ServiceError {
 
 impl fmt::Debug for ServiceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ServiceError({}, retryable={}, {:?})", self.kind.as_str(), self.retryable, self.message)
+        write!(
+            f,
+            "ServiceError({}, retryable={}, {:?})",
+            self.kind.as_str(),
+            self.retryable,
+            self.message
+        )
     }
 }
 
 impl std::error::Error for ServiceError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.cause.as_deref().map(|c| c as &(dyn std::error::Error + 'static))
+        self.cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -150,15 +166,29 @@ impl From<EngineError> for ServiceError {
             Category::Canceled | Category::Internal => ErrorKind::Internal,
         };
         let retryable = e.is_retryable();
-        ServiceError { kind, retryable, message: e.to_string().into(), cause: Some(Box::new(e)) }
+        ServiceError {
+            kind,
+            retryable,
+            message: e.to_string().into(),
+            cause: Some(Box::new(e)),
+        }
     }
 }
 
 impl From<fetcher_crypto::Error> for ServiceError {
     fn from(e: fetcher_crypto::Error) -> Self {
         let retryable = e.is_retryable();
-        let kind = if retryable { ErrorKind::Unavailable } else { ErrorKind::Integrity };
-        ServiceError { kind, retryable, message: e.to_string().into(), cause: Some(Box::new(e)) }
+        let kind = if retryable {
+            ErrorKind::Unavailable
+        } else {
+            ErrorKind::Integrity
+        };
+        ServiceError {
+            kind,
+            retryable,
+            message: e.to_string().into(),
+            cause: Some(Box::new(e)),
+        }
     }
 }
 

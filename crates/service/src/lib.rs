@@ -10,6 +10,10 @@
 //! | [`ports`] | host ports: [`ports::JobStore`], [`ports::JobQueue`], [`ports::EventPublisher`], [`ports::RateLimiter`], [`ports::KeyProvider`], [`ports::ObjectStore`] |
 //! | [`model`] | the job record, result descriptor, terminal event and queue message |
 //! | [`message`] | the signed job message: encode on the API side, verify + parse on the worker side |
+//! | [`pipeline`] | the extraction pipeline: verify → claim → engine → seal → store → complete → publish, and the event repair pass |
+//! | [`sink`] | the engine's result sink: NDJSON sealed with v2 frames, streamed to an object store; v1 for the reference format |
+//! | [`credentials`] | the engine's credential protector over AES-256-GCM, and the connectors' credential source |
+//! | [`sanitize`] | error-text sanitisation for job records and events |
 //! | [`memory`] | in-memory implementations of every host port |
 //! | [`testing`] | conformance suites every host-port adapter passes (feature `testing`) |
 //! | [`error`] | [`ServiceError`]: kind, safe message, retryability |
@@ -21,11 +25,15 @@
 //! logs via [`ServiceError::log_detail`], never in an HTTP body or an event.
 //! [`ServiceError::is_retryable`] decides whether a queue message comes back.
 
+pub mod credentials;
 pub mod error;
 pub mod memory;
 pub mod message;
 pub mod model;
+pub mod pipeline;
 pub mod ports;
+pub mod sanitize;
+pub mod sink;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

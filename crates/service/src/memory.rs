@@ -48,10 +48,17 @@ impl MemoryJobStore {
         Ok(())
     }
 
-    fn with_job<T>(&self, tenant: &str, id: &str, f: impl FnOnce(&mut Job) -> Result<T>) -> Result<T> {
+    fn with_job<T>(
+        &self,
+        tenant: &str,
+        id: &str,
+        f: impl FnOnce(&mut Job) -> Result<T>,
+    ) -> Result<T> {
         self.check()?;
         let mut jobs = self.jobs.lock().unwrap();
-        let job = jobs.get_mut(&(tenant.to_owned(), id.to_owned())).ok_or_else(job_not_found)?;
+        let job = jobs
+            .get_mut(&(tenant.to_owned(), id.to_owned()))
+            .ok_or_else(job_not_found)?;
         f(job)
     }
 }
@@ -62,7 +69,11 @@ impl JobStore for MemoryJobStore {
             let mut jobs = self.jobs.lock().unwrap();
             let active = jobs
                 .values()
-                .filter(|j| j.tenant_id == job.tenant_id && j.request_hash == job.request_hash && j.status.is_active())
+                .filter(|j| {
+                    j.tenant_id == job.tenant_id
+                        && j.request_hash == job.request_hash
+                        && j.status.is_active()
+                })
                 .max_by_key(|j| j.created_at)
                 .cloned();
             match active {
@@ -77,34 +88,59 @@ impl JobStore for MemoryJobStore {
     }
 
     fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<Option<Job>>> {
-        let out = self.check().map(|()| self.jobs.lock().unwrap().get(&(tenant.to_owned(), id.to_owned())).cloned());
+        let out = self.check().map(|()| {
+            self.jobs
+                .lock()
+                .unwrap()
+                .get(&(tenant.to_owned(), id.to_owned()))
+                .cloned()
+        });
         ready(out)
     }
 
-    fn find_recent_by_hash<'a>(&'a self, tenant: &'a str, hash: &'a str, since: Timestamp) -> BoxFuture<'a, Result<Option<Job>>> {
+    fn find_recent_by_hash<'a>(
+        &'a self,
+        tenant: &'a str,
+        hash: &'a str,
+        since: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<Job>>> {
         let out = self.check().map(|()| {
             self.jobs
                 .lock()
                 .unwrap()
                 .values()
-                .filter(|j| j.tenant_id == tenant && j.request_hash == hash && j.created_at >= since)
+                .filter(|j| {
+                    j.tenant_id == tenant && j.request_hash == hash && j.created_at >= since
+                })
                 .max_by_key(|j| j.created_at)
                 .cloned()
         });
         ready(out)
     }
 
-    fn claim<'a>(&'a self, tenant: &'a str, id: &'a str, now: Timestamp, lease: Duration) -> BoxFuture<'a, Result<ClaimOutcome>> {
+    fn claim<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        now: Timestamp,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<ClaimOutcome>> {
         let out = self.check().map(|()| {
             let mut jobs = self.jobs.lock().unwrap();
-            let Some(job) = jobs.get_mut(&(tenant.to_owned(), id.to_owned())) else { return ClaimOutcome::NotFound };
-            let expired = job.status == JobStatus::Processing && job.lease_expires_at.is_none_or(|l| l <= now);
+            let Some(job) = jobs.get_mut(&(tenant.to_owned(), id.to_owned())) else {
+                return ClaimOutcome::NotFound;
+            };
+            let expired = job.status == JobStatus::Processing
+                && job.lease_expires_at.is_none_or(|l| l <= now);
             if job.status == JobStatus::Pending || expired {
                 job.status = JobStatus::Processing;
                 job.attempts += 1;
                 job.lease_expires_at = Some(add(now, lease));
                 job.completed_at = None;
-                ClaimOutcome::Claimed { job: Box::new(job.clone()), token: job.attempts }
+                ClaimOutcome::Claimed {
+                    job: Box::new(job.clone()),
+                    token: job.attempts,
+                }
             } else {
                 ClaimOutcome::NotClaimable(Box::new(job.clone()))
             }
@@ -112,7 +148,13 @@ impl JobStore for MemoryJobStore {
         ready(out)
     }
 
-    fn renew<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32, until: Timestamp) -> BoxFuture<'a, Result<()>> {
+    fn renew<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: u32,
+        until: Timestamp,
+    ) -> BoxFuture<'a, Result<()>> {
         ready(self.with_job(tenant, id, |job| {
             if job.status != JobStatus::Processing || job.attempts != token {
                 return Err(lost_claim());
@@ -122,7 +164,15 @@ impl JobStore for MemoryJobStore {
         }))
     }
 
-    fn complete<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32, result: &'a JobResult, event: &'a PendingEvent, at: Timestamp) -> BoxFuture<'a, Result<()>> {
+    fn complete<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: u32,
+        result: &'a JobResult,
+        event: &'a PendingEvent,
+        at: Timestamp,
+    ) -> BoxFuture<'a, Result<()>> {
         ready(self.with_job(tenant, id, |job| {
             if job.status != JobStatus::Processing || job.attempts != token {
                 return Err(lost_claim());
@@ -136,7 +186,15 @@ impl JobStore for MemoryJobStore {
         }))
     }
 
-    fn fail<'a>(&'a self, tenant: &'a str, id: &'a str, token: Option<u32>, error: &'a str, event: &'a PendingEvent, at: Timestamp) -> BoxFuture<'a, Result<()>> {
+    fn fail<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: Option<u32>,
+        error: &'a str,
+        event: &'a PendingEvent,
+        at: Timestamp,
+    ) -> BoxFuture<'a, Result<()>> {
         ready(self.with_job(tenant, id, |job| {
             let holds = match token {
                 Some(t) => job.status == JobStatus::Processing && job.attempts == t,
@@ -154,7 +212,12 @@ impl JobStore for MemoryJobStore {
         }))
     }
 
-    fn release<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32) -> BoxFuture<'a, Result<()>> {
+    fn release<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: u32,
+    ) -> BoxFuture<'a, Result<()>> {
         ready(self.with_job(tenant, id, |job| {
             if job.status != JobStatus::Processing || job.attempts != token {
                 return Err(lost_claim());
@@ -165,7 +228,11 @@ impl JobStore for MemoryJobStore {
         }))
     }
 
-    fn clear_pending_event<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<()>> {
+    fn clear_pending_event<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
         ready(self.with_job(tenant, id, |job| {
             job.pending_event = None;
             Ok(())
@@ -189,20 +256,31 @@ impl JobStore for MemoryJobStore {
         ready(out)
     }
 
-    fn has_active_jobs<'a>(&'a self, tenant: &'a str, config_name: &'a str) -> BoxFuture<'a, Result<bool>> {
+    fn has_active_jobs<'a>(
+        &'a self,
+        tenant: &'a str,
+        config_name: &'a str,
+    ) -> BoxFuture<'a, Result<bool>> {
         let out = self.check().map(|()| {
-            self.jobs
-                .lock()
-                .unwrap()
-                .values()
-                .any(|j| j.tenant_id == tenant && j.status.is_active() && j.request.mapped_fields.contains_key(config_name))
+            self.jobs.lock().unwrap().values().any(|j| {
+                j.tenant_id == tenant
+                    && j.status.is_active()
+                    && j.request.mapped_fields.contains_key(config_name)
+            })
         });
         ready(out)
     }
 
     fn list_pending<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
         let out = self.check().map(|()| {
-            let mut v: Vec<Job> = self.jobs.lock().unwrap().values().filter(|j| j.status == JobStatus::Pending).cloned().collect();
+            let mut v: Vec<Job> = self
+                .jobs
+                .lock()
+                .unwrap()
+                .values()
+                .filter(|j| j.status == JobStatus::Pending)
+                .cloned()
+                .collect();
             v.sort_by_key(|j| j.created_at);
             v.truncate(limit);
             v
@@ -222,7 +300,12 @@ pub struct MemoryJobQueue {
 impl Default for MemoryJobQueue {
     fn default() -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        MemoryJobQueue { tx, rx: Mutex::new(Some(rx)), fail: AtomicBool::new(false), sent: Mutex::default() }
+        MemoryJobQueue {
+            tx,
+            rx: Mutex::new(Some(rx)),
+            fail: AtomicBool::new(false),
+            sent: Mutex::default(),
+        }
     }
 }
 
@@ -293,7 +376,12 @@ impl MemoryRateLimiter {
 }
 
 impl RateLimiter for MemoryRateLimiter {
-    fn hit<'a>(&'a self, key: &'a str, limit: u32, window: Duration) -> BoxFuture<'a, Result<RateDecision>> {
+    fn hit<'a>(
+        &'a self,
+        key: &'a str,
+        limit: u32,
+        window: Duration,
+    ) -> BoxFuture<'a, Result<RateDecision>> {
         let now = Instant::now();
         let mut windows = self.windows.lock().unwrap();
         let entry = windows.entry(key.to_owned()).or_insert((now, 0));
@@ -302,8 +390,15 @@ impl RateLimiter for MemoryRateLimiter {
         }
         entry.1 += 1;
         let allowed = entry.1 <= limit;
-        let retry_after = if allowed { Duration::ZERO } else { window.saturating_sub(now.duration_since(entry.0)) };
-        ready(Ok(RateDecision { allowed, retry_after }))
+        let retry_after = if allowed {
+            Duration::ZERO
+        } else {
+            window.saturating_sub(now.duration_since(entry.0))
+        };
+        ready(Ok(RateDecision {
+            allowed,
+            retry_after,
+        }))
     }
 }
 
@@ -346,7 +441,10 @@ impl ObjectWriter for MemoryObjectWriter {
 
     fn finish(self: Box<Self>) -> BoxFuture<'static, Result<u64>> {
         let len = self.buf.len() as u64;
-        self.objects.lock().unwrap().insert(self.path, Arc::new(self.buf));
+        self.objects
+            .lock()
+            .unwrap()
+            .insert(self.path, Arc::new(self.buf));
         ready(Ok(len))
     }
 
@@ -377,19 +475,20 @@ impl ObjectReader for MemoryObjectReader {
 impl ObjectStore for MemoryObjectStore {
     fn put<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Box<dyn ObjectWriter>>> {
         let out = validate_path(path).map(|()| {
-            Box::new(MemoryObjectWriter { path: path.to_owned(), buf: Vec::new(), objects: self.objects.clone() }) as Box<dyn ObjectWriter>
+            Box::new(MemoryObjectWriter {
+                path: path.to_owned(),
+                buf: Vec::new(),
+                objects: self.objects.clone(),
+            }) as Box<dyn ObjectWriter>
         });
         ready(out)
     }
 
     fn get<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Option<Box<dyn ObjectReader>>>> {
         let out = validate_path(path).map(|()| {
-            self.objects
-                .lock()
-                .unwrap()
-                .get(path)
-                .cloned()
-                .map(|data| Box::new(MemoryObjectReader { data, offset: 0 }) as Box<dyn ObjectReader>)
+            self.objects.lock().unwrap().get(path).cloned().map(|data| {
+                Box::new(MemoryObjectReader { data, offset: 0 }) as Box<dyn ObjectReader>
+            })
         });
         ready(out)
     }
@@ -402,7 +501,13 @@ impl ObjectStore for MemoryObjectStore {
     }
 
     fn head<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Option<u64>>> {
-        let out = validate_path(path).map(|()| self.objects.lock().unwrap().get(path).map(|d| d.len() as u64));
+        let out = validate_path(path).map(|()| {
+            self.objects
+                .lock()
+                .unwrap()
+                .get(path)
+                .map(|d| d.len() as u64)
+        });
         ready(out)
     }
 }

@@ -26,7 +26,14 @@ impl JobStatus {
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Pending, Self::Processing, Self::Completed, Self::Failed].into_iter().find(|v| v.as_str() == s)
+        [
+            Self::Pending,
+            Self::Processing,
+            Self::Completed,
+            Self::Failed,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
     }
 
     pub fn is_terminal(self) -> bool {

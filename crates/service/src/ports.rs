@@ -28,7 +28,10 @@ pub enum InsertOutcome {
 pub enum ClaimOutcome {
     /// The job is now `processing` under a lease; `token` must accompany the terminal
     /// write, so a worker whose lease was taken over cannot complete the job.
-    Claimed { job: Box<Job>, token: u32 },
+    Claimed {
+        job: Box<Job>,
+        token: u32,
+    },
     /// Someone else holds a live lease, or the job is terminal: nothing to do.
     NotClaimable(Box<Job>),
     NotFound,
@@ -43,35 +46,74 @@ pub trait JobStore: Send + Sync {
     fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<Option<Job>>>;
 
     /// The most recent job (by creation time) with this hash created at or after `since`.
-    fn find_recent_by_hash<'a>(&'a self, tenant: &'a str, hash: &'a str, since: Timestamp) -> BoxFuture<'a, Result<Option<Job>>>;
+    fn find_recent_by_hash<'a>(
+        &'a self,
+        tenant: &'a str,
+        hash: &'a str,
+        since: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<Job>>>;
 
     /// `pending → processing` (or takes over a `processing` job whose lease expired at
     /// `now`), with a lease until `now + lease`.
-    fn claim<'a>(&'a self, tenant: &'a str, id: &'a str, now: Timestamp, lease: Duration) -> BoxFuture<'a, Result<ClaimOutcome>>;
+    fn claim<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        now: Timestamp,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<ClaimOutcome>>;
 
     /// Extends a live claim (heartbeat). Fails with `Conflict` if the claim was lost.
-    fn renew<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32, until: Timestamp) -> BoxFuture<'a, Result<()>>;
+    fn renew<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: u32,
+        until: Timestamp,
+    ) -> BoxFuture<'a, Result<()>>;
 
     /// `processing → completed` with the result and the pending event, in one write,
     /// only while `token` still holds the claim (`Conflict` otherwise).
-    fn complete<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32, result: &'a JobResult, event: &'a PendingEvent, at: Timestamp) -> BoxFuture<'a, Result<()>>;
+    fn complete<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: u32,
+        result: &'a JobResult,
+        event: &'a PendingEvent,
+        at: Timestamp,
+    ) -> BoxFuture<'a, Result<()>>;
 
     /// `pending|processing → failed` with the sanitised error and the pending event, in
     /// one write. With `token`, only while that claim holds; without, only from `pending`
     /// (a message that failed before it could claim). `Conflict` when the condition fails.
-    fn fail<'a>(&'a self, tenant: &'a str, id: &'a str, token: Option<u32>, error: &'a str, event: &'a PendingEvent, at: Timestamp) -> BoxFuture<'a, Result<()>>;
+    fn fail<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: Option<u32>,
+        error: &'a str,
+        event: &'a PendingEvent,
+        at: Timestamp,
+    ) -> BoxFuture<'a, Result<()>>;
 
     /// `processing → pending`, giving a claim back (graceful shutdown).
-    fn release<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32) -> BoxFuture<'a, Result<()>>;
+    fn release<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32)
+    -> BoxFuture<'a, Result<()>>;
 
     /// Removes the pending-event marker once the event is published.
-    fn clear_pending_event<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<()>>;
+    fn clear_pending_event<'a>(&'a self, tenant: &'a str, id: &'a str)
+    -> BoxFuture<'a, Result<()>>;
 
     /// Terminal jobs whose event is still pending, oldest first, across tenants.
     fn list_pending_events<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>>;
 
     /// Pending or processing jobs of this tenant that read `config_name`.
-    fn has_active_jobs<'a>(&'a self, tenant: &'a str, config_name: &'a str) -> BoxFuture<'a, Result<bool>>;
+    fn has_active_jobs<'a>(
+        &'a self,
+        tenant: &'a str,
+        config_name: &'a str,
+    ) -> BoxFuture<'a, Result<bool>>;
 
     /// Pending jobs (any tenant) created before `before`, oldest first: the in-process
     /// queue re-enqueues them after a restart.
@@ -100,7 +142,12 @@ pub struct RateDecision {
 
 /// Fixed-window counters: at most `limit` hits per `window` per key.
 pub trait RateLimiter: Send + Sync {
-    fn hit<'a>(&'a self, key: &'a str, limit: u32, window: Duration) -> BoxFuture<'a, Result<RateDecision>>;
+    fn hit<'a>(
+        &'a self,
+        key: &'a str,
+        limit: u32,
+        window: Duration,
+    ) -> BoxFuture<'a, Result<RateDecision>>;
 }
 
 /// The key ring, loaded once and cached (env key on `serve`, KMS + Secrets Manager on AWS).
@@ -142,7 +189,9 @@ pub trait ObjectReader: Send {
 
 /// Reads a whole object (small objects and tests only).
 pub async fn read_all(store: &dyn ObjectStore, path: &str) -> Result<Option<Vec<u8>>> {
-    let Some(mut r) = store.get(path).await? else { return Ok(None) };
+    let Some(mut r) = store.get(path).await? else {
+        return Ok(None);
+    };
     let mut out = Vec::new();
     while let Some(chunk) = r.next_chunk().await? {
         out.extend_from_slice(&chunk);
@@ -157,9 +206,13 @@ pub fn validate_path(path: &str) -> Result<()> {
         || path.starts_with('/')
         || path.contains('\\')
         || path.chars().any(char::is_control)
-        || path.split('/').any(|s| s.is_empty() || s == "." || s == "..");
+        || path
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..");
     if bad {
-        return Err(crate::error::ServiceError::validation("invalid object path"));
+        return Err(crate::error::ServiceError::validation(
+            "invalid object path",
+        ));
     }
     Ok(())
 }
