@@ -186,7 +186,13 @@ mod tests {
 
     #[test]
     fn system_tables() {
-        for t in ["pg_catalog", "pg_toast", "pg_temp_1", "information_schema", "pg_audit"] {
+        for t in [
+            "pg_catalog",
+            "pg_toast",
+            "pg_temp_1",
+            "information_schema",
+            "pg_audit",
+        ] {
             assert!(is_system_table(Dialect::Postgres, t), "{t}");
         }
         assert!(!is_system_table(Dialect::Postgres, "users"));

@@ -43,12 +43,14 @@ impl StaticCredentials {
     }
 
     pub fn with(mut self, config_name: &str, password: impl Into<Secret>) -> Self {
-        self.by_config.insert(config_name.to_owned(), password.into());
+        self.by_config
+            .insert(config_name.to_owned(), password.into());
         self
     }
 
     pub fn insert(&mut self, config_name: &str, password: impl Into<Secret>) {
-        self.by_config.insert(config_name.to_owned(), password.into());
+        self.by_config
+            .insert(config_name.to_owned(), password.into());
     }
 }
 
@@ -59,7 +61,11 @@ impl CredentialSource for StaticCredentials {
         _tenant: &'a TenantContext,
         d: &'a ConnectionDescriptor,
     ) -> BoxFuture<'a, Result<Secret>> {
-        let s = self.by_config.get(&d.config_name).cloned().unwrap_or_default();
+        let s = self
+            .by_config
+            .get(&d.config_name)
+            .cloned()
+            .unwrap_or_default();
         Box::pin(async move { Ok(s) })
     }
 }
@@ -78,7 +84,11 @@ pub struct SqlConnectorFactory {
 }
 
 impl SqlConnectorFactory {
-    pub fn new(dialect: Dialect, credentials: Arc<dyn CredentialSource>, policy: HostPolicy) -> Self {
+    pub fn new(
+        dialect: Dialect,
+        credentials: Arc<dyn CredentialSource>,
+        policy: HostPolicy,
+    ) -> Self {
         SqlConnectorFactory {
             dialect,
             credentials,
@@ -113,7 +123,10 @@ impl SqlConnectorFactory {
         self.policy.precheck(d)?;
         let password = self.credentials.password(ctx, tenant, d).await?;
         if password.expose_str().is_none() {
-            return Err(EngineError::new(Category::Validation, msg::PASSWORD_NOT_UTF8));
+            return Err(EngineError::new(
+                Category::Validation,
+                msg::PASSWORD_NOT_UTF8,
+            ));
         }
         Ok(SqlConnector {
             dialect: self.dialect,
@@ -153,7 +166,11 @@ impl SqlRegistry {
             .map(|d| {
                 (
                     d.type_string(),
-                    Arc::new(SqlConnectorFactory::new(d, credentials.clone(), policy.clone())),
+                    Arc::new(SqlConnectorFactory::new(
+                        d,
+                        credentials.clone(),
+                        policy.clone(),
+                    )),
                 )
             })
             .collect();
@@ -290,13 +307,13 @@ impl SqlConnector {
                 .fetch_one(c)
                 .await
                 .map_err(error::query_failed),
-                Conn::My(c) => sqlx::query_as::<_, (String, String)>(
-                    "SHOW SESSION STATUS LIKE 'Ssl_cipher'",
-                )
-                .fetch_optional(c)
-                .await
-                .map(|r| r.is_some_and(|(_, v)| !v.is_empty()))
-                .map_err(error::query_failed),
+                Conn::My(c) => {
+                    sqlx::query_as::<_, (String, String)>("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+                        .fetch_optional(c)
+                        .await
+                        .map(|r| r.is_some_and(|(_, v)| !v.is_empty()))
+                        .map_err(error::query_failed)
+                }
                 Conn::Lite(_) => Ok(false),
             }
         };
@@ -309,7 +326,11 @@ impl SqlConnector {
     }
 
     /// Plans the request without running it (validation only). Connects and discovers.
-    pub async fn plan(&mut self, ctx: &Context, request: &ExtractionRequest) -> Result<Vec<query::TablePlan>> {
+    pub async fn plan(
+        &mut self,
+        ctx: &Context,
+        request: &ExtractionRequest,
+    ) -> Result<Vec<query::TablePlan>> {
         self.load_catalog(ctx).await?;
         query::plan(
             self.dialect,
@@ -340,10 +361,10 @@ impl Connector for SqlConnector {
                 connect_timeout,
             )
             .await;
-            if pinged.is_err() {
-                if let Some(c) = self.conn.take() {
-                    c.close().await;
-                }
+            if pinged.is_err()
+                && let Some(c) = self.conn.take()
+            {
+                c.close().await;
             }
             pinged
         })

@@ -80,7 +80,11 @@ where
         .filter(|p| p.len() > "DATASOURCE".len())
         .collect();
     for prefix in prefixes {
-        let get = |suffix: &str| vars.get(&format!("{prefix}_{suffix}")).cloned().unwrap_or_default();
+        let get = |suffix: &str| {
+            vars.get(&format!("{prefix}_{suffix}"))
+                .cloned()
+                .unwrap_or_default()
+        };
         let mut warn = |what: &str| out.warnings.push(format!("{prefix}: {what}"));
         let config = get("CONFIG_NAME");
         if config.is_empty() || !registry.contains(&config.as_str()) {
@@ -110,10 +114,10 @@ where
         };
         let mut attrs = BTreeMap::new();
         for pair in get("OPTIONS").split('&') {
-            if let Some((k, v)) = pair.split_once('=') {
-                if !k.is_empty() {
-                    attrs.insert(k.to_owned(), serde_json::Value::String(v.to_owned()));
-                }
+            if let Some((k, v)) = pair.split_once('=')
+                && !k.is_empty()
+            {
+                attrs.insert(k.to_owned(), serde_json::Value::String(v.to_owned()));
             }
         }
         let ssl_mode = get("SSLMODE");
@@ -128,7 +132,9 @@ where
                 attrs.insert(ssl::SSL_ROOT_CERT_KEY.into(), serde_json::Value::String(ca));
             }
             ssl_cert = Some(get("SSL_CERT")).filter(|s| !s.is_empty());
-            ssl_key = Some(get("SSL_KEY")).filter(|s| !s.is_empty()).map(Secret::from);
+            ssl_key = Some(get("SSL_KEY"))
+                .filter(|s| !s.is_empty())
+                .map(Secret::from);
         }
         if out.datasources.contains_key(&config) {
             warn("duplicate config name, skipped");

@@ -69,7 +69,9 @@ pub fn validation(m: &'static str) -> EngineError {
 
 pub fn from_done(d: Done) -> EngineError {
     match d {
-        Done::DeadlineExceeded => EngineError::new(Category::Timeout, "execution exceeded its deadline"),
+        Done::DeadlineExceeded => {
+            EngineError::new(Category::Timeout, "execution exceeded its deadline")
+        }
         Done::Canceled => EngineError::new(Category::Canceled, "execution canceled"),
     }
 }

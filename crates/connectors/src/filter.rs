@@ -140,10 +140,8 @@ pub fn build_where(dialect: Dialect, table: &TableInfo, filters: Option<&J>) -> 
                 "between" => {
                     arity(2)?;
                     let lo = typed(&mut b, column.kind, &values[0])?;
-                    let whole_day = matches!(
-                        column.kind,
-                        Kind::Timestamp | Kind::TimestampTz
-                    ) && matches!(&values[1], J::String(s) if s.len() == 10);
+                    let whole_day = matches!(column.kind, Kind::Timestamp | Kind::TimestampTz)
+                        && matches!(&values[1], J::String(s) if s.len() == 10);
                     if whole_day {
                         // Validate as a date, then compare against the next midnight.
                         let J::String(end) = &values[1] else {
@@ -154,7 +152,9 @@ pub fn build_where(dialect: Dialect, table: &TableInfo, filters: Option<&J>) -> 
                         let p = b.param(Bind::Text(d.date_text()), None);
                         let next = match dialect {
                             Dialect::Postgres => format!("(CAST({p} AS date) + 1)"),
-                            Dialect::MySql => format!("DATE_ADD(CAST({p} AS DATE), INTERVAL 1 DAY)"),
+                            Dialect::MySql => {
+                                format!("DATE_ADD(CAST({p} AS DATE), INTERVAL 1 DAY)")
+                            }
                             Dialect::Sqlite => format!("date({p}, '+1 day')"),
                         };
                         parts.push(format!("{col} >= {lo} AND {col} < {next}"));
@@ -190,7 +190,13 @@ pub fn build_where(dialect: Dialect, table: &TableInfo, filters: Option<&J>) -> 
 }
 
 /// `eq`/`in` (`negate = false`) and `ne`/`nin` (`negate = true`).
-fn membership(b: &mut Builder<'_>, col: &str, kind: Kind, values: &[J], negate: bool) -> Result<String> {
+fn membership(
+    b: &mut Builder<'_>,
+    col: &str,
+    kind: Kind,
+    values: &[J],
+    negate: bool,
+) -> Result<String> {
     let has_null = values.iter().any(J::is_null);
     let mut params = Vec::new();
     for v in values.iter().filter(|v| !v.is_null()) {
@@ -198,7 +204,11 @@ fn membership(b: &mut Builder<'_>, col: &str, kind: Kind, values: &[J], negate: 
     }
     let list = match params.len() {
         0 => None,
-        1 => Some(format!("{col} {} {}", if negate { "<>" } else { "=" }, params[0])),
+        1 => Some(format!(
+            "{col} {} {}",
+            if negate { "<>" } else { "=" },
+            params[0]
+        )),
         _ => Some(format!(
             "{col} {}IN ({})",
             if negate { "NOT " } else { "" },
@@ -289,11 +299,19 @@ fn typed(b: &mut Builder<'_>, kind: Kind, v: &J) -> Result<String> {
                     b.param(Bind::Text(s.clone()), Some(cast))
                 }
                 Dialect::MySql => {
-                    let cast = if kind == Kind::Date { "DATE" } else { "DATETIME(6)" };
+                    let cast = if kind == Kind::Date {
+                        "DATE"
+                    } else {
+                        "DATETIME(6)"
+                    };
                     b.param(Bind::Text(d.utc_text()), Some(cast))
                 }
                 Dialect::Sqlite => {
-                    let text = if d.time.is_none() { d.date_text() } else { d.utc_text() };
+                    let text = if d.time.is_none() {
+                        d.date_text()
+                    } else {
+                        d.utc_text()
+                    };
                     b.param(Bind::Text(text), None)
                 }
             }
@@ -403,7 +421,8 @@ pub fn parse_datetime(s: &str) -> Option<FilterDateTime> {
         return None;
     }
     let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-    let month_len = crate::values::days_from_civil(ny, nm, 1) - crate::values::days_from_civil(y, m, 1);
+    let month_len =
+        crate::values::days_from_civil(ny, nm, 1) - crate::values::days_from_civil(y, m, 1);
     if d as i64 > month_len {
         return None;
     }
@@ -495,9 +514,16 @@ mod tests {
         assert_eq!(w.binds.len(), 15);
         assert_eq!(w.binds[0], Bind::Text("1".into()));
         assert_eq!(w.binds[4], Bind::I64(1));
-        let my = build_where(Dialect::MySql, &table(), Some(&json!({"name": {"eq": ["a", null]}})))
-            .unwrap();
-        assert_eq!(my.sql, "(`name` IN (?) OR `name` IS NULL)".replace("IN (?)", "= ?"));
+        let my = build_where(
+            Dialect::MySql,
+            &table(),
+            Some(&json!({"name": {"eq": ["a", null]}})),
+        )
+        .unwrap();
+        assert_eq!(
+            my.sql,
+            "(`name` IN (?) OR `name` IS NULL)".replace("IN (?)", "= ?")
+        );
     }
 
     #[test]
@@ -536,9 +562,17 @@ mod tests {
         let d = parse_datetime("2024-01-31T23:00:00.5-02:00").unwrap();
         assert_eq!(d.utc_text(), "2024-02-01 01:00:00.500000");
         assert_eq!(parse_datetime("2024-01-31").unwrap().time, None);
-        for bad in ["2024-1-31", "2024-13-01", "20240131", "2024-01-31X10:00", "2024-01-31T25:00"] {
+        for bad in [
+            "2024-1-31",
+            "2024-13-01",
+            "20240131",
+            "2024-01-31X10:00",
+            "2024-01-31T25:00",
+        ] {
             assert!(parse_datetime(bad).is_none(), "{bad}");
         }
-        assert!(is_decimal("-1.50") && is_decimal("1e10") && !is_decimal("1.") && !is_decimal("abc"));
+        assert!(
+            is_decimal("-1.50") && is_decimal("1e10") && !is_decimal("1.") && !is_decimal("abc")
+        );
     }
 }

@@ -216,12 +216,20 @@ pub fn is_blocked_hostname(host: &str) -> bool {
 }
 
 fn v4_in(ip: Ipv4Addr, net: [u8; 4], bits: u32) -> bool {
-    let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+    let mask = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
     (u32::from(ip) & mask) == (u32::from(Ipv4Addr::from(net)) & mask)
 }
 
 fn v6_in(ip: Ipv6Addr, net: Ipv6Addr, bits: u32) -> bool {
-    let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
+    let mask = if bits == 0 {
+        0
+    } else {
+        u128::MAX << (128 - bits)
+    };
     (u128::from(ip) & mask) == (u128::from(net) & mask)
 }
 
@@ -291,7 +299,10 @@ pub fn is_rfc952_hostname(h: &str) -> bool {
     if b.len() < 2 || !b[0].is_ascii_alphabetic() || !b[b.len() - 1].is_ascii_alphanumeric() {
         return false;
     }
-    if !b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.') {
+    if !b
+        .iter()
+        .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.')
+    {
         return false;
     }
     b[1] != b'.' && !h.contains("..")
@@ -305,12 +316,11 @@ pub fn validate_host_input(host: &str, multi_tenant: bool) -> Result<()> {
     if ip.is_none() && !is_rfc952_hostname(host) {
         return Err(EngineError::new(Category::Validation, msg::HOST_FORMAT));
     }
-    if multi_tenant {
-        if let Ok(ip) = host.trim().parse::<IpAddr>() {
-            if is_blocked_ip(ip) {
-                return Err(error::forbidden_host());
-            }
-        }
+    if multi_tenant
+        && let Ok(ip) = host.trim().parse::<IpAddr>()
+        && is_blocked_ip(ip)
+    {
+        return Err(error::forbidden_host());
     }
     Ok(())
 }

@@ -51,11 +51,7 @@ fn kind_of(data_type: &str, column_type: &str) -> Kind {
     let unsigned = column_type.contains("unsigned");
     match data_type {
         "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" | "year" => {
-            if unsigned {
-                Kind::UInt
-            } else {
-                Kind::Int
-            }
+            if unsigned { Kind::UInt } else { Kind::Int }
         }
         "float" | "double" | "real" => Kind::Float,
         "decimal" | "numeric" => Kind::Decimal,
@@ -127,9 +123,15 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
     for r in columns {
         let get = |i| r.try_get::<String, _>(i).map_err(discover_failed);
         let (table, column, data_type, column_type) = (get(0)?, get(1)?, get(2)?, get(3)?);
-        let Some(t) = by_table.get_mut(&table) else { continue };
+        let Some(t) = by_table.get_mut(&table) else {
+            continue;
+        };
         let mut kind = kind_of(&data_type, &column_type);
-        if kind == Kind::Text && json_checks.iter().any(|(jt, jc)| *jt == table && *jc == column) {
+        if kind == Kind::Text
+            && json_checks
+                .iter()
+                .any(|(jt, jc)| *jt == table && *jc == column)
+        {
             kind = Kind::Json;
         }
         t.columns.push(ColumnInfo {
@@ -212,7 +214,11 @@ fn temporal(kind: Kind, b: &[u8]) -> Option<String> {
             (0, 0, 0, 0, 0, 0, 0)
         } else {
             let y = u16::from_le_bytes(p.get(0..2)?.try_into().ok()?) as u32;
-            let (h, mi, s) = if len >= 7 { (p[4], p[5], p[6]) } else { (0, 0, 0) };
+            let (h, mi, s) = if len >= 7 {
+                (p[4], p[5], p[6])
+            } else {
+                (0, 0, 0)
+            };
             let us = if len >= 11 {
                 u32::from_le_bytes(p.get(7..11)?.try_into().ok()?)
             } else {
@@ -357,7 +363,10 @@ mod tests {
             temporal(Kind::Timestamp, &bin).unwrap(),
             "2024-04-05T09:00:01.000007Z"
         );
-        assert_eq!(temporal(Kind::Time, b"-838:59:59").unwrap(), "-838:59:59.000000");
+        assert_eq!(
+            temporal(Kind::Time, b"-838:59:59").unwrap(),
+            "-838:59:59.000000"
+        );
         let mut t = vec![8u8, 1];
         t.extend(1u32.to_le_bytes());
         t.extend([2, 3, 4]);

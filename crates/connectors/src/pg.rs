@@ -215,7 +215,10 @@ async fn stream_table(
         }
         let mut stream = q.fetch(&mut *conn);
         while let Some(row) = stream.try_next().await.map_err(query_failed)? {
-            rows.push(ERow::new(plan.columns.clone(), decode_row(&row, &decoders)?));
+            rows.push(ERow::new(
+                plan.columns.clone(),
+                decode_row(&row, &decoders)?,
+            ));
             if rows.len() >= BATCH_ROWS && !send(tx, plan, &mut rows).await {
                 return Ok(false);
             }

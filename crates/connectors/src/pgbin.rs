@@ -192,7 +192,11 @@ fn array(b: &[u8]) -> R<Value> {
         dims.push(usize::try_from(len).map_err(|_| DecodeError)?);
         pos += 8;
     }
-    let total: usize = if dims.is_empty() { 0 } else { dims.iter().product() };
+    let total: usize = if dims.is_empty() {
+        0
+    } else {
+        dims.iter().product()
+    };
     let mut flat = Vec::with_capacity(total);
     for _ in 0..total {
         let len = i32::from_be_bytes(be(b.get(pos..).ok_or(DecodeError)?)?);
@@ -208,7 +212,7 @@ fn array(b: &[u8]) -> R<Value> {
     fn nest(dims: &[usize], it: &mut std::vec::IntoIter<Value>) -> Value {
         match dims.split_first() {
             None => it.next().unwrap_or(Value::Null),
-            Some((&n, rest)) if rest.is_empty() => Value::List(it.take(n).collect()),
+            Some((&n, [])) => Value::List(it.take(n).collect()),
             Some((&n, rest)) => Value::List((0..n).map(|_| nest(rest, it)).collect()),
         }
     }
@@ -372,11 +376,7 @@ impl CopyBinaryParser {
 
     /// Calls `row` for every complete tuple buffered so far, decoding each field with
     /// `decoders[i]`. Returns the number of rows produced.
-    pub fn drain(
-        &mut self,
-        decoders: &[u32],
-        mut row: impl FnMut(Vec<Value>),
-    ) -> R<usize> {
+    pub fn drain(&mut self, decoders: &[u32], mut row: impl FnMut(Vec<Value>)) -> R<usize> {
         let mut pos = 0usize;
         let data = &self.buf[..];
         if !self.header_done {
@@ -396,7 +396,9 @@ impl CopyBinaryParser {
         let mut produced = 0;
         'tuples: loop {
             let start = pos;
-            let Some(n) = data.get(pos..pos + 2) else { break };
+            let Some(n) = data.get(pos..pos + 2) else {
+                break;
+            };
             let n = i16::from_be_bytes([n[0], n[1]]);
             pos += 2;
             if n == -1 {
@@ -429,7 +431,7 @@ impl CopyBinaryParser {
             row(vals);
             produced += 1;
         }
-        let _ = bytes::Buf::advance(&mut self.buf, pos);
+        bytes::Buf::advance(&mut self.buf, pos);
         Ok(produced)
     }
 }
@@ -481,7 +483,10 @@ mod tests {
             interval(&v).unwrap()
         };
         assert_eq!(iv(0, 0, 0), "PT0S");
-        assert_eq!(iv(4 * 3_600_000_000 + 5 * 60_000_000 + 6_000_007, 3, 14), "P1Y2M3DT4H5M6.000007S");
+        assert_eq!(
+            iv(4 * 3_600_000_000 + 5 * 60_000_000 + 6_000_007, 3, 14),
+            "P1Y2M3DT4H5M6.000007S"
+        );
         assert_eq!(iv(-1_000_000, 0, 0), "PT-1S");
     }
 }

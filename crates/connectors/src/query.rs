@@ -98,10 +98,10 @@ pub fn plan(
         Some(serde_json::Value::Object(m)) => Some(m),
         Some(_) => return Err(validation(msg::FILTER_SHAPE)),
     };
-    if let Some(f) = filters {
-        if f.keys().any(|t| !selection.contains_key(t)) {
-            return Err(validation(msg::FILTER_TABLE));
-        }
+    if let Some(f) = filters
+        && f.keys().any(|t| !selection.contains_key(t))
+    {
+        return Err(validation(msg::FILTER_TABLE));
     }
     let mut plans = Vec::with_capacity(selection.len());
     for (requested, fields) in selection {

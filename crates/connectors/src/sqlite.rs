@@ -29,7 +29,9 @@ pub fn options(d: &ConnectionDescriptor) -> Result<SqliteConnectOptions> {
         .disable_statement_logging())
 }
 
-pub async fn connect(o: &SqliteConnectOptions) -> std::result::Result<SqliteConnection, sqlx::Error> {
+pub async fn connect(
+    o: &SqliteConnectOptions,
+) -> std::result::Result<SqliteConnection, sqlx::Error> {
     o.connect().await
 }
 

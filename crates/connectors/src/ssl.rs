@@ -126,21 +126,46 @@ mod tests {
 
     #[test]
     fn allowlists_are_exact() {
-        for m in ["", "disable", "allow", "prefer", "require", "verify-ca", "verify-full"] {
+        for m in [
+            "",
+            "disable",
+            "allow",
+            "prefer",
+            "require",
+            "verify-ca",
+            "verify-full",
+        ] {
             validate_ssl_mode("POSTGRESQL", m).unwrap();
         }
         for m in ["", "false", "true", "skip-verify", "preferred"] {
             validate_ssl_mode("MYSQL", m).unwrap();
         }
         let vectors = [
-            "TRUE", "Require", " true", "true\n", "true;", "true&x=1", "tru%65", "ｔrue", "verify_full",
-            "VERIFY-FULL", "disabled", "required", "0", "1", "yes", "null",
+            "TRUE",
+            "Require",
+            " true",
+            "true\n",
+            "true;",
+            "true&x=1",
+            "tru%65",
+            "ｔrue",
+            "verify_full",
+            "VERIFY-FULL",
+            "disabled",
+            "required",
+            "0",
+            "1",
+            "yes",
+            "null",
         ];
         for ty in ["POSTGRESQL", "MYSQL", "SQLITE"] {
             for v in vectors {
                 let e = validate_ssl_mode(ty, v).unwrap_err();
                 assert_eq!(e.category(), Category::Validation);
-                assert!(e.message().starts_with("FET-0413 - Invalid SSL mode."), "{ty} {v:?}");
+                assert!(
+                    e.message().starts_with("FET-0413 - Invalid SSL mode."),
+                    "{ty} {v:?}"
+                );
                 assert!(e.cause_as::<InvalidSslMode>().is_some());
             }
         }
@@ -161,12 +186,30 @@ mod tests {
     #[test]
     fn mappings() {
         assert!(matches!(pg_mode("", false).unwrap(), PgSslMode::Disable));
-        assert!(matches!(pg_mode("require", false).unwrap(), PgSslMode::Require));
-        assert!(matches!(pg_mode("require", true).unwrap(), PgSslMode::VerifyCa));
-        assert!(matches!(pg_mode("verify-full", false).unwrap(), PgSslMode::VerifyFull));
+        assert!(matches!(
+            pg_mode("require", false).unwrap(),
+            PgSslMode::Require
+        ));
+        assert!(matches!(
+            pg_mode("require", true).unwrap(),
+            PgSslMode::VerifyCa
+        ));
+        assert!(matches!(
+            pg_mode("verify-full", false).unwrap(),
+            PgSslMode::VerifyFull
+        ));
         assert!(matches!(mysql_mode("").unwrap(), MySqlSslMode::Disabled));
-        assert!(matches!(mysql_mode("true").unwrap(), MySqlSslMode::VerifyIdentity));
-        assert!(matches!(mysql_mode("skip-verify").unwrap(), MySqlSslMode::Required));
-        assert!(matches!(mysql_mode("preferred").unwrap(), MySqlSslMode::Preferred));
+        assert!(matches!(
+            mysql_mode("true").unwrap(),
+            MySqlSslMode::VerifyIdentity
+        ));
+        assert!(matches!(
+            mysql_mode("skip-verify").unwrap(),
+            MySqlSslMode::Required
+        ));
+        assert!(matches!(
+            mysql_mode("preferred").unwrap(),
+            MySqlSslMode::Preferred
+        ));
     }
 }

@@ -183,7 +183,16 @@ mod tests {
 
     #[test]
     fn calendar_round_trips_across_eras() {
-        for days in [-1_000_000_000i64, -719_528, -1, 0, 1, 10_957, 2_932_896, 1_000_000_000] {
+        for days in [
+            -1_000_000_000i64,
+            -719_528,
+            -1,
+            0,
+            1,
+            10_957,
+            2_932_896,
+            1_000_000_000,
+        ] {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(days_from_civil(y, m, d), days, "{days}");
         }
@@ -194,7 +203,10 @@ mod tests {
     #[test]
     fn timestamps_and_years() {
         assert_eq!(timestamp_from_unix_micros(0), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(timestamp_from_unix_micros(-1), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(
+            timestamp_from_unix_micros(-1),
+            "1969-12-31T23:59:59.999999Z"
+        );
         assert_eq!(
             date_from_unix_days(days_from_civil(12345, 6, 7)),
             "+12345-06-07T00:00:00.000000Z"
@@ -221,7 +233,12 @@ mod tests {
         ] {
             assert_eq!(parse_uuid(s).as_deref(), Some(c), "{s}");
         }
-        for bad in ["", "550e8400", "550e8400-e29b-41d4-a716-44665544000g", "x".repeat(36).as_str()] {
+        for bad in [
+            "",
+            "550e8400",
+            "550e8400-e29b-41d4-a716-44665544000g",
+            "x".repeat(36).as_str(),
+        ] {
             assert_eq!(parse_uuid(bad), None, "{bad}");
         }
         assert_eq!(float32(89.99), Value::Float(89.99));

@@ -87,16 +87,27 @@ async fn mysql_fixture_values_and_determinism() {
     assert_eq!(count(json!({"status": {"eq": ["pending"]}})).await.len(), 2);
     assert_eq!(count(json!({"type": {"ne": ["credit"]}})).await.len(), 14);
     assert_eq!(
-        count(json!({"created_at": {"between": ["2024-04-01", "2024-04-30"]}})).await.len(),
+        count(json!({"created_at": {"between": ["2024-04-01", "2024-04-30"]}}))
+            .await
+            .len(),
         6
     );
     assert_eq!(
-        count(json!({"created_at": {"gte": ["2024-06-28T00:00:00Z"]}})).await.len(),
+        count(json!({"created_at": {"gte": ["2024-06-28T00:00:00Z"]}}))
+            .await
+            .len(),
         2
     );
-    assert_eq!(count(json!({"description": {"like": ["salary%"]}})).await.len(), 6);
+    assert_eq!(
+        count(json!({"description": {"like": ["salary%"]}}))
+            .await
+            .len(),
+        6
+    );
 
-    let rows = extract(&f, &d, json!({"mappedFields": {"my1": {"edge": []}}})).await.unwrap();
+    let rows = extract(&f, &d, json!({"mappedFields": {"my1": {"edge": []}}}))
+        .await
+        .unwrap();
     let v = |n: &str| rows[0].get(n).unwrap().clone();
     assert_eq!(v("ub"), Value::UInt(u64::MAX));
     assert_eq!(v("sb"), Value::Int(i64::MIN));
@@ -107,7 +118,9 @@ async fn mysql_fixture_values_and_determinism() {
     assert_eq!(v("f"), Value::Float(89.99));
     assert_eq!(v("d"), Value::Float(0.1));
     assert_eq!(v("t"), Value::from("h\u{e9}llo \"w\" \\ \u{1F389}"));
-    let Value::Map(j) = v("j") else { panic!("json embeds: {:?}", v("j")) };
+    let Value::Map(j) = v("j") else {
+        panic!("json embeds: {:?}", v("j"))
+    };
     assert_eq!(j["b"], Value::List(vec![Value::Int(1), Value::Int(2)]));
     assert_eq!(v("dt"), Value::from("2024-04-05T09:00:00.123456Z"));
     assert_eq!(v("ts"), Value::from("2024-04-05T09:00:00.500000Z"));
@@ -146,7 +159,10 @@ async fn mysql_fixture_values_and_determinism() {
     }
     let mut bad_tls = d.clone();
     bad_tls.ssl_mode = "require".into();
-    let e = f.build_connector(&ctx, &tenant(), &bad_tls).await.unwrap_err();
+    let e = f
+        .build_connector(&ctx, &tenant(), &bad_tls)
+        .await
+        .unwrap_err();
     assert!(e.message().starts_with("FET-0413"));
 
     // Byte-identical NDJSON across runs.
@@ -177,12 +193,18 @@ async fn mysql_wrong_password_and_tls_modes() {
     d.username = user.clone();
     let ctx = Context::background();
 
-    let ok = factory(Dialect::MySql, StaticCredentials::new().with("my", "right-Pa55"));
+    let ok = factory(
+        Dialect::MySql,
+        StaticCredentials::new().with("my", "right-Pa55"),
+    );
     let mut c = ok.build_connector(&ctx, &tenant(), &d).await.unwrap();
     c.test_connection(&ctx).await.unwrap();
     c.close(&ctx).await.unwrap();
 
-    let wrong = factory(Dialect::MySql, StaticCredentials::new().with("my", "wrong-Secret-99"));
+    let wrong = factory(
+        Dialect::MySql,
+        StaticCredentials::new().with("my", "wrong-Secret-99"),
+    );
     let mut c = wrong.build_connector(&ctx, &tenant(), &d).await.unwrap();
     let e = c.test_connection(&ctx).await.unwrap_err();
     assert_eq!(e.category(), Category::Connect);
@@ -195,14 +217,22 @@ async fn mysql_wrong_password_and_tls_modes() {
 
     // The local MariaDB has no TLS: `true` (verify identity) must refuse, `preferred` and
     // `false` connect in plain text.
-    for (mode, connects) in [("true", false), ("skip-verify", false), ("preferred", true), ("false", true)] {
+    for (mode, connects) in [
+        ("true", false),
+        ("skip-verify", false),
+        ("preferred", true),
+        ("false", true),
+    ] {
         let mut dm = d.clone();
         dm.ssl_mode = mode.into();
         let mut c = ok.build_connector(&ctx, &tenant(), &dm).await.unwrap();
         assert_eq!(c.test_connection(&ctx).await.is_ok(), connects, "{mode}");
         c.close(&ctx).await.unwrap();
     }
-    admin.execute(format!("DROP USER '{user}'@'%'").as_str()).await.unwrap();
+    admin
+        .execute(format!("DROP USER '{user}'@'%'").as_str())
+        .await
+        .unwrap();
     db.drop_db().await;
 }
 
@@ -241,20 +271,32 @@ async fn sqlite_fixture_values_and_determinism() {
         }
     };
     assert_eq!(count(json!({"status": {"eq": ["completed"]}})).await, 24);
-    assert_eq!(count(json!({"category": {"eq": ["salary", "groceries"]}})).await, 13);
+    assert_eq!(
+        count(json!({"category": {"eq": ["salary", "groceries"]}})).await,
+        13
+    );
     assert_eq!(count(json!({"amount": {"gt": [1000]}})).await, 8);
     assert_eq!(count(json!({"amount": {"gte": [1500]}})).await, 8);
     assert_eq!(count(json!({"amount": {"lt": [100]}})).await, 7);
     assert_eq!(count(json!({"amount": {"lte": [89.99]}})).await, 5);
     assert_eq!(count(json!({"category": {"eq": ["salary"]}})).await, 9);
-    assert_eq!(count(json!({"created_at": {"between": ["2024-01-01", "2024-01-31"]}})).await, 8);
+    assert_eq!(
+        count(json!({"created_at": {"between": ["2024-01-01", "2024-01-31"]}})).await,
+        8
+    );
 
-    let rows = extract(&f, &d, json!({"mappedFields": {"lite": {"Mixed Case": []}}}))
-        .await
-        .unwrap();
+    let rows = extract(
+        &f,
+        &d,
+        json!({"mappedFields": {"lite": {"Mixed Case": []}}}),
+    )
+    .await
+    .unwrap();
     assert_eq!(rows[0].get("Id"), Some(&Value::Int(1)));
     assert_eq!(rows[0].get("ok"), Some(&Value::Bool(true)));
-    let Value::Map(doc) = rows[0].get("doc").unwrap() else { panic!("json") };
+    let Value::Map(doc) = rows[0].get("doc").unwrap() else {
+        panic!("json")
+    };
     assert_eq!(doc["big"], Value::Int(i64::MAX));
     assert_eq!(rows[1].get("b"), Some(&Value::Bytes(vec![0, 255])));
     assert_eq!(rows[1].get("where"), Some(&Value::from("b")));
@@ -270,7 +312,8 @@ async fn sqlite_fixture_values_and_determinism() {
     assert_eq!(e.category(), Category::Validation);
 
     let h = harness(std::slice::from_ref(&d)).await;
-    let req = json!({"mappedFields": {"lite": {"transactions": [], "Mixed Case": ["Id", "where"]}}});
+    let req =
+        json!({"mappedFields": {"lite": {"transactions": [], "Mixed Case": ["Id", "where"]}}});
     let a = h.store_ndjson(req.clone()).await.unwrap();
     assert_eq!(a, h.store_ndjson(req).await.unwrap());
     assert_eq!(rows_of(&a, "transactions").len(), 26);

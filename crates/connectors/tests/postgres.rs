@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use fetcher_connectors::{HostPolicy, SqlConnectorFactory, StaticCredentials, Dialect};
+use fetcher_connectors::{Dialect, HostPolicy, SqlConnectorFactory, StaticCredentials};
 use fetcher_engine::memory::{MemoryConnectionStore, MemoryRegistry, MemoryResultSink};
 use fetcher_engine::ports::{ConnectionStore, Connector};
 use fetcher_engine::{Category, Context, Engine, ExtractionRequest, Row, Value};
@@ -50,18 +50,37 @@ async fn fixture_discovery_golden_counts_and_determinism() {
     let ctx = Context::background();
 
     // Discovery: tables with naming of §6.5, system schemas excluded, columns by position.
-    let mut c = factory(true).build_connector(&ctx, &tenant(), &d).await.unwrap();
+    let mut c = factory(true)
+        .build_connector(&ctx, &tenant(), &d)
+        .await
+        .unwrap();
     c.test_connection(&ctx).await.unwrap();
     let snap = c.discover_schema(&ctx).await.unwrap();
     c.close(&ctx).await.unwrap();
     c.close(&ctx).await.unwrap(); // idempotent
     assert_eq!(
         snap.table_names(),
-        ["accounting.invoices", "accounts", "reporting.daily_summary", "transactions"]
+        [
+            "accounting.invoices",
+            "accounts",
+            "reporting.daily_summary",
+            "transactions"
+        ]
     );
     assert_eq!(
         snap.table("transactions").unwrap().fields,
-        ["id", "account_id", "amount", "currency", "type", "description", "category", "status", "created_at", "updated_at"]
+        [
+            "id",
+            "account_id",
+            "amount",
+            "currency",
+            "type",
+            "description",
+            "category",
+            "status",
+            "created_at",
+            "updated_at"
+        ]
     );
 
     let h = harness(std::slice::from_ref(&d)).await;
@@ -79,7 +98,10 @@ async fn fixture_discovery_golden_counts_and_determinism() {
         }
     };
     assert_eq!(count(json!({"status": {"eq": ["completed"]}})).await, 24);
-    assert_eq!(count(json!({"category": {"eq": ["salary", "groceries"]}})).await, 13);
+    assert_eq!(
+        count(json!({"category": {"eq": ["salary", "groceries"]}})).await,
+        13
+    );
     assert_eq!(count(json!({"amount": {"gt": [1000]}})).await, 8);
     assert_eq!(count(json!({"amount": {"gte": [1500]}})).await, 8);
     assert_eq!(count(json!({"amount": {"lt": [100]}})).await, 7);
@@ -87,16 +109,25 @@ async fn fixture_discovery_golden_counts_and_determinism() {
     assert_eq!(count(json!({"category": {"eq": ["salary"]}})).await, 9);
     assert_eq!(count(json!({"type": {"eq": ["credit"]}})).await, 9);
     assert_eq!(count(json!({"currency": {"ne": ["USD"]}})).await, 3);
-    assert_eq!(count(json!({"currency": {"nin": ["EUR", "GBP"]}})).await, 23);
+    assert_eq!(
+        count(json!({"currency": {"nin": ["EUR", "GBP"]}})).await,
+        23
+    );
     assert_eq!(count(json!({"category": {"in": ["travel"]}})).await, 4);
-    assert_eq!(count(json!({"description": {"like": ["salary%"]}})).await, 9);
+    assert_eq!(
+        count(json!({"description": {"like": ["salary%"]}})).await,
+        9
+    );
     assert_eq!(count(json!({"account_id": {"eq": [A1]}})).await, 10);
     assert_eq!(
         count(json!({"created_at": {"between": ["2024-01-01", "2024-01-31"]}})).await,
         8
     );
     assert_eq!(
-        count(json!({"created_at": {"gte": ["2024-02-01T00:00:00Z"], "lt": ["2024-03-01T00:00:00Z"]}})).await,
+        count(
+            json!({"created_at": {"gte": ["2024-02-01T00:00:00Z"], "lt": ["2024-03-01T00:00:00Z"]}})
+        )
+        .await,
         7
     );
     assert_eq!(
@@ -125,26 +156,44 @@ async fn fixture_discovery_golden_counts_and_determinism() {
     // Tables in ascending name order, rows by primary key.
     let tables: Vec<String> = text
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["table"].as_str().unwrap().to_owned())
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["table"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
         .collect();
     let mut sorted = tables.clone();
     sorted.sort();
     assert_eq!(tables, sorted);
     let daily = rows_of(&a, "reporting.daily_summary");
     assert_eq!(daily.len(), 7);
-    assert_eq!(daily[0]["transaction_count"], 0, "empty field list = all columns");
+    assert_eq!(
+        daily[0]["transaction_count"], 0,
+        "empty field list = all columns"
+    );
     assert_eq!(daily[0]["total_debits"], "0.50");
     let tx = rows_of(&a, "transactions");
-    assert_eq!(tx[0], json!({"amount": "3500.00", "id": "10000000-0000-4000-8000-000000000001", "status": "completed"}));
+    assert_eq!(
+        tx[0],
+        json!({"amount": "3500.00", "id": "10000000-0000-4000-8000-000000000001", "status": "completed"})
+    );
 
     // Unfiltered: COPY fast path vs the bound-parameter path give identical bytes.
     let all = json!({"mappedFields": {"pg1": {
         "transactions": [], "accounts": ["email", "id", "name"], "accounting.invoices": []
     }}});
     let copy_bytes = h.store_ndjson(all.clone()).await.unwrap();
-    let query_bytes = engine_with(&d, false).await.store_ndjson(all.clone()).await.unwrap();
+    let query_bytes = engine_with(&d, false)
+        .await
+        .store_ndjson(all.clone())
+        .await
+        .unwrap();
     assert_eq!(copy_bytes, query_bytes);
-    assert_eq!(String::from_utf8(copy_bytes).unwrap().lines().count(), 26 + 3 + 10);
+    assert_eq!(
+        String::from_utf8(copy_bytes).unwrap().lines().count(),
+        26 + 3 + 10
+    );
 
     db.drop_db().await;
 }
@@ -161,8 +210,15 @@ async fn engine_with(d: &fetcher_engine::ConnectionDescriptor, copy: bool) -> Ha
         .result_sink(sink.clone())
         .build()
         .unwrap();
-    store.create(&Context::background(), &tenant(), d, None).await.unwrap();
-    Harness { engine, store, sink }
+    store
+        .create(&Context::background(), &tenant(), d, None)
+        .await
+        .unwrap();
+    Harness {
+        engine,
+        store,
+        sink,
+    }
 }
 
 const EDGE_SQL: &str = r#"
@@ -195,15 +251,22 @@ async fn lossless_values_and_quoted_identifiers() {
     let db = PgDb::create(EDGE_SQL).await;
     let d = db.descriptor("edge");
     for copy in [true, false] {
-        let rows = extract(&factory(copy), &d, json!({"mappedFields": {"edge": {"edge": []}}}))
-            .await
-            .unwrap();
+        let rows = extract(
+            &factory(copy),
+            &d,
+            json!({"mappedFields": {"edge": {"edge": []}}}),
+        )
+        .await
+        .unwrap();
         assert_eq!(rows.len(), 3);
         let r1 = &rows[0].1;
         let v = |n: &str| r1.get(n).unwrap().clone();
         assert_eq!(v("i2"), Value::Int(-32768));
         assert_eq!(v("i8"), Value::Int(i64::MAX));
-        assert_eq!(v("n"), Value::from("123456789012345678901234567890.123456789"));
+        assert_eq!(
+            v("n"),
+            Value::from("123456789012345678901234567890.123456789")
+        );
         assert_eq!(v("n2"), Value::from("-0.0001"));
         assert_eq!(v("r"), Value::Float(89.99));
         assert_eq!(v("d"), Value::from("NaN"));
@@ -211,9 +274,14 @@ async fn lossless_values_and_quoted_identifiers() {
         assert_eq!(v("t"), Value::from("h\u{e9}llo \"w\" \\ \n \u{1F389}"));
         assert_eq!(v("ch"), Value::from("ab   "));
         assert_eq!(v("u"), Value::from("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"));
-        let Value::Map(j) = v("j") else { panic!("json object") };
+        let Value::Map(j) = v("j") else {
+            panic!("json object")
+        };
         assert_eq!(j["big"], Value::Int(1152921504606846976));
-        assert_eq!(j["a"], Value::List(vec![Value::Int(1), Value::Float(2.5), Value::Null]));
+        assert_eq!(
+            j["a"],
+            Value::List(vec![Value::Int(1), Value::Float(2.5), Value::Null])
+        );
         assert!(matches!(v("jb"), Value::Map(_)));
         assert_eq!(v("by"), Value::Bytes(vec![0, 255]));
         assert_eq!(v("dt"), Value::from("infinity"));
@@ -222,7 +290,10 @@ async fn lossless_values_and_quoted_identifiers() {
         assert_eq!(v("tm"), Value::from("23:59:59.999999"));
         assert_eq!(v("ttz"), Value::from("10:00:00.000000+05:30"));
         assert_eq!(v("iv"), Value::from("P1Y2M3DT4H5M6.000007S"));
-        assert_eq!(v("ia"), Value::List(vec![Value::Int(1), Value::Null, Value::Int(3)]));
+        assert_eq!(
+            v("ia"),
+            Value::List(vec![Value::Int(1), Value::Null, Value::Int(3)])
+        );
         assert_eq!(v("ta"), Value::List(vec!["a".into(), "b c".into()]));
         assert!(matches!(v("m"), Value::String(_)));
         assert_eq!(v("ip"), Value::from("10.0.0.1/8"));
@@ -234,10 +305,20 @@ async fn lossless_values_and_quoted_identifiers() {
         assert_eq!(r3.get("n"), Some(&Value::from("NaN")));
         assert_eq!(r3.get("r"), Some(&Value::from("-Infinity")));
         assert_eq!(r3.get("d"), Some(&Value::from("Infinity")));
-        assert_eq!(r3.get("j"), Some(&Value::Int(42)), "top-level JSON scalars embed");
+        assert_eq!(
+            r3.get("j"),
+            Some(&Value::Int(42)),
+            "top-level JSON scalars embed"
+        );
         assert_eq!(r3.get("jb"), Some(&Value::from("s")));
-        assert_eq!(r3.get("dt"), Some(&Value::from("-0043-03-15T00:00:00.000000Z")));
-        assert_eq!(r3.get("ts"), Some(&Value::from("+12345-06-07T00:00:00.000000Z")));
+        assert_eq!(
+            r3.get("dt"),
+            Some(&Value::from("-0043-03-15T00:00:00.000000Z"))
+        );
+        assert_eq!(
+            r3.get("ts"),
+            Some(&Value::from("+12345-06-07T00:00:00.000000Z"))
+        );
         assert_eq!(r3.get("tz"), Some(&Value::from("infinity")));
         assert_eq!(r3.get("ttz"), Some(&Value::from("00:00:00.000000-01:00")));
         assert_eq!(r3.get("iv"), Some(&Value::from("PT-1S")));
@@ -258,7 +339,10 @@ async fn lossless_values_and_quoted_identifiers() {
         .await
         .unwrap();
     let text = String::from_utf8(out).unwrap();
-    assert!(text.contains(r#""by":"AP8=","d":"NaN","i8":9223372036854775807,"id":1"#), "{text}");
+    assert!(
+        text.contains(r#""by":"AP8=","d":"NaN","i8":9223372036854775807,"id":1"#),
+        "{text}"
+    );
 
     // Mixed case and reserved words, quoted; ordered by primary key; filter on them.
     let rows = extract(
@@ -268,7 +352,10 @@ async fn lossless_values_and_quoted_identifiers() {
     )
     .await
     .unwrap();
-    let ids: Vec<_> = rows.iter().map(|(_, r)| r.get("Id").unwrap().clone()).collect();
+    let ids: Vec<_> = rows
+        .iter()
+        .map(|(_, r)| r.get("Id").unwrap().clone())
+        .collect();
     assert_eq!(ids, [Value::Int(1), Value::Int(2), Value::Int(3)]);
     let rows = extract(
         &factory(true),
@@ -283,9 +370,13 @@ async fn lossless_values_and_quoted_identifiers() {
     assert_eq!(rows[0].1.get("select"), Some(&Value::from("b")));
 
     // No primary key: ordered by the selected columns (NULLs last in PostgreSQL).
-    let rows = extract(&factory(false), &d, json!({"mappedFields": {"edge": {"nopk": ["a", "b"]}}}))
-        .await
-        .unwrap();
+    let rows = extract(
+        &factory(false),
+        &d,
+        json!({"mappedFields": {"edge": {"nopk": ["a", "b"]}}}),
+    )
+    .await
+    .unwrap();
     let got: Vec<String> = rows
         .iter()
         .map(|(_, r)| format!("{:?}/{:?}", r.get("a").unwrap(), r.get("b").unwrap()))
@@ -347,7 +438,10 @@ async fn bad_input_is_rejected_never_widened() {
     let mut c = f.build_connector(&ctx, &tenant(), &wrong).await.unwrap();
     let e = c.discover_schema(&ctx).await.unwrap_err();
     assert_eq!(e.category(), Category::Connect);
-    assert_eq!(e.to_string(), "engine: [connect] failed to connect to datasource");
+    assert_eq!(
+        e.to_string(),
+        "engine: [connect] failed to connect to datasource"
+    );
     let e = c.test_connection(&ctx).await.unwrap_err();
     assert_eq!(e.message(), "failed to connect to datasource");
     c.close(&ctx).await.unwrap();
@@ -355,7 +449,10 @@ async fn bad_input_is_rejected_never_widened() {
     // Invalid TLS mode at build.
     let mut bad_tls = d.clone();
     bad_tls.ssl_mode = "Require".into();
-    let e = f.build_connector(&ctx, &tenant(), &bad_tls).await.unwrap_err();
+    let e = f
+        .build_connector(&ctx, &tenant(), &bad_tls)
+        .await
+        .unwrap_err();
     assert!(e.message().starts_with("FET-0413"));
     db.drop_db().await;
 }

@@ -67,28 +67,94 @@ fn policy(dns: FakeDns) -> HostPolicy {
 #[tokio::test]
 async fn bypass_table_is_rejected_without_dns() {
     let forms = [
-        "127.0.0.1", "127.0.0.2", "127.255.255.255", "0.0.0.0", "0.0.0.1", "0.255.255.255",
-        "10.0.0.1", "10.255.255.255", "172.16.0.1", "172.31.255.255", "192.168.0.1",
-        "192.168.255.255", "169.254.1.1", "169.254.169.254", "100.64.0.1", "100.100.100.100",
-        "100.127.255.254", "192.0.0.1", "192.0.2.1", "198.18.0.1", "198.19.255.255",
-        "198.51.100.10", "203.0.113.10", "224.0.0.1", "239.255.255.255", "240.0.0.1",
-        "255.255.255.255", "::1", "::", "fe80::1", "fc00::1", "fd12:3456::1", "ff02::1",
-        "2001:db8::1", "100::1", "fec0::1",
+        "127.0.0.1",
+        "127.0.0.2",
+        "127.255.255.255",
+        "0.0.0.0",
+        "0.0.0.1",
+        "0.255.255.255",
+        "10.0.0.1",
+        "10.255.255.255",
+        "172.16.0.1",
+        "172.31.255.255",
+        "192.168.0.1",
+        "192.168.255.255",
+        "169.254.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "100.100.100.100",
+        "100.127.255.254",
+        "192.0.0.1",
+        "192.0.2.1",
+        "198.18.0.1",
+        "198.19.255.255",
+        "198.51.100.10",
+        "203.0.113.10",
+        "224.0.0.1",
+        "239.255.255.255",
+        "240.0.0.1",
+        "255.255.255.255",
+        "::1",
+        "::",
+        "fe80::1",
+        "fc00::1",
+        "fd12:3456::1",
+        "ff02::1",
+        "2001:db8::1",
+        "100::1",
+        "fec0::1",
         // IPv4-mapped and IPv4-compatible IPv6, NAT64, 6to4 embedding private addresses.
-        "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:100.64.0.1", "::ffff:198.51.100.10",
-        "::ffff:169.254.169.254", "::127.0.0.1", "::10.0.0.1", "::8.8.8.8", "64:ff9b::a00:1",
-        "2002:7f00:1::1", "2001::1",
+        "::ffff:127.0.0.1",
+        "::ffff:10.0.0.1",
+        "::ffff:100.64.0.1",
+        "::ffff:198.51.100.10",
+        "::ffff:169.254.169.254",
+        "::127.0.0.1",
+        "::10.0.0.1",
+        "::8.8.8.8",
+        "64:ff9b::a00:1",
+        "2002:7f00:1::1",
+        "2001::1",
         // Non-canonical numeric IPv4 forms: decimal, octal, hex, short.
-        "2130706433", "0177.0.0.1", "0x7f.0.0.1", "0x7f000001", "017700000001", "127.1",
-        "127.0.1", "0", "1.2.3.4.5",
+        "2130706433",
+        "0177.0.0.1",
+        "0x7f.0.0.1",
+        "0x7f000001",
+        "017700000001",
+        "127.1",
+        "127.0.1",
+        "0",
+        "1.2.3.4.5",
         // Brackets, zones, whitespace, user-info tricks.
-        "[::1]", "fe80::1%eth0", "127.0.0.1:5432", "evil.com@127.0.0.1", " 127.0.0.1 ",
+        "[::1]",
+        "fe80::1%eth0",
+        "127.0.0.1:5432",
+        "evil.com@127.0.0.1",
+        " 127.0.0.1 ",
         // Names.
-        "localhost", "LOCALHOST", "Localhost", "localhost.", "LOCALHOST.", "localhost..",
-        "metadata.google.internal", "metadata.google.internal.", "metadata.gcp.internal",
-        "metadata.azure.internal", "myhost.local", "myhost.local.", "service.internal",
-        "service.internal..", "service.INTERNAL", "api.default.svc.cluster.local",
-        "foo.svc.cluster.local", "some-node.cluster.local", "app.localhost", "", " ", ".", "..",
+        "localhost",
+        "LOCALHOST",
+        "Localhost",
+        "localhost.",
+        "LOCALHOST.",
+        "localhost..",
+        "metadata.google.internal",
+        "metadata.google.internal.",
+        "metadata.gcp.internal",
+        "metadata.azure.internal",
+        "myhost.local",
+        "myhost.local.",
+        "service.internal",
+        "service.internal..",
+        "service.INTERNAL",
+        "api.default.svc.cluster.local",
+        "foo.svc.cluster.local",
+        "some-node.cluster.local",
+        "app.localhost",
+        "",
+        " ",
+        ".",
+        "..",
     ];
     assert!(forms.len() >= 30);
     let dns = Arc::new(FakeDns::default());
@@ -102,21 +168,49 @@ async fn bypass_table_is_rejected_without_dns() {
             e.message(),
             "FET-0414 - Host is not a valid external database endpoint"
         );
-        assert!(!e.to_string().contains(h.trim()) || h.trim().is_empty() || h == "0", "{h:?}");
+        assert!(
+            !e.to_string().contains(h.trim()) || h.trim().is_empty() || h == "0",
+            "{h:?}"
+        );
     }
     assert_eq!(dns.calls.load(Ordering::SeqCst), 0, "no DNS lookups");
 
     // Layer 1: IP literals blocked (multi-tenant), malformed forms are format errors.
-    for h in ["127.0.0.1", "::ffff:127.0.0.1", "10.0.0.1", "169.254.169.254", "::1", "0.0.0.0"] {
+    for h in [
+        "127.0.0.1",
+        "::ffff:127.0.0.1",
+        "10.0.0.1",
+        "169.254.169.254",
+        "::1",
+        "0.0.0.0",
+    ] {
         let e = validate_host_input(h, true).unwrap_err();
         assert!(e.cause_as::<ForbiddenHost>().is_some(), "{h}");
         validate_host_input(h, false).unwrap();
     }
-    for h in ["2130706433", "0177.0.0.1", "[::1]", "fe80::1%eth0", "localhost.", "my_db.example.com", "x.example.com"] {
+    for h in [
+        "2130706433",
+        "0177.0.0.1",
+        "[::1]",
+        "fe80::1%eth0",
+        "localhost.",
+        "my_db.example.com",
+        "x.example.com",
+    ] {
         let e = validate_host_input(h, true).unwrap_err();
-        assert_eq!(e.message(), "host must be a valid hostname or IP address", "{h}");
+        assert_eq!(
+            e.message(),
+            "host must be a valid hostname or IP address",
+            "{h}"
+        );
     }
-    for h in ["db.example.com", "metadata.google.internal", "8.8.8.8", "2001:4860:4860::8888", "db.x.com"] {
+    for h in [
+        "db.example.com",
+        "metadata.google.internal",
+        "8.8.8.8",
+        "2001:4860:4860::8888",
+        "db.x.com",
+    ] {
         validate_host_input(h, true).unwrap();
     }
 }
@@ -124,13 +218,30 @@ async fn bypass_table_is_rejected_without_dns() {
 #[test]
 fn allowed_addresses_and_names() {
     for ip in [
-        "8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "93.184.216.34", "100.63.255.255",
-        "100.128.0.1", "172.15.255.255", "172.32.0.1", "1.0.0.1", "198.17.255.255", "198.20.0.1",
-        "::ffff:8.8.8.8", "64:ff9b::808:808",
+        "8.8.8.8",
+        "1.1.1.1",
+        "2001:4860:4860::8888",
+        "93.184.216.34",
+        "100.63.255.255",
+        "100.128.0.1",
+        "172.15.255.255",
+        "172.32.0.1",
+        "1.0.0.1",
+        "198.17.255.255",
+        "198.20.0.1",
+        "::ffff:8.8.8.8",
+        "64:ff9b::808:808",
     ] {
         assert!(!is_blocked_ip(ip.parse().unwrap()), "{ip}");
     }
-    for n in ["example.com", "api.example.com", "hooks.stripe.com", "localhostx", "mylocal", "internal.example.com"] {
+    for n in [
+        "example.com",
+        "api.example.com",
+        "hooks.stripe.com",
+        "localhostx",
+        "mylocal",
+        "internal.example.com",
+    ] {
         assert!(!is_blocked_hostname(n), "{n}");
     }
 }
@@ -147,23 +258,37 @@ async fn names_resolve_once_are_checked_and_pinned() {
     );
     // Any private answer rejects.
     let p = policy(FakeDns::default().with("mixed.example.com", &[&["93.184.216.34", "10.0.0.5"]]));
-    let e = p.target(&ctx, &external("mixed.example.com")).await.unwrap_err();
+    let e = p
+        .target(&ctx, &external("mixed.example.com"))
+        .await
+        .unwrap_err();
     assert!(e.cause_as::<ForbiddenHost>().is_some());
     // Rebinding: the first answer is public, later ones private. One lookup, pinned.
-    let dns = Arc::new(FakeDns::default().with("rebind.example.com", &[&["93.184.216.34"], &["127.0.0.1"]]));
+    let dns = Arc::new(
+        FakeDns::default().with("rebind.example.com", &[&["93.184.216.34"], &["127.0.0.1"]]),
+    );
     let p = HostPolicy::multi_tenant().with_resolver(dns.clone());
-    let t = p.target(&ctx, &external("rebind.example.com")).await.unwrap();
+    let t = p
+        .target(&ctx, &external("rebind.example.com"))
+        .await
+        .unwrap();
     assert_eq!(t.address, "93.184.216.34");
     assert_eq!(dns.calls.load(Ordering::SeqCst), 1);
     // DNS failure is an error, not a pass.
-    let e = p.target(&ctx, &external("nxdomain.example.com")).await.unwrap_err();
+    let e = p
+        .target(&ctx, &external("nxdomain.example.com"))
+        .await
+        .unwrap_err();
     assert_eq!(e.category(), Category::Connect);
     assert_eq!(e.message(), "failed to resolve datasource host");
     // Exemptions: internal connections and single-tenant mode.
     let mut internal = external("127.0.0.1");
     internal.key_version.clear();
     assert!(!p.target(&ctx, &internal).await.unwrap().pinned);
-    let t = HostPolicy::single_tenant().target(&ctx, &external("localhost")).await.unwrap();
+    let t = HostPolicy::single_tenant()
+        .target(&ctx, &external("localhost"))
+        .await
+        .unwrap();
     assert_eq!((t.address.as_str(), t.pinned), ("localhost", false));
 }
 
@@ -190,10 +315,17 @@ async fn factory_rejects_before_reveal_and_empty_password_is_no_exemption() {
     let creds = Arc::new(CountingCreds::default());
     let f = SqlConnectorFactory::new(Dialect::Postgres, creds.clone(), HostPolicy::multi_tenant());
     for h in ["127.0.0.1", "localhost", "169.254.169.254", "0x7f.0.0.1"] {
-        let e = f.build_connector(&ctx, &tenant, &external(h)).await.unwrap_err();
+        let e = f
+            .build_connector(&ctx, &tenant, &external(h))
+            .await
+            .unwrap_err();
         assert!(e.cause_as::<ForbiddenHost>().is_some(), "{h}");
     }
-    assert_eq!(creds.0.load(Ordering::SeqCst), 0, "credential never revealed");
+    assert_eq!(
+        creds.0.load(Ordering::SeqCst),
+        0,
+        "credential never revealed"
+    );
 
     // A name resolving to loopback passes build (no DNS there) but never dials: the
     // connector fails with FET-0414 at connect, even though the password is empty.
@@ -203,7 +335,10 @@ async fn factory_rejects_before_reveal_and_empty_password_is_no_exemption() {
         creds.clone(),
         HostPolicy::multi_tenant().with_resolver(Arc::new(dns)),
     );
-    let mut c = f.build_connector(&ctx, &tenant, &external("sneaky.example.com")).await.unwrap();
+    let mut c = f
+        .build_connector(&ctx, &tenant, &external("sneaky.example.com"))
+        .await
+        .unwrap();
     let e = c.test_connection(&ctx).await.unwrap_err();
     assert!(e.cause_as::<ForbiddenHost>().is_some());
     let e = c.discover_schema(&ctx).await.unwrap_err();

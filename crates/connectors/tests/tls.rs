@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use fetcher_connectors::{Dialect, HostPolicy, SSL_ROOT_CERT_KEY, SqlConnectorFactory, StaticCredentials};
+use fetcher_connectors::{
+    Dialect, HostPolicy, SSL_ROOT_CERT_KEY, SqlConnectorFactory, StaticCredentials,
+};
 use fetcher_engine::ports::Connector;
 use fetcher_engine::{Category, ConnectionDescriptor, Context, TenantContext};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
@@ -23,7 +25,11 @@ fn find_bin(name: &str) -> Option<PathBuf> {
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false)
 }
 
 /// Runs a PostgreSQL binary as `postgres` when we are root (initdb refuses root).
@@ -74,7 +80,9 @@ fn make_ca(cn: &str) -> (rcgen::Certificate, KeyPair) {
 
 fn start() -> Option<(Server, Pki)> {
     let Some(initdb) = find_bin("initdb") else {
-        eprintln!("SKIPPED tls tests: no initdb under /usr/lib/postgresql/*/bin (install postgresql)");
+        eprintln!(
+            "SKIPPED tls tests: no initdb under /usr/lib/postgresql/*/bin (install postgresql)"
+        );
         return None;
     };
     let pg_ctl = find_bin("pg_ctl").expect("pg_ctl next to initdb");
@@ -106,10 +114,29 @@ fn start() -> Option<(Server, Pki)> {
     let pw = dir.join("pw").to_string_lossy().into_owned();
     let out = run(
         &initdb,
-        &["-D", &d, "-U", "postgres", "--pwfile", &pw, "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8"],
+        &[
+            "-D",
+            &d,
+            "-U",
+            "postgres",
+            "--pwfile",
+            &pw,
+            "--auth-host=scram-sha-256",
+            "--auth-local=trust",
+            "-E",
+            "UTF8",
+        ],
     );
-    assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    assert!(
+        out.status.success(),
+        "initdb failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let opts = format!(
         "-p {port} -c listen_addresses=127.0.0.1,127.0.0.2 -c ssl=on -c ssl_cert_file={c} -c ssl_key_file={k} -c unix_socket_directories={s}",
         c = dir.join("server.crt").display(),
@@ -118,14 +145,25 @@ fn start() -> Option<(Server, Pki)> {
     );
     let log = dir.join("log").to_string_lossy().into_owned();
     let out = run(&pg_ctl, &["-D", &d, "-l", &log, "-w", "-o", &opts, "start"]);
-    let server = Server { pg_ctl, data, dir: dir.clone(), port };
+    let server = Server {
+        pg_ctl,
+        data,
+        dir: dir.clone(),
+        port,
+    };
     assert!(
         out.status.success(),
         "pg_ctl start failed: {} {}",
         String::from_utf8_lossy(&out.stderr),
         std::fs::read_to_string(dir.join("log")).unwrap_or_default()
     );
-    Some((server, Pki { ca: ca.pem(), other_ca: other.pem() }))
+    Some((
+        server,
+        Pki {
+            ca: ca.pem(),
+            other_ca: other.pem(),
+        },
+    ))
 }
 
 fn descriptor(host: &str, port: u16, mode: &str, ca: Option<&str>) -> ConnectionDescriptor {
@@ -140,7 +178,8 @@ fn descriptor(host: &str, port: u16, mode: &str, ca: Option<&str>) -> Connection
         ..Default::default()
     };
     if let Some(ca) = ca {
-        d.host_attributes.insert(SSL_ROOT_CERT_KEY.into(), ca.into());
+        d.host_attributes
+            .insert(SSL_ROOT_CERT_KEY.into(), ca.into());
     }
     d
 }
@@ -179,7 +218,7 @@ async fn postgres_tls_modes_are_applied() {
         // `NotValidForNameContext`: verify-ca currently also checks the name (fails closed).
         // Documented gap; flip to Some(true) when sqlx fixes it.
         ("127.0.0.2", "verify-ca", Some(&pki.ca), None),
-        ("127.0.0.2", "verify-full", Some(&pki.ca), None),     // wrong host name
+        ("127.0.0.2", "verify-full", Some(&pki.ca), None), // wrong host name
         ("127.0.0.1", "verify-full", Some(&pki.other_ca), None), // unknown CA
         ("127.0.0.1", "verify-full", None, None),
     ];
@@ -194,8 +233,18 @@ async fn postgres_tls_modes_are_applied() {
                 assert_eq!(e.message(), "failed to connect to datasource");
             }
             Some(encrypted) => {
-                tested.unwrap_or_else(|e| panic!("{host} {mode} {}: {e} {:?}", ca.is_some(), std::error::Error::source(&e).map(|s| s.to_string())));
-                assert_eq!(c.tls_in_use(&ctx).await.unwrap(), encrypted, "{host} {mode}");
+                tested.unwrap_or_else(|e| {
+                    panic!(
+                        "{host} {mode} {}: {e} {:?}",
+                        ca.is_some(),
+                        std::error::Error::source(&e).map(|s| s.to_string())
+                    )
+                });
+                assert_eq!(
+                    c.tls_in_use(&ctx).await.unwrap(),
+                    encrypted,
+                    "{host} {mode}"
+                );
             }
         }
         c.close(&ctx).await.unwrap();
@@ -204,13 +253,20 @@ async fn postgres_tls_modes_are_applied() {
     // Wrong password: fixed category and text, no driver text, user or password.
     let wrong = factory("wrong-Secret-99");
     let mut c = wrong
-        .build_connector(&ctx, &tenant, &descriptor("127.0.0.1", port, "require", None))
+        .build_connector(
+            &ctx,
+            &tenant,
+            &descriptor("127.0.0.1", port, "require", None),
+        )
         .await
         .unwrap();
     let e = c.test_connection(&ctx).await.unwrap_err();
     assert_eq!(e.category(), Category::Connect);
     let shown = format!("{e} | {e:?}");
-    assert_eq!(shown, "engine: [connect] failed to connect to datasource | engine: [connect] failed to connect to datasource");
+    assert_eq!(
+        shown,
+        "engine: [connect] failed to connect to datasource | engine: [connect] failed to connect to datasource"
+    );
     let e = c.discover_schema(&ctx).await.unwrap_err();
     assert_eq!(e.category(), Category::Connect);
     c.close(&ctx).await.unwrap();

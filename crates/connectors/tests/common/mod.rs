@@ -160,7 +160,10 @@ impl LiteDb {
         )
         .await
         .unwrap();
-        sqlx::raw_sql(sql).execute(&mut c).await.expect("fixture SQL");
+        sqlx::raw_sql(sql)
+            .execute(&mut c)
+            .await
+            .expect("fixture SQL");
         c.close().await.unwrap();
         LiteDb { path }
     }
@@ -213,7 +216,10 @@ pub async fn harness(descriptors: &[ConnectionDescriptor]) -> Harness {
 
 impl Harness {
     /// Plans and runs `request` in store mode; returns the NDJSON bytes.
-    pub async fn store_ndjson(&self, request: serde_json::Value) -> fetcher_engine::Result<Vec<u8>> {
+    pub async fn store_ndjson(
+        &self,
+        request: serde_json::Value,
+    ) -> fetcher_engine::Result<Vec<u8>> {
         let ctx = Context::background();
         let request: ExtractionRequest = serde_json::from_value(request).unwrap();
         let mut plan = self
@@ -246,32 +252,240 @@ pub const A3: &str = "33333333-3333-3333-3333-333333333333";
 
 /// (account, amount, currency, type, category, status, created_at) — 26 rows, Q1 2024.
 pub const PG_TRANSACTIONS: [(&str, &str, &str, &str, &str, &str, &str); 26] = [
-    (A1, "3500.00", "USD", "credit", "salary", "completed", "2024-01-05 09:00:00+00"),
-    (A2, "1500.00", "USD", "credit", "salary", "completed", "2024-01-05 09:00:00+00"),
-    (A3, "2500.00", "USD", "credit", "salary", "completed", "2024-01-05 09:00:00+00"),
-    (A1, "150.00", "USD", "debit", "groceries", "completed", "2024-01-08 14:30:00+00"),
-    (A1, "89.99", "USD", "debit", "entertainment", "completed", "2024-01-12 20:00:00+00"),
-    (A2, "250.00", "USD", "debit", "utilities", "completed", "2024-01-15 10:00:00+00"),
-    (A3, "45.50", "USD", "debit", "groceries", "completed", "2024-01-20 18:00:00+00"),
-    (A1, "120.00", "EUR", "debit", "travel", "completed", "2024-01-25 08:00:00+00"),
-    (A1, "3500.00", "USD", "credit", "salary", "completed", "2024-02-05 09:00:00+00"),
-    (A2, "1500.00", "USD", "credit", "salary", "completed", "2024-02-05 09:00:00+00"),
-    (A3, "2500.00", "USD", "credit", "salary", "completed", "2024-02-05 09:00:00+00"),
-    (A2, "95.00", "USD", "debit", "groceries", "completed", "2024-02-10 12:00:00+00"),
-    (A3, "30.00", "USD", "debit", "entertainment", "completed", "2024-02-14 21:00:00+00"),
-    (A1, "300.00", "USD", "debit", "utilities", "completed", "2024-02-18 09:30:00+00"),
-    (A2, "450.00", "GBP", "debit", "travel", "completed", "2024-02-22 07:45:00+00"),
-    (A1, "3500.00", "USD", "credit", "salary", "completed", "2024-03-05 09:00:00+00"),
-    (A2, "1500.00", "USD", "credit", "salary", "completed", "2024-03-05 09:00:00+00"),
-    (A3, "500.00", "USD", "credit", "salary", "completed", "2024-03-08 11:00:00+00"),
-    (A1, "99.50", "USD", "debit", "groceries", "completed", "2024-03-10 16:00:00+00"),
-    (A3, "60.25", "USD", "debit", "entertainment", "completed", "2024-03-12 19:30:00+00"),
-    (A1, "180.00", "USD", "debit", "utilities", "completed", "2024-03-15 10:00:00+00"),
-    (A2, "12.99", "USD", "debit", "entertainment", "completed", "2024-03-18 22:00:00+00"),
-    (A3, "700.00", "EUR", "debit", "travel", "completed", "2024-03-20 06:00:00+00"),
-    (A1, "220.00", "USD", "debit", "utilities", "completed", "2024-03-25 10:00:00+00"),
-    (A2, "175.00", "USD", "debit", "entertainment", "pending", "2024-03-30 10:00:00+00"),
-    (A3, "640.00", "USD", "debit", "travel", "pending", "2024-03-30 15:00:00+00"),
+    (
+        A1,
+        "3500.00",
+        "USD",
+        "credit",
+        "salary",
+        "completed",
+        "2024-01-05 09:00:00+00",
+    ),
+    (
+        A2,
+        "1500.00",
+        "USD",
+        "credit",
+        "salary",
+        "completed",
+        "2024-01-05 09:00:00+00",
+    ),
+    (
+        A3,
+        "2500.00",
+        "USD",
+        "credit",
+        "salary",
+        "completed",
+        "2024-01-05 09:00:00+00",
+    ),
+    (
+        A1,
+        "150.00",
+        "USD",
+        "debit",
+        "groceries",
+        "completed",
+        "2024-01-08 14:30:00+00",
+    ),
+    (
+        A1,
+        "89.99",
+        "USD",
+        "debit",
+        "entertainment",
+        "completed",
+        "2024-01-12 20:00:00+00",
+    ),
+    (
+        A2,
+        "250.00",
+        "USD",
+        "debit",
+        "utilities",
+        "completed",
+        "2024-01-15 10:00:00+00",
+    ),
+    (
+        A3,
+        "45.50",
+        "USD",
+        "debit",
+        "groceries",
+        "completed",
+        "2024-01-20 18:00:00+00",
+    ),
+    (
+        A1,
+        "120.00",
+        "EUR",
+        "debit",
+        "travel",
+        "completed",
+        "2024-01-25 08:00:00+00",
+    ),
+    (
+        A1,
+        "3500.00",
+        "USD",
+        "credit",
+        "salary",
+        "completed",
+        "2024-02-05 09:00:00+00",
+    ),
+    (
+        A2,
+        "1500.00",
+        "USD",
+        "credit",
+        "salary",
+        "completed",
+        "2024-02-05 09:00:00+00",
+    ),
+    (
+        A3,
+        "2500.00",
+        "USD",
+        "credit",
+        "salary",
+        "completed",
+        "2024-02-05 09:00:00+00",
+    ),
+    (
+        A2,
+        "95.00",
+        "USD",
+        "debit",
+        "groceries",
+        "completed",
+        "2024-02-10 12:00:00+00",
+    ),
+    (
+        A3,
+        "30.00",
+        "USD",
+        "debit",
+        "entertainment",
+        "completed",
+        "2024-02-14 21:00:00+00",
+    ),
+    (
+        A1,
+        "300.00",
+        "USD",
+        "debit",
+        "utilities",
+        "completed",
+        "2024-02-18 09:30:00+00",
+    ),
+    (
+        A2,
+        "450.00",
+        "GBP",
+        "debit",
+        "travel",
+        "completed",
+        "2024-02-22 07:45:00+00",
+    ),
+    (
+        A1,
+        "3500.00",
+        "USD",
+        "credit",
+        "salary",
+        "completed",
+        "2024-03-05 09:00:00+00",
+    ),
+    (
+        A2,
+        "1500.00",
+        "USD",
+        "credit",
+        "salary",
+        "completed",
+        "2024-03-05 09:00:00+00",
+    ),
+    (
+        A3,
+        "500.00",
+        "USD",
+        "credit",
+        "salary",
+        "completed",
+        "2024-03-08 11:00:00+00",
+    ),
+    (
+        A1,
+        "99.50",
+        "USD",
+        "debit",
+        "groceries",
+        "completed",
+        "2024-03-10 16:00:00+00",
+    ),
+    (
+        A3,
+        "60.25",
+        "USD",
+        "debit",
+        "entertainment",
+        "completed",
+        "2024-03-12 19:30:00+00",
+    ),
+    (
+        A1,
+        "180.00",
+        "USD",
+        "debit",
+        "utilities",
+        "completed",
+        "2024-03-15 10:00:00+00",
+    ),
+    (
+        A2,
+        "12.99",
+        "USD",
+        "debit",
+        "entertainment",
+        "completed",
+        "2024-03-18 22:00:00+00",
+    ),
+    (
+        A3,
+        "700.00",
+        "EUR",
+        "debit",
+        "travel",
+        "completed",
+        "2024-03-20 06:00:00+00",
+    ),
+    (
+        A1,
+        "220.00",
+        "USD",
+        "debit",
+        "utilities",
+        "completed",
+        "2024-03-25 10:00:00+00",
+    ),
+    (
+        A2,
+        "175.00",
+        "USD",
+        "debit",
+        "entertainment",
+        "pending",
+        "2024-03-30 10:00:00+00",
+    ),
+    (
+        A3,
+        "640.00",
+        "USD",
+        "debit",
+        "travel",
+        "pending",
+        "2024-03-30 15:00:00+00",
+    ),
 ];
 
 fn tx_id(i: usize) -> String {
@@ -302,7 +516,16 @@ pub fn pg_fixture_sql() -> String {
     s += "CREATE SCHEMA accounting; CREATE TABLE accounting.invoices (id uuid PRIMARY KEY, account_id uuid, \
           invoice_number varchar(50), amount decimal(15,2), currency varchar(3), status varchar(20), due_date date, created_at timestamptz);\n";
     let statuses = [
-        "paid", "paid", "paid", "paid", "paid", "pending", "pending", "pending", "overdue", "cancelled",
+        "paid",
+        "paid",
+        "paid",
+        "paid",
+        "paid",
+        "pending",
+        "pending",
+        "pending",
+        "overdue",
+        "cancelled",
     ];
     for (i, st) in statuses.iter().enumerate() {
         let acc = [A1, A2, A3][i % 3];
@@ -318,7 +541,13 @@ pub fn pg_fixture_sql() -> String {
     s += "CREATE SCHEMA reporting; CREATE TABLE reporting.daily_summary (id uuid PRIMARY KEY, report_date date, account_id uuid, \
           total_credits decimal(15,2), total_debits decimal(15,2), transaction_count integer, created_at timestamptz);\n";
     for i in 0..12 {
-        let acc = if i < 7 { A1 } else if i < 10 { A2 } else { A3 };
+        let acc = if i < 7 {
+            A1
+        } else if i < 10 {
+            A2
+        } else {
+            A3
+        };
         s += &format!(
             "INSERT INTO reporting.daily_summary VALUES ('30000000-0000-4000-8000-{:012}','2024-01-{:02}','{acc}',{}.00,{}.50,{},'2024-01-{:02}T23:00:00Z');\n",
             i + 1,
