@@ -195,9 +195,8 @@ async fn stream_table(
         let mut stream = conn.copy_out_raw(&sql).await.map_err(query_failed)?;
         let mut parser = CopyBinaryParser::new();
         while let Some(chunk) = stream.try_next().await.map_err(query_failed)? {
-            parser.feed(&chunk);
             parser
-                .drain(&decoders, |vals| {
+                .feed_and_drain(&chunk, &decoders, |vals| {
                     rows.push(ERow::new(plan.columns.clone(), vals));
                 })
                 .map_err(|_| decode_failed())?;

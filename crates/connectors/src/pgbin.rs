@@ -374,9 +374,27 @@ impl CopyBinaryParser {
         self.buf.extend_from_slice(chunk);
     }
 
+    /// Like `feed` + `drain`, but parses `chunk` in place when nothing is buffered (the
+    /// common case: PostgreSQL sends one row per CopyData message); only an incomplete
+    /// tail is copied.
+    pub fn feed_and_drain(
+        &mut self,
+        chunk: &[u8],
+        decoders: &[u32],
+        row: impl FnMut(Vec<Value>),
+    ) -> R<usize> {
+        if !self.buf.is_empty() || !self.header_done {
+            self.feed(chunk);
+            return self.drain(decoders, row);
+        }
+        let (produced, used) = parse_tuples(chunk, decoders, &mut self.finished, row)?;
+        self.buf.extend_from_slice(&chunk[used..]);
+        Ok(produced)
+    }
+
     /// Calls `row` for every complete tuple buffered so far, decoding each field with
     /// `decoders[i]`. Returns the number of rows produced.
-    pub fn drain(&mut self, decoders: &[u32], mut row: impl FnMut(Vec<Value>)) -> R<usize> {
+    pub fn drain(&mut self, decoders: &[u32], row: impl FnMut(Vec<Value>)) -> R<usize> {
         let mut pos = 0usize;
         let data = &self.buf[..];
         if !self.header_done {
@@ -393,6 +411,21 @@ impl CopyBinaryParser {
             pos = 19 + ext;
             self.header_done = true;
         }
+        let (produced, used) = parse_tuples(&data[pos..], decoders, &mut self.finished, row)?;
+        bytes::Buf::advance(&mut self.buf, pos + used);
+        Ok(produced)
+    }
+}
+
+/// Parses complete tuples from `data`; returns (rows, bytes consumed).
+fn parse_tuples(
+    data: &[u8],
+    decoders: &[u32],
+    finished: &mut bool,
+    mut row: impl FnMut(Vec<Value>),
+) -> R<(usize, usize)> {
+    let mut pos = 0usize;
+    {
         let mut produced = 0;
         'tuples: loop {
             let start = pos;
@@ -402,7 +435,7 @@ impl CopyBinaryParser {
             let n = i16::from_be_bytes([n[0], n[1]]);
             pos += 2;
             if n == -1 {
-                self.finished = true;
+                *finished = true;
                 break;
             }
             if n as usize != decoders.len() {
@@ -431,8 +464,7 @@ impl CopyBinaryParser {
             row(vals);
             produced += 1;
         }
-        bytes::Buf::advance(&mut self.buf, pos);
-        Ok(produced)
+        Ok((produced, pos))
     }
 }
 
@@ -464,6 +496,37 @@ mod tests {
             "123456789"
         );
         assert_eq!(numeric(&num(0, 0, 0xC000, 0, &[])).unwrap(), "NaN");
+    }
+
+    #[test]
+    fn copy_parser_handles_any_chunking() {
+        let mut data = SIGNATURE.to_vec();
+        data.extend(0u32.to_be_bytes());
+        data.extend(0u32.to_be_bytes());
+        for i in 0..5i32 {
+            data.extend(2i16.to_be_bytes());
+            data.extend(4i32.to_be_bytes());
+            data.extend(i.to_be_bytes());
+            if i == 2 {
+                data.extend((-1i32).to_be_bytes());
+            } else {
+                data.extend(1i32.to_be_bytes());
+                data.extend(b"x");
+            }
+        }
+        data.extend((-1i16).to_be_bytes());
+        for step in [1, 2, 3, 7, 19, 23, 1000] {
+            let mut p = CopyBinaryParser::new();
+            let mut rows = Vec::new();
+            for chunk in data.chunks(step) {
+                p.feed_and_drain(chunk, &[oid::INT4, oid::TEXT], |r| rows.push(r))
+                    .unwrap();
+            }
+            assert!(p.finished, "{step}");
+            assert_eq!(rows.len(), 5, "{step}");
+            assert_eq!(rows[2], vec![Value::Int(2), Value::Null]);
+            assert_eq!(rows[4], vec![Value::Int(4), Value::from("x")]);
+        }
     }
 
     #[test]

@@ -69,24 +69,46 @@ pub fn date_from_unix_days(days: i64) -> String {
     s
 }
 
+/// Appends `n` as exactly `width` zero-padded digits (n < 10^width).
+fn push_digits(s: &mut String, mut n: u64, width: usize) {
+    let mut buf = [b'0'; 6];
+    for i in (0..width).rev() {
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    // Only ASCII digits were written.
+    s.push_str(std::str::from_utf8(&buf[..width]).unwrap_or("0"));
+}
+
 pub fn write_date(s: &mut String, days: i64) {
     let (y, m, d) = civil_from_days(days);
-    write_year(s, y);
-    let _ = write!(s, "-{m:02}-{d:02}");
+    if (0..=9999).contains(&y) {
+        push_digits(s, y as u64, 4);
+    } else {
+        write_year(s, y);
+    }
+    s.push('-');
+    push_digits(s, m as u64, 2);
+    s.push('-');
+    push_digits(s, d as u64, 2);
 }
 
 /// `HH:MM:SS.ffffff` from microseconds since midnight.
 pub fn write_time_of_day(s: &mut String, us: i64) {
     let secs = us.div_euclid(1_000_000);
     let micros = us.rem_euclid(1_000_000);
-    let _ = write!(
-        s,
-        "{:02}:{:02}:{:02}.{:06}",
-        secs / 3600,
-        (secs / 60) % 60,
-        secs % 60,
-        micros
-    );
+    let hours = secs / 3600;
+    if (0..100).contains(&hours) {
+        push_digits(s, hours as u64, 2);
+    } else {
+        let _ = write!(s, "{hours:02}");
+    }
+    s.push(':');
+    push_digits(s, ((secs / 60) % 60) as u64, 2);
+    s.push(':');
+    push_digits(s, (secs % 60) as u64, 2);
+    s.push('.');
+    push_digits(s, micros as u64, 6);
 }
 
 /// `+HH:MM` / `-HH:MM` for an offset east of UTC in seconds.
