@@ -26,6 +26,12 @@ impl Secret {
     }
 }
 
+impl From<Vec<u8>> for Secret {
+    fn from(b: Vec<u8>) -> Self {
+        Secret(b)
+    }
+}
+
 impl From<&str> for Secret {
     fn from(s: &str) -> Self {
         Secret(s.as_bytes().to_vec())
