@@ -142,7 +142,10 @@ impl<R: Read> OpenReader<R> {
 
     /// Reads to the end, discarding plaintext, and returns the summary (verification only).
     pub fn verify_to_end(mut self) -> Result<OpenSummary> {
-        io::copy(&mut self, &mut io::sink()).map_err(Error::from_io)?;
+        // Plaintext is authenticated and dropped without being copied out.
+        while self.summary.is_none() {
+            self.fill().map_err(Error::from_io)?;
+        }
         self.summary
             .ok_or_else(|| Error::internal("no summary after end of stream"))
     }
@@ -150,6 +153,41 @@ impl<R: Read> OpenReader<R> {
     /// The inner reader.
     pub fn into_inner(self) -> R {
         self.inner
+    }
+}
+
+impl<R: Read> OpenReader<R> {
+    /// Reads once from the inner reader and feeds the opener (or finishes it at EOF).
+    /// Precondition: all buffered plaintext was consumed.
+    fn fill(&mut self) -> io::Result<()> {
+        if let Some(kind) = self.failed {
+            return Err(Error::new(kind, "sealed result failed to open").into());
+        }
+        self.plain.clear();
+        self.pos = 0;
+        let n = loop {
+            match self.inner.read(&mut self.input) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let step = if n == 0 {
+            match self.opener.take() {
+                Some(opener) => opener.finish().map(|summary| self.summary = Some(summary)),
+                None => Err(Error::internal("reader state")),
+            }
+        } else {
+            match self.opener.as_mut() {
+                Some(opener) => opener.update_into(&self.input[..n], &mut self.plain),
+                None => Err(Error::internal("reader state")),
+            }
+        };
+        if let Err(e) = step {
+            self.failed = Some(e.kind());
+            return Err(e.into());
+        }
+        Ok(())
     }
 }
 
@@ -165,31 +203,7 @@ impl<R: Read> Read for OpenReader<R> {
             if self.summary.is_some() || dst.is_empty() {
                 return Ok(0);
             }
-            if let Some(kind) = self.failed {
-                return Err(Error::new(kind, "sealed result failed to open").into());
-            }
-            self.plain.clear();
-            self.pos = 0;
-            let n = match self.inner.read(&mut self.input) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            let step = if n == 0 {
-                match self.opener.take() {
-                    Some(opener) => opener.finish().map(|summary| self.summary = Some(summary)),
-                    None => Err(Error::internal("reader state")),
-                }
-            } else {
-                match self.opener.as_mut() {
-                    Some(opener) => opener.update_into(&self.input[..n], &mut self.plain),
-                    None => Err(Error::internal("reader state")),
-                }
-            };
-            if let Err(e) = step {
-                self.failed = Some(e.kind());
-                return Err(e.into());
-            }
+            self.fill()?;
         }
     }
 }
