@@ -202,6 +202,9 @@ impl Engine {
             })?;
         match factory.build(ctx, tenant, descriptor).await {
             Ok(Some(c)) => Ok(c),
+            // A descriptor the factory rejects (bad TLS mode, blocked host) is the
+            // caller's to fix; the factory's validation text is kept (beyond the reference).
+            Err(e) if e.category() == Category::Validation => Err(e),
             Ok(None) | Err(_) => Err(EngineError::new(Category::Unavailable, msg::BUILD_FAILED)),
         }
     }

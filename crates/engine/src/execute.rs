@@ -53,12 +53,17 @@ impl From<Done> for EngineError {
     }
 }
 
-/// The connector-error rule: the connector's own deadline/cancel, else the live
-/// context's state, else `unavailable` with the fixed fallback. The raw error is dropped.
+/// The connector-error rule: the connector's own deadline/cancel (or its `validation`
+/// rejection, beyond the reference), else the live context's state, else `unavailable`
+/// with the fixed fallback. Any other raw error is dropped.
 fn connector_error(e: EngineError, ctx: &Context, fallback: &'static str) -> EngineError {
     match e.category() {
         Category::Timeout => Done::DeadlineExceeded.into(),
         Category::Canceled => Done::Canceled.into(),
+        // The connector rejected the request itself (an unknown operator, a value of the
+        // wrong type): the caller's fault, reported as such. Connectors write these texts
+        // themselves and never put driver output in them.
+        Category::Validation => e,
         _ => match ctx.err() {
             Some(d) => d.into(),
             None => EngineError::new(Category::Unavailable, fallback),

@@ -64,6 +64,10 @@
 //! * **Unset timestamps are omitted** rather than rendered as `0001-01-01T00:00:00Z`.
 //! * **Terminal status writes use a fresh context** (bounded to 10 s), so a cancelled run
 //!   still records `canceled`.
+//! * **Connector `validation` rejections keep their category and text** (a blocked host,
+//!   an invalid TLS mode, an unsupported filter operator): they are the caller's to fix,
+//!   not a dependency failure. Connectors write these texts themselves and never put
+//!   driver output in them; every other connector error is still replaced by a fixed text.
 //! * **Test results carry latency** (`latencyMs`).
 //! * **Cursors are batched**: [`ports::RowCursor::next_batch`] returns rows of one table at
 //!   a time instead of the reference's row-at-a-time `next/row/err`.

@@ -74,8 +74,8 @@ impl Engine {
         let discovered = connector.discover_schema(ctx).await;
         let _ = connector.close(ctx).await;
         let mut snapshot = discovered.map_err(|e| {
-            if e.category() == Category::Connect {
-                e // "could not connect" keeps its own (connector-chosen, safe) text
+            if matches!(e.category(), Category::Connect | Category::Validation) {
+                e // "could not connect" / "not allowed" keep their connector-chosen, safe text
             } else {
                 EngineError::new(Category::Unavailable, msg::DISCOVER_FAILED)
             }

@@ -973,3 +973,29 @@ async fn zero_row_steps_contribute_keys_but_no_lines() {
         }
     }
 }
+
+#[tokio::test]
+async fn connector_validation_rejections_keep_their_category_and_text() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let (a, _) = golden_sources(&h, &t).await;
+    let plan = h
+        .engine
+        .plan_extraction(&ctx(), &t, &golden_request())
+        .await
+        .unwrap();
+    a.behaviour.lock().unwrap().reject_query = true;
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::Validation,
+        "filter operator is not supported",
+    );
+    assert!(!err.is_retryable(), "the caller's fault: no retry");
+    assert_eq!(h.sink.stored_count(), 0);
+    assert_eq!(a.last_built().unwrap().closes.load(Ordering::SeqCst), 1);
+}

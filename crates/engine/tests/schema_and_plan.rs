@@ -756,3 +756,17 @@ async fn scope_is_decided_before_limits_with_a_bounded_probe() {
     );
     assert_eq!(factory.build_count(), 0);
 }
+
+#[tokio::test]
+async fn a_discovery_validation_rejection_passes_through() {
+    let h = harness(Wiring::default(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    crm(&h, &t).await;
+    h.factory.behaviour.lock().unwrap().fail_discover = Some(Category::Validation);
+    let err = h
+        .engine
+        .discover_schema(&ctx(), &t, "crm")
+        .await
+        .unwrap_err();
+    assert_err(&err, Category::Validation, "datasource host is not allowed");
+}

@@ -68,6 +68,8 @@ pub struct TemplateBehaviour {
     /// Discovery fails with this category (`Connect` passes through the engine).
     pub fail_discover: Option<Category>,
     pub fail_query: bool,
+    /// The query is rejected as invalid (`validation`, e.g. an unsupported operator).
+    pub reject_query: bool,
     pub fail_close: bool,
     /// The query waits until the context is done and returns its error.
     pub block_on_context: bool,
@@ -190,6 +192,10 @@ impl Connector for TemplateConnector {
                 Category::Connect,
                 "could not connect to datasource",
             )),
+            Some(Category::Validation) => Err(EngineError::new(
+                Category::Validation,
+                "datasource host is not allowed",
+            )),
             Some(c) => Err(EngineError::new(c, CONNECTOR_FAILURE_TEXT)),
             None => Ok(self.b.schema.clone()),
         };
@@ -240,6 +246,12 @@ impl TemplateConnector {
         }
         if self.b.fail_query {
             return Err(driver_error());
+        }
+        if self.b.reject_query {
+            return Err(EngineError::new(
+                Category::Validation,
+                "filter operator is not supported",
+            ));
         }
         // Serve the requested tables, projected onto the selected fields (an empty
         // selection means every column), like a real connector.
