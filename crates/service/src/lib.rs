@@ -14,6 +14,7 @@
 //! | [`sink`] | the engine's result sink: NDJSON sealed with v2 frames, streamed to an object store; v1 for the reference format |
 //! | [`credentials`] | the engine's credential protector over AES-256-GCM, and the connectors' credential source |
 //! | [`sanitize`] | error-text sanitisation for job records and events |
+//! | [`embedded`] | `fetcher serve`'s adapters: SQLite stores, a local result directory, an in-process queue and worker, an event log |
 //! | [`memory`] | in-memory implementations of every host port |
 //! | [`testing`] | conformance suites every host-port adapter passes (feature `testing`) |
 //! | [`error`] | [`ServiceError`]: kind, safe message, retryability |
@@ -26,6 +27,7 @@
 //! [`ServiceError::is_retryable`] decides whether a queue message comes back.
 
 pub mod credentials;
+pub mod embedded;
 pub mod error;
 pub mod memory;
 pub mod message;

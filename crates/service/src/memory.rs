@@ -271,14 +271,18 @@ impl JobStore for MemoryJobStore {
         ready(out)
     }
 
-    fn list_pending<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
+    fn list_pending<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
         let out = self.check().map(|()| {
             let mut v: Vec<Job> = self
                 .jobs
                 .lock()
                 .unwrap()
                 .values()
-                .filter(|j| j.status == JobStatus::Pending)
+                .filter(|j| {
+                    j.status == JobStatus::Pending
+                        || (j.status == JobStatus::Processing
+                            && j.lease_expires_at.is_none_or(|l| l <= now))
+                })
                 .cloned()
                 .collect();
             v.sort_by_key(|j| j.created_at);

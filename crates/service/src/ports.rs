@@ -115,9 +115,10 @@ pub trait JobStore: Send + Sync {
         config_name: &'a str,
     ) -> BoxFuture<'a, Result<bool>>;
 
-    /// Pending jobs (any tenant) created before `before`, oldest first: the in-process
-    /// queue re-enqueues them after a restart.
-    fn list_pending<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>>;
+    /// Jobs that need a worker, oldest first, across tenants: pending ones, and
+    /// processing ones whose lease expired at `now` (their worker died). The in-process
+    /// queue re-enqueues these after a restart.
+    fn list_pending<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>>;
 }
 
 /// The work queue's producer side. Consumers are host-specific (SQS event source,

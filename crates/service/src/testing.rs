@@ -142,7 +142,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     assert!(!store.has_active_jobs(t, "other-config").await.unwrap());
     assert!(
         store
-            .list_pending(1000)
+            .list_pending(Timestamp::now(), 1000)
             .await
             .unwrap()
             .iter()
@@ -216,6 +216,19 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
             .kind(),
         ErrorKind::Conflict
     );
+
+    // A processing job is listed for a worker only once its lease has expired.
+    let listed = |jobs: Vec<Job>| jobs.iter().any(|j| j.id == a.id);
+    assert!(!listed(store.list_pending(now, 1000).await.unwrap()));
+    assert!(listed(
+        store
+            .list_pending(
+                Timestamp::from_unix_nanos(later.unix_nanos() + 3_600_000_000_000),
+                1000
+            )
+            .await
+            .unwrap()
+    ));
 
     // Release gives the job back; it can be claimed again.
     store.release(t, &a.id, token2).await.unwrap();

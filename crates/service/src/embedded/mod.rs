@@ -1,0 +1,18 @@
+//! Embedded adapters for `fetcher serve`: everything on one machine, no cloud.
+//!
+//! | adapter | ports |
+//! |---|---|
+//! | [`SqliteStore`] | engine: connection store, schema cache, execution store; host: job store, rate limiter |
+//! | [`LocalDirObjectStore`] | object store (sealed results under a directory) |
+//! | [`EventLog`] | event publisher (NDJSON file, optional webhook) |
+//! | [`InProcessQueue`] | job queue, durable through the jobs table |
+
+mod events;
+mod local;
+mod queue;
+mod sqlite;
+
+pub use events::{EventLog, event_line};
+pub use local::LocalDirObjectStore;
+pub use queue::{InProcessQueue, Worker, WorkerConfig};
+pub use sqlite::SqliteStore;
