@@ -1,0 +1,155 @@
+//! The embedded adapters pass the same conformance suites as the in-memory ports.
+
+use std::sync::Arc;
+
+use fetcher_crypto::{KeyRing, Opener};
+use fetcher_engine::ports::{ConnectionStore, ExecutionStore, ResultSink, SchemaCache};
+use fetcher_engine::testing as engine_suites;
+use fetcher_service::embedded::{EventLog, LocalDirObjectStore, SqliteStore, event_line};
+use fetcher_service::memory::StaticKeyProvider;
+use fetcher_service::model::{JobStatus, TerminalEvent};
+use fetcher_service::ports::*;
+use fetcher_service::sink::SealedResultSink;
+use fetcher_service::testing as service_suites;
+
+const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+#[tokio::test]
+async fn sqlite_connection_store_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    engine_suites::connection_store(&(Arc::new(s) as Arc<dyn ConnectionStore>)).await;
+}
+
+#[tokio::test]
+async fn sqlite_execution_store_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    engine_suites::execution_store(&(Arc::new(s) as Arc<dyn ExecutionStore>)).await;
+}
+
+#[tokio::test]
+async fn sqlite_schema_cache_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    engine_suites::schema_cache(&(Arc::new(s) as Arc<dyn SchemaCache>)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_job_store_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    service_suites::job_store(&(Arc::new(s) as Arc<dyn JobStore>)).await;
+}
+
+#[tokio::test]
+async fn sqlite_rate_limiter_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    service_suites::rate_limiter(&(Arc::new(s) as Arc<dyn RateLimiter>)).await;
+}
+
+#[tokio::test]
+async fn sqlite_store_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.db");
+    let job = {
+        let s = SqliteStore::open(&path).await.unwrap();
+        let mut req = fetcher_service::model::JobRequest::default();
+        req.mapped_fields.insert(
+            "pg".into(),
+            [("t".to_string(), vec!["id".to_string()])].into(),
+        );
+        let job = fetcher_service::model::Job::new("acme", req, "h".into());
+        s.insert(&job).await.unwrap();
+        job
+    };
+    let s = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(
+        JobStore::get(&s, "acme", &job.id).await.unwrap(),
+        Some(job.clone())
+    );
+    let pending = s
+        .list_pending(fetcher_engine::Timestamp::now(), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        pending.iter().map(|j| j.id.clone()).collect::<Vec<_>>(),
+        [job.id]
+    );
+}
+
+#[tokio::test]
+async fn local_dir_object_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalDirObjectStore::new(dir.path());
+    service_suites::object_store(&(Arc::new(store) as Arc<dyn ObjectStore>)).await;
+    // No temporary files are left behind by aborted or finished writes.
+    let mut leftovers = Vec::new();
+    let mut stack = vec![dir.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name().to_string_lossy().starts_with(".tmp-") {
+                leftovers.push(e.path());
+            }
+        }
+    }
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[tokio::test]
+async fn sealed_result_sink_over_a_local_dir_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = Arc::new(KeyRing::from_base64(KEY, "1").unwrap());
+    let objects: Arc<dyn ObjectStore> = Arc::new(LocalDirObjectStore::new(dir.path()));
+    let sink = SealedResultSink::new(objects.clone(), Arc::new(StaticKeyProvider(ring.clone())));
+    let reader: engine_suites::ResultReader = Arc::new(move |r| {
+        let (objects, ring) = (objects.clone(), ring.clone());
+        Box::pin(async move {
+            let sealed = read_all(objects.as_ref(), &r.path).await.ok()??;
+            let plain = if sealed.starts_with(&fetcher_crypto::v2::MAGIC) {
+                let mut opener = Opener::new_any_job(&ring);
+                let mut out = Vec::new();
+                opener.update_into(&sealed, &mut out).ok()?;
+                opener.finish().ok()?;
+                out
+            } else {
+                let hmac = r.integrity.as_ref()?.signature.clone();
+                fetcher_crypto::open_v1(ring.current(), &sealed, &hmac)
+                    .ok()?
+                    .to_vec()
+            };
+            Some(plain)
+        })
+    });
+    engine_suites::result_sink(&(Arc::new(sink) as Arc<dyn ResultSink>), reader).await;
+}
+
+#[tokio::test]
+async fn the_event_log_appends_one_line_per_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = EventLog::new(dir.path().join("events.ndjson"));
+    let e1 = TerminalEvent::new(
+        "acme",
+        "j1",
+        JobStatus::Completed,
+        r#"{"jobId":"j1","status":"completed"}"#.into(),
+    );
+    let e2 = TerminalEvent::new(
+        "acme",
+        "j2",
+        JobStatus::Failed,
+        r#"{"jobId":"j2","status":"failed"}"#.into(),
+    );
+    log.publish(&e1).await.unwrap();
+    log.publish(&e2).await.unwrap();
+    let text = std::fs::read_to_string(dir.path().join("events.ndjson")).unwrap();
+    assert_eq!(
+        text,
+        format!("{}{}", event_line(&e1).unwrap(), event_line(&e2).unwrap())
+    );
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["id"], "fetcher.job.completed.j1");
+    assert_eq!(first["detail-type"], "job.completed");
+    assert_eq!(first["detail"]["status"], "completed");
+    let bad = TerminalEvent::new("acme", "j3", JobStatus::Failed, "not json".into());
+    assert!(log.publish(&bad).await.is_err());
+}
