@@ -18,6 +18,9 @@
 //! | [`memory`] | in-memory implementations of every host port |
 //! | [`testing`] | conformance suites every host-port adapter passes (feature `testing`) |
 //! | [`error`] | [`ServiceError`]: kind, safe message, retryability |
+//! | [`http`] | the HTTP API: router of the 12 operations + probes, error catalogue, auth/tenancy, OpenAPI |
+//! | [`jobs`] | job use cases: create (validation, dedup, enqueue), get; the active-job gate |
+//! | `dedup` | the canonical request hash of job de-duplication (api.md §5.4) |
 //!
 //! ## Error policy
 //!
@@ -27,8 +30,11 @@
 //! [`ServiceError::is_retryable`] decides whether a queue message comes back.
 
 pub mod credentials;
+mod dedup;
 pub mod embedded;
 pub mod error;
+pub mod http;
+pub mod jobs;
 pub mod memory;
 pub mod message;
 pub mod model;

@@ -1,0 +1,691 @@
+//! Cross-cutting behaviour: framework errors, body limit, authentication and tenancy, SSRF
+//! in multi-tenant mode, probes, metrics, version, the OpenAPI document.
+
+mod http_support;
+
+use std::sync::Arc;
+
+use axum::http::{Method, StatusCode};
+use fetcher_engine::BoxFuture;
+use fetcher_service::ServiceError;
+use fetcher_service::http::{
+    ApiConfig, ClaimsAuthenticator, JwtAuthenticator, ReadinessProbe, VerifiedClaims,
+};
+use http_support::*;
+use jsonwebtoken::{EncodingKey, Header};
+use serde_json::json;
+
+const SECRET: &[u8] = b"test-hs256-secret-of-enough-length!!";
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn hs(claims: serde_json::Value) -> String {
+    jsonwebtoken::encode(
+        &Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(SECRET),
+    )
+    .unwrap()
+}
+
+fn multi_tenant(auth: Arc<dyn fetcher_service::http::Authenticator>) -> Harness {
+    harness_with(Options {
+        config: ApiConfig {
+            multi_tenant: true,
+            ..Default::default()
+        },
+        authenticator: auth,
+        probes: Vec::new(),
+    })
+}
+
+#[tokio::test]
+async fn framework_errors() {
+    let h = harness();
+    let r = h.get("/v1/nope").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            StatusCode::NOT_FOUND,
+            json!({"code": 404, "title": "request_failed", "message": "Cannot GET /v1/nope"})
+        )
+    );
+    let r = h.call(Method::PUT, "/v1/fetcher", &[], None).await;
+    assert_eq!(
+        (r.status, r.json()["title"].as_str(), r.code()),
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            Some("request_failed"),
+            json!(405)
+        )
+    );
+    let big = format!(
+        r#"{{"metadata":{{"source":"{}"}}}}"#,
+        "x".repeat(1024 * 1024 + 10)
+    );
+    for uri in ["/v1/fetcher", "/v1/management/connections/validate-schema"] {
+        let r = h
+            .raw(
+                Method::POST,
+                uri,
+                &[
+                    ("content-type", "application/json"),
+                    ("x-product-name", "p"),
+                ],
+                big.clone(),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.json()),
+            (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({"code": 413, "title": "request_failed", "message": "Request Entity Too Large"})
+            ),
+            "{uri}"
+        );
+    }
+    // Business routes echo a (sanitised) request id; CORS preflight is answered.
+    let r = h
+        .call(
+            Method::GET,
+            "/v1/management/connections",
+            &[("x-request-id", "  abc-1  ")],
+            None,
+        )
+        .await;
+    assert_eq!(r.headers["x-request-id"], "abc-1");
+    let r = h
+        .raw(
+            Method::OPTIONS,
+            "/v1/fetcher",
+            &[
+                ("origin", "https://x.example"),
+                ("access-control-request-method", "POST"),
+            ],
+            "",
+        )
+        .await;
+    assert!(r.status.is_success());
+    assert!(r.headers.contains_key("access-control-allow-origin"));
+}
+
+#[tokio::test]
+async fn hs256_tenancy_and_isolation() {
+    let h = multi_tenant(Arc::new(JwtAuthenticator::hs256(SECRET)));
+    let exp = now() + 600;
+    let a = format!(
+        "Bearer {}",
+        hs(json!({"tenantId": "tenant-a", "sub": "u1", "exp": exp}))
+    );
+    let b = hs(json!({"tenantId": "tenant-b", "exp": exp})); // bare token accepted
+    let create = |auth: String, name: &'static str| {
+        let h = &h;
+        async move {
+            h.call(
+                Method::POST,
+                "/v1/management/connections",
+                &[("authorization", auth.as_str()), ("x-product-name", "p")],
+                Some(connection(name)),
+            )
+            .await
+        }
+    };
+    let ca = create(a.clone(), "shared-name").await;
+    assert_eq!(ca.status, StatusCode::CREATED, "{}", ca.text);
+    // The same name in another tenant is fine; ids are invisible across tenants.
+    assert_eq!(
+        create(b.clone(), "shared-name").await.status,
+        StatusCode::CREATED
+    );
+    let id = ca.json()["id"].as_str().unwrap().to_owned();
+    let url = format!("/v1/management/connections/{id}");
+    assert_eq!(
+        h.call(Method::GET, &url, &[("authorization", a.as_str())], None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    for (m, u) in [
+        (Method::GET, url.clone()),
+        (Method::DELETE, url.clone()),
+        (Method::POST, format!("{url}/test")),
+        (Method::GET, format!("{url}/schema")),
+    ] {
+        let r = h
+            .call(m.clone(), &u, &[("authorization", b.as_str())], None)
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::NOT_FOUND, json!("FET-1001")),
+            "{m} {u}"
+        );
+    }
+    let r = h
+        .call(
+            Method::GET,
+            "/v1/management/connections",
+            &[("authorization", b.as_str())],
+            None,
+        )
+        .await;
+    assert_eq!(r.json()["total"], 1);
+    // A job of tenant A is invisible to tenant B.
+    let j = h
+        .call(
+            Method::POST,
+            "/v1/fetcher",
+            &[("authorization", a.as_str())],
+            Some(job("shared-name", "p")),
+        )
+        .await;
+    assert_eq!(j.status, StatusCode::ACCEPTED, "{}", j.text);
+    let job_url = format!("/v1/fetcher/{}", j.json()["jobId"].as_str().unwrap());
+    assert_eq!(
+        h.call(
+            Method::GET,
+            &job_url,
+            &[("authorization", a.as_str())],
+            None
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        h.call(
+            Method::GET,
+            &job_url,
+            &[("authorization", b.as_str())],
+            None
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(h.queue.sent()[0].headers["X-Tenant-ID"], "tenant-a");
+
+    // Perimeter errors (shape E).
+    let forged = jsonwebtoken::encode(
+        &Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"tenantId": "tenant-a", "exp": exp}),
+        &EncodingKey::from_secret(b"another-secret-entirely-0123456789"),
+    )
+    .unwrap();
+    let cases = [
+        (None, "MISSING_TOKEN", "Authorization token is required"),
+        (
+            Some("Bearer not.a.jwt".to_owned()),
+            "INVALID_TOKEN",
+            "Failed to parse authorization token",
+        ),
+        (
+            Some(forged),
+            "INVALID_TOKEN",
+            "Authorization token is invalid or expired",
+        ),
+        (
+            Some(hs(json!({"tenantId": "tenant-a", "exp": now() - 3600}))),
+            "INVALID_TOKEN",
+            "Authorization token is invalid or expired",
+        ),
+        (
+            Some(hs(
+                json!({"tenantId": "tenant-a", "exp": exp, "nbf": now() + 3600}),
+            )),
+            "INVALID_TOKEN",
+            "Authorization token is invalid or expired",
+        ),
+        (
+            Some(hs(json!({"tenantId": "tenant-a"}))),
+            "INVALID_TOKEN",
+            "Authorization token is invalid or expired",
+        ),
+        (
+            Some(hs(json!({"exp": exp}))),
+            "MISSING_TENANT",
+            "tenantId is required in JWT token",
+        ),
+        (
+            Some(hs(json!({"tenantId": "", "exp": exp}))),
+            "MISSING_TENANT",
+            "tenantId is required in JWT token",
+        ),
+        (
+            Some(hs(json!({"tenantId": 7, "exp": exp}))),
+            "MISSING_TENANT",
+            "tenantId is required in JWT token",
+        ),
+        (
+            Some(hs(json!({"tenantId": "-bad", "exp": exp}))),
+            "INVALID_TENANT",
+            "tenantId has invalid format",
+        ),
+        (
+            Some(hs(json!({"tenantId": "a".repeat(257), "exp": exp}))),
+            "INVALID_TENANT",
+            "tenantId has invalid format",
+        ),
+    ];
+    for (token, code, message) in cases {
+        let hdrs: Vec<(&str, &str)> = token
+            .as_deref()
+            .map(|t| vec![("authorization", t)])
+            .unwrap_or_default();
+        let r = h
+            .call(Method::GET, "/v1/management/connections", &hdrs, None)
+            .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{code}");
+        assert_eq!(
+            r.json(),
+            json!({"code": code, "title": "Unauthorized", "message": message})
+        );
+        assert!(r.headers.contains_key("x-request-id"));
+    }
+    // Probes need no token.
+    assert_eq!(h.get("/health").await.status, StatusCode::OK);
+    assert_eq!(h.get("/metrics").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn rs256_tokens() {
+    let public = include_bytes!("http_support/test_rsa_public.pem");
+    let private = include_bytes!("http_support/test_rsa_private.pem");
+    let h = multi_tenant(Arc::new(JwtAuthenticator::rs256_pem(public).unwrap()));
+    let token = jsonwebtoken::encode(
+        &Header::new(jsonwebtoken::Algorithm::RS256),
+        &json!({"tenantId": "t1", "exp": now() + 60}),
+        &EncodingKey::from_rsa_pem(private).unwrap(),
+    )
+    .unwrap();
+    let r = h
+        .call(
+            Method::GET,
+            "/v1/management/connections",
+            &[("authorization", &format!("bearer {token}"))],
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // An HS256 token signed with the public key text (algorithm confusion) is rejected.
+    let confused = jsonwebtoken::encode(
+        &Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"tenantId": "t1", "exp": now() + 60}),
+        &EncodingKey::from_secret(public),
+    )
+    .unwrap();
+    let r = h
+        .call(
+            Method::GET,
+            "/v1/management/connections",
+            &[("authorization", &format!("Bearer {confused}"))],
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert!(JwtAuthenticator::rs256_pem(b"not a pem").is_err());
+}
+
+#[tokio::test]
+async fn host_verified_claims() {
+    let h = multi_tenant(Arc::new(ClaimsAuthenticator));
+    let mut req = axum::http::Request::builder()
+        .uri("/v1/management/connections")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    req.extensions_mut().insert(VerifiedClaims(
+        json!({"tenantId": "acme"}).as_object().unwrap().clone(),
+    ));
+    assert_eq!(h.send(req).await.status, StatusCode::OK);
+    // A header token is never trusted by this authenticator.
+    let r = h
+        .call(
+            Method::GET,
+            "/v1/management/connections",
+            &[(
+                "authorization",
+                &format!(
+                    "Bearer {}",
+                    hs(json!({"tenantId": "acme", "exp": now() + 60}))
+                ),
+            )],
+            None,
+        )
+        .await;
+    assert_eq!(r.code(), json!("MISSING_TOKEN"));
+}
+
+#[tokio::test]
+async fn single_tenant_with_required_auth() {
+    let h = harness_with(Options {
+        config: ApiConfig {
+            require_auth: true,
+            ..Default::default()
+        },
+        authenticator: Arc::new(JwtAuthenticator::hs256(SECRET)),
+        probes: Vec::new(),
+    });
+    assert_eq!(
+        h.get("/v1/management/connections").await.code(),
+        json!("MISSING_TOKEN")
+    );
+    let t = hs(json!({"sub": "x", "exp": now() + 60}));
+    let r = h
+        .call(
+            Method::GET,
+            "/v1/management/connections",
+            &[("authorization", &format!("Bearer {t}"))],
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn ssrf_guard_in_multi_tenant_mode() {
+    let h = multi_tenant(Arc::new(JwtAuthenticator::hs256(SECRET)));
+    let auth = format!(
+        "Bearer {}",
+        hs(json!({"tenantId": "t1", "exp": now() + 600}))
+    );
+    let hdr = [("authorization", auth.as_str()), ("x-product-name", "p")];
+    for host in ["127.0.0.1", "169.254.169.254", "10.0.0.1", "::1"] {
+        let mut b = connection("blocked");
+        b["host"] = host.into();
+        b["port"] = 0.into(); // the SSRF check wins over other failures
+        let r = h
+            .call(Method::POST, "/v1/management/connections", &hdr, Some(b))
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0414")),
+            "{host}"
+        );
+        assert_eq!(
+            r.json()["message"],
+            "Host is not a valid external database endpoint"
+        );
+        assert!(!r.text.contains(host));
+    }
+    // Names pass the request layer and are stopped before the dial.
+    let mut b = connection("local-name");
+    b["host"] = "localhost".into();
+    let c = h
+        .call(Method::POST, "/v1/management/connections", &hdr, Some(b))
+        .await;
+    assert_eq!(c.status, StatusCode::CREATED);
+    let url = format!(
+        "/v1/management/connections/{}",
+        c.json()["id"].as_str().unwrap()
+    );
+    let r = h
+        .call(
+            Method::PATCH,
+            &url,
+            &hdr,
+            Some(json!({"host": "192.168.1.1"})),
+        )
+        .await;
+    assert_eq!(r.code(), json!("FET-0414"));
+    let r = h
+        .call(Method::POST, &format!("{url}/test"), &hdr, None)
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, json!("FET-0414"))
+    );
+    let r = h
+        .call(Method::GET, &format!("{url}/schema"), &hdr, None)
+        .await;
+    assert_eq!(r.code(), json!("FET-0414"));
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/management/connections/validate-schema",
+            &hdr,
+            Some(json!({"mappedFields": {"local-name": {"users": ["id"]}}})),
+        )
+        .await;
+    assert_eq!(r.code(), json!("FET-0414"));
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/fetcher",
+            &hdr,
+            Some(job("local-name", "p")),
+        )
+        .await;
+    assert_eq!(r.code(), json!("FET-0414"));
+    // Single-tenant mode accepts loopback.
+    let st = harness();
+    let mut b = connection("loop");
+    b["host"] = "127.0.0.1".into();
+    st.create("p", b).await;
+}
+
+struct Probe(&'static str, Result<(), &'static str>, std::time::Duration);
+
+impl ReadinessProbe for Probe {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn check(&self) -> BoxFuture<'_, Result<(), ServiceError>> {
+        let out = self.1.map_err(ServiceError::unavailable);
+        let wait = self.2;
+        Box::pin(async move {
+            tokio::time::sleep(wait).await;
+            out
+        })
+    }
+    fn timeout(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_millis(200))
+    }
+    fn tls(&self) -> Option<bool> {
+        Some(false)
+    }
+}
+
+fn probes(list: Vec<Probe>) -> Vec<Arc<dyn ReadinessProbe>> {
+    list.into_iter()
+        .map(|p| Arc::new(p) as Arc<dyn ReadinessProbe>)
+        .collect()
+}
+
+#[tokio::test]
+async fn probes_health_readiness_draining() {
+    let fast = std::time::Duration::ZERO;
+    let h = harness_with(Options {
+        probes: probes(vec![
+            Probe("sqlite", Ok(()), fast),
+            Probe("queue", Ok(()), fast),
+        ]),
+        ..Default::default()
+    });
+    assert_eq!(h.get("/health").await.json(), json!({"status": "healthy"}));
+    let r = h.get("/readyz").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let v = r.json();
+    let mut keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["checks", "deployment_mode", "status", "version"]);
+    assert_eq!(
+        (v["status"].as_str(), v["deployment_mode"].as_str()),
+        (Some("healthy"), Some("local"))
+    );
+    assert_eq!(v["checks"]["sqlite"]["status"], "up");
+    assert_eq!(v["checks"]["sqlite"]["tls"], false);
+    assert!(v["checks"]["sqlite"]["latency_ms"].is_u64());
+    let r = h.get("/readyz/tenant/acme").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error": "multi-tenant mode is disabled"})
+        )
+    );
+    h.state.start_draining();
+    let r = h.get("/readyz").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        r.json()["checks"],
+        json!({"draining": {"status": "down", "reason": "graceful drain in progress"}})
+    );
+    // Metrics carry the readiness families, the self-probe and the request counters.
+    let m = h.get("/metrics").await;
+    assert!(
+        m.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    for needle in [
+        "# HELP readyz_check_duration_ms",
+        "# HELP readyz_check_status",
+        "# HELP selfprobe_result",
+        "selfprobe_result{dep=\"sqlite\"} 1",
+        "http_requests_total{method=\"GET\",route=\"/readyz\",status=\"200\"} 1",
+        "http_request_duration_seconds_bucket",
+    ] {
+        assert!(m.text.contains(needle), "{needle}\n{}", m.text);
+    }
+    let v = h.get("/version").await.json();
+    assert_eq!(v["version"], "0.0.0");
+    assert!(fetcher_engine::Timestamp::parse(v["requestDate"].as_str().unwrap()).is_some());
+}
+
+#[tokio::test]
+async fn failing_and_slow_probes() {
+    let h = harness_with(Options {
+        config: ApiConfig {
+            multi_tenant: true,
+            ..Default::default()
+        },
+        authenticator: Arc::new(ClaimsAuthenticator),
+        probes: probes(vec![
+            Probe(
+                "store",
+                Err("store unreachable at postgres://u:pw@h/db"),
+                std::time::Duration::ZERO,
+            ),
+            Probe("slow", Ok(()), std::time::Duration::from_secs(5)),
+            Probe("ok", Ok(()), std::time::Duration::ZERO),
+        ]),
+    });
+    let started = std::time::Instant::now();
+    let r = h.get("/readyz").await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "checks run in parallel with timeouts"
+    );
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    let v = r.json();
+    assert_eq!(v["status"], "unhealthy");
+    assert_eq!(
+        v["checks"]["store"]["error"],
+        "store unreachable at postgres://***@h/db"
+    );
+    assert!(
+        v["checks"]["slow"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("check timeout")
+    );
+    assert_eq!(v["checks"]["ok"]["status"], "up");
+    let r = h.get("/health").await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "unhealthy", "reason": "self-probe failed"})
+        )
+    );
+    let r = h.get("/readyz/tenant/acme").await;
+    assert_eq!(
+        (r.status, r.json()["tenant_id"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("acme"))
+    );
+    assert_eq!(
+        h.get("/readyz/tenant/-x").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    h.state.start_draining();
+    let r = h.get("/readyz/tenant/acme").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.json().get("tenant_id").is_none());
+}
+
+#[tokio::test]
+async fn openapi_matches_the_router() {
+    let h = harness();
+    let r = h.get("/openapi.json").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let doc = r.json();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    let mut documented = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| ["get", "post", "patch", "delete", "put"].contains(&k.as_str()))
+        {
+            documented.push((method.to_uppercase(), path.clone()));
+        }
+    }
+    documented.sort();
+    let mut expected: Vec<(String, String)> = [
+        ("POST", "/v1/fetcher"),
+        ("GET", "/v1/fetcher/{id}"),
+        ("GET", "/v1/management/connections"),
+        ("POST", "/v1/management/connections"),
+        ("POST", "/v1/management/connections/validate-schema"),
+        ("GET", "/v1/management/connections/{id}"),
+        ("PATCH", "/v1/management/connections/{id}"),
+        ("DELETE", "/v1/management/connections/{id}"),
+        ("POST", "/v1/management/connections/{id}/test"),
+        ("GET", "/v1/management/connections/{id}/schema"),
+        ("GET", "/v1/management/connections/unassigned"),
+        ("POST", "/v1/management/connections/{id}/assign"),
+        ("GET", "/health"),
+        ("GET", "/readyz"),
+        ("GET", "/readyz/tenant/{id}"),
+        ("GET", "/metrics"),
+        ("GET", "/version"),
+        ("GET", "/openapi.json"),
+    ]
+    .iter()
+    .map(|(m, p)| (m.to_string(), p.to_string()))
+    .collect();
+    expected.sort();
+    assert_eq!(documented, expected);
+    // Every documented operation is routed (never the framework's 404/405), and an
+    // undocumented method on a documented path is 405.
+    let uuid = "0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b";
+    for (method, path) in &documented {
+        let uri = path.replace("{id}", uuid);
+        let r = h
+            .call(
+                method.parse().unwrap(),
+                &uri,
+                &[("x-product-name", "p")],
+                None,
+            )
+            .await;
+        assert!(
+            !(r.status == StatusCode::METHOD_NOT_ALLOWED
+                || (r.status == StatusCode::NOT_FOUND && r.json()["title"] == "request_failed")),
+            "{method} {path}: {}",
+            r.text
+        );
+        let r = h.call(Method::PUT, &uri, &[], None).await;
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "PUT {path}");
+    }
+    assert_eq!(
+        doc,
+        serde_json::to_value(fetcher_service::http::openapi()).unwrap()
+    );
+}
