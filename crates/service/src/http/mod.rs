@@ -62,7 +62,9 @@
 //! * **Internal datasources** are whatever the connection store returns under the reserved
 //!   names (`midaz_onboarding`, `midaz_transaction`, `plugin_crm`, `demo_sqlite`) without
 //!   an API identity; they skip ownership/connectivity checks and cannot be patched,
-//!   deleted or assigned. They are listed like other records (not prepended on page 1).
+//!   deleted or assigned. Not yet done: listing them (they carry no `createdAt`, so the
+//!   date window hides them; the reference prepends them on page 1) and the
+//!   deterministic UUID v5 ids of api.md §4.8 (the store's concern).
 
 pub mod auth;
 pub mod connections;
