@@ -115,10 +115,10 @@ impl CredentialSource for StoredCredentials {
         d: &'a ConnectionDescriptor,
     ) -> BoxFuture<'a, fetcher_engine::Result<Secret>> {
         Box::pin(async move {
-            if let Some(p) = self.internal.get(&d.config_name) {
-                if d.key_version.is_empty() {
-                    return Ok(p.clone());
-                }
+            if let Some(p) = self.internal.get(&d.config_name)
+                && d.key_version.is_empty()
+            {
+                return Ok(p.clone());
             }
             match self.store.credential(ctx, tenant, &d.config_name).await? {
                 Some(c) => self.protector.reveal(ctx, tenant, &c).await,

@@ -64,13 +64,14 @@ fn redact_ipv4(t: &str) -> String {
     let mut out = String::with_capacity(t.len());
     let (mut last, mut i) = (0, 0);
     while i < b.len() {
-        if b[i].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_alphanumeric()) {
-            if let Some(end) = ipv4_end(b, i) {
-                out.push_str(&t[last..i]);
-                out.push_str("[redacted]");
-                (i, last) = (end, end);
-                continue;
-            }
+        if b[i].is_ascii_digit()
+            && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
+            && let Some(end) = ipv4_end(b, i)
+        {
+            out.push_str(&t[last..i]);
+            out.push_str("[redacted]");
+            (i, last) = (end, end);
+            continue;
         }
         i += 1;
     }

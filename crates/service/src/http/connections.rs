@@ -29,8 +29,18 @@ use super::{AppState, Scope, attr};
 use crate::jobs::check_host;
 
 /// The five connection types of the API.
-pub const TYPES: [&str; 5] = ["ORACLE", "SQL_SERVER", "POSTGRESQL", "MONGODB", "MYSQL"];
-const TYPE_ENUM_MESSAGE: &str = "type must be one of [ORACLE SQL_SERVER POSTGRESQL MONGODB MYSQL]";
+/// The reference's five types plus `SQLITE` (a local file: single-tenant only, rejected as
+/// a forbidden host in multi-tenant mode).
+pub const TYPES: [&str; 6] = [
+    "ORACLE",
+    "SQL_SERVER",
+    "POSTGRESQL",
+    "MONGODB",
+    "MYSQL",
+    "SQLITE",
+];
+const TYPE_ENUM_MESSAGE: &str =
+    "type must be one of [ORACLE SQL_SERVER POSTGRESQL MONGODB MYSQL SQLITE]";
 const HOST_FORMAT_MESSAGE: &str = "host must be a valid hostname or IP address";
 const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 const BAD_ID: &str = "invalid connection id";
@@ -400,6 +410,10 @@ fn request_rules_patch(b: &ConnectionBody, multi_tenant: bool) -> Result<(), Api
 }
 
 fn ssrf_literal(b: &ConnectionBody, multi_tenant: bool) -> Result<(), ApiError> {
+    // A tenant may not point the service at a file on its own disk.
+    if multi_tenant && b.datasource_type.as_deref() == Some(fetcher_connectors::SQLITE) {
+        return Err(ApiError::forbidden_host());
+    }
     if multi_tenant
         && let Some(h) = b.host.as_deref()
         && let Err(e) = validate_host_input(h, true)

@@ -1,0 +1,63 @@
+//! # fetcher (CLI)
+//!
+//! | command | module |
+//! |---|---|
+//! | `fetcher serve [--demo]` | [`serve`]: the API and the extraction worker in one process, on the embedded adapters |
+//! | `fetcher result open <path\|job-id>` | [`result`]: verify and decrypt a sealed result (v1 or v2) to stdout |
+//! | `fetcher keys generate` | [`keys`]: print a new master key |
+
+pub mod demo;
+pub mod keys;
+pub mod result;
+pub mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "fetcher",
+    version,
+    about = "Fetcher: extract, seal and deliver data from your databases"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API and the extraction worker on embedded adapters (SQLite, a local result
+    /// directory, an in-process queue, an event log).
+    Serve(serve::ServeArgs),
+    /// Sealed results.
+    #[command(subcommand)]
+    Result(result::ResultCommand),
+    /// Master keys.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+}
+
+/// Parses arguments and runs the command; errors print one line and exit 1.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let out = rt.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::serve(args).await,
+            Command::Result(cmd) => result::run(cmd).await,
+            Command::Keys(cmd) => keys::run(cmd),
+        }
+    });
+    match out {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fetcher: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

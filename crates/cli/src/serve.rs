@@ -1,0 +1,286 @@
+//! `fetcher serve`: the API and the extraction worker in one process, on the embedded
+//! adapters (SQLite for connections/jobs/schema cache/rate limits, a local directory for
+//! sealed results, an in-process queue durable through the jobs table, an NDJSON event
+//! log). Everything lives under `--data-dir`.
+//!
+//! Shutdown (SIGTERM or Ctrl-C): `/readyz` answers 503 for the drain delay so a load
+//! balancer stops routing here, then new jobs are refused, the HTTP server stops, and
+//! in-flight jobs finish (or, after the grace period, are abandoned with their leases,
+//! which the next start takes over).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use fetcher_connectors::{HostPolicy, SqlRegistry};
+use fetcher_crypto::{KeyPurpose, KeyRing, MessageSigner};
+use fetcher_engine::Engine;
+use fetcher_service::credentials::{CipherProtector, StoredCredentials};
+use fetcher_service::embedded::{
+    EventLog, InProcessQueue, LocalDirObjectStore, SqliteStore, Worker, WorkerConfig,
+};
+use fetcher_service::http::{self, ApiConfig, ApiConnectionStore, AppDeps, AppState};
+use fetcher_service::jobs::JobStoreActiveChecker;
+use fetcher_service::memory::StaticKeyProvider;
+use fetcher_service::pipeline::{Pipeline, PipelineConfig};
+use fetcher_service::ports::{JobStore, KeyProvider};
+use fetcher_service::sink::SealedResultSink;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::{demo, keys};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Generate (and keep) a development master key, and register a demo SQLite datasource.
+    #[arg(long)]
+    pub demo: bool,
+    /// Where data lives: database, results, events, demo key.
+    #[arg(long, default_value = ".fetcher", env = "FETCHER_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080", env = "FETCHER_LISTEN")]
+    pub listen: SocketAddr,
+    /// Multi-tenant mode: the tenant comes from the `tenantId` claim of a verified JWT.
+    #[arg(long, env = "FETCHER_MULTI_TENANT")]
+    pub multi_tenant: bool,
+    /// HS256 secret for verifying JWTs.
+    #[arg(long, env = "FETCHER_JWT_HS256_SECRET", hide_env_values = true)]
+    pub jwt_hs256_secret: Option<String>,
+    /// RS256 public key (PEM file) for verifying JWTs.
+    #[arg(long, env = "FETCHER_JWT_RS256_PUBLIC_KEY")]
+    pub jwt_rs256_public_key: Option<PathBuf>,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 2, env = "FETCHER_WORKERS")]
+    pub workers: usize,
+    /// Seconds `/readyz` answers 503 before the server stops, on shutdown.
+    #[arg(long, default_value_t = 12, env = "FETCHER_DRAIN_DELAY")]
+    pub drain_delay: u64,
+    /// Log as JSON lines.
+    #[arg(long, env = "FETCHER_LOG_JSON")]
+    pub log_json: bool,
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FETCHER_LOG")
+        .unwrap_or_else(|_| "info,sqlx=warn".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+async fn key_ring(args: &ServeArgs) -> Result<KeyRing> {
+    if let Some(ring) = keys::ring_from_env().await? {
+        return Ok(ring);
+    }
+    if !args.demo {
+        bail!(
+            "FETCHER_MASTER_KEY is not set: export one (`fetcher keys generate`) or run with --demo"
+        );
+    }
+    let key = keys::demo_key(&args.data_dir)?;
+    warn!(
+        "!!! DEMO MODE: using the development master key in {}/master.key. Never use it for real credentials or data. !!!",
+        args.data_dir.display()
+    );
+    eprintln!(
+        "\n  *** DEMO MODE: development master key at {}/master.key — not for real data ***\n",
+        args.data_dir.display()
+    );
+    Ok(KeyRing::from_base64(&key, "1")?)
+}
+
+/// Readiness probe over the embedded database.
+struct DbProbe(SqliteStore);
+
+impl http::ReadinessProbe for DbProbe {
+    fn name(&self) -> &str {
+        "sqlite"
+    }
+
+    fn check(&self) -> fetcher_engine::BoxFuture<'_, fetcher_service::Result<()>> {
+        Box::pin(self.0.ping())
+    }
+}
+
+pub async fn serve(args: ServeArgs) -> Result<()> {
+    init_logging(args.log_json);
+    tokio::fs::create_dir_all(&args.data_dir)
+        .await
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let ring = Arc::new(key_ring(&args).await?);
+    let keys: Arc<dyn KeyProvider> = Arc::new(StaticKeyProvider(ring.clone()));
+
+    let db = SqliteStore::open(&args.data_dir.join("fetcher.db"))
+        .await
+        .context("opening the database")?;
+    let store = Arc::new(db.clone());
+    let objects = Arc::new(LocalDirObjectStore::new(args.data_dir.join("results")));
+    let events = Arc::new(EventLog::new(args.data_dir.join("events.ndjson")));
+    let jobs: Arc<dyn JobStore> = store.clone();
+
+    let protector = Arc::new(CipherProtector::new(keys.clone()));
+    let api_store = ApiConnectionStore::new(store.clone());
+    let credentials = Arc::new(StoredCredentials::new(api_store.clone(), protector.clone()));
+    let policy = if args.multi_tenant {
+        HostPolicy::multi_tenant()
+    } else {
+        HostPolicy::single_tenant()
+    };
+    let engine = Engine::builder()
+        .connector_registry(Arc::new(SqlRegistry::new(credentials, policy)))
+        .connection_store(api_store)
+        .schema_cache(store.clone())
+        .credential_protector(protector)
+        .encrypted_persistence(true)
+        .result_sink(Arc::new(SealedResultSink::new(
+            objects.clone(),
+            keys.clone(),
+        )))
+        .active_execution_checker(Arc::new(JobStoreActiveChecker(jobs.clone())))
+        .build()?;
+
+    let queue = InProcessQueue::new();
+    let pipeline = Arc::new(Pipeline {
+        engine: engine.clone(),
+        jobs: jobs.clone(),
+        events,
+        objects,
+        keys: keys.clone(),
+        // Short leases: after a crash the next start takes orphaned jobs over quickly.
+        config: PipelineConfig {
+            lease: Duration::from_secs(30),
+            ..Default::default()
+        },
+    });
+
+    let authenticator: Arc<dyn http::Authenticator> =
+        match (&args.jwt_hs256_secret, &args.jwt_rs256_public_key) {
+            (Some(secret), _) => Arc::new(http::JwtAuthenticator::hs256(secret.as_bytes())),
+            (None, Some(pem)) => {
+                let pem =
+                    std::fs::read(pem).with_context(|| format!("reading {}", pem.display()))?;
+                Arc::new(http::JwtAuthenticator::rs256_pem(&pem).map_err(anyhow::Error::msg)?)
+            }
+            (None, None) if args.multi_tenant => {
+                bail!("--multi-tenant needs --jwt-hs256-secret or --jwt-rs256-public-key")
+            }
+            (None, None) => Arc::new(http::NoAuthentication),
+        };
+    let state = AppState::new(
+        AppDeps {
+            engine,
+            job_store: jobs,
+            job_queue: queue.clone(),
+            rate_limiter: store.clone(),
+            signer: Arc::new(MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)),
+            authenticator,
+            probes: vec![Arc::new(DbProbe(db))],
+            host_policy: None,
+        },
+        ApiConfig {
+            multi_tenant: args.multi_tenant,
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..ApiConfig::default()
+        },
+    );
+    let router = http::router(state.clone());
+
+    if args.demo {
+        let path = demo::ensure_database(&args.data_dir).await?;
+        register_demo(&router, &path).await?;
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let worker = Worker {
+        pipeline,
+        queue: queue.clone(),
+        config: WorkerConfig {
+            concurrency: args.workers.max(1),
+            ..Default::default()
+        },
+    };
+    let worker_task = tokio::spawn(worker.run(stop_rx));
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    info!(addr = %listener.local_addr()?, data_dir = %args.data_dir.display(), "fetcher serve listening");
+    eprintln!(
+        "fetcher serve: listening on http://{}",
+        listener.local_addr()?
+    );
+    let drain = Duration::from_secs(args.drain_delay);
+    let shutdown_state = state.clone();
+    let shutdown_queue = queue.clone();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            info!(?drain, "shutting down: draining");
+            shutdown_state.start_draining();
+            tokio::time::sleep(drain).await;
+            shutdown_queue.close();
+        })
+        .await?;
+    let _ = stop_tx.send(true);
+    worker_task.await?;
+    info!("fetcher serve stopped");
+    Ok(())
+}
+
+/// Creates the demo connection through the API itself (idempotent: 409 means it exists).
+async fn register_demo(router: &axum::Router, path: &std::path::Path) -> Result<()> {
+    use axum::body::Body;
+    use tower::ServiceExt;
+    let body = demo::connection_body(path).to_string();
+    let req = axum::http::Request::post("/v1/management/connections")
+        .header("content-type", "application/json")
+        .header("X-Product-Name", "demo")
+        .body(Body::from(body))?;
+    let res = router.clone().oneshot(req).await?;
+    let status = res.status();
+    if status.is_success() || status == axum::http::StatusCode::CONFLICT {
+        info!(
+            "demo datasource `{}` ready ({})",
+            demo::CONFIG_NAME,
+            path.display()
+        );
+        return Ok(());
+    }
+    let bytes = axum::body::to_bytes(res.into_body(), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    bail!(
+        "registering the demo datasource failed: {status} {}",
+        String::from_utf8_lossy(&bytes)
+    )
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,183 @@
+//! `fetcher serve` end to end with a real PostgreSQL datasource: create a connection,
+//! submit a job, wait for it, open the sealed result, compare with the rows; then the
+//! crash and shutdown paths.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+fn seed(db: &PgDb) {
+    psql(
+        &db.0,
+        r#"CREATE TABLE accounts (id bigint PRIMARY KEY, name text NOT NULL, balance numeric(18,4), "Order" int, created_at timestamptz);
+           INSERT INTO accounts VALUES
+             (1, 'Ada', 10.5000, 3, '2024-05-01 12:00:00+00'),
+             (2, 'Grace <&>', -0.0001, NULL, '2024-05-02 08:30:00.123456+00'),
+             (3, 'Linus', 9223372036854.7758, 7, NULL);"#,
+    );
+}
+
+fn connection(db: &PgDb) -> serde_json::Value {
+    json!({
+        "configName": "ledger",
+        "type": "POSTGRESQL",
+        "host": "127.0.0.1",
+        "port": 5432,
+        "databaseName": db.0,
+        "userName": "postgres",
+        "password": "not-used-with-trust-auth"
+    })
+}
+
+fn job_body(source: &str) -> serde_json::Value {
+    json!({
+        "dataRequest": {
+            "mappedFields": {"ledger": {"accounts": ["id", "name", "balance", "Order", "created_at"]}},
+            "filters": {"ledger": {"accounts": {"id": {"gte": [2]}}}}
+        },
+        "metadata": {"source": source}
+    })
+}
+
+const EXPECTED: &str = concat!(
+    r#"{"config":"ledger","table":"accounts","row":{"Order":null,"balance":"-0.0001","created_at":"2024-05-02T08:30:00.123456Z","id":2,"name":"Grace \u003c\u0026\u003e"}}"#,
+    "\n",
+    r#"{"config":"ledger","table":"accounts","row":{"Order":7,"balance":"9223372036854.7758","created_at":null,"id":3,"name":"Linus"}}"#,
+    "\n"
+);
+
+#[test]
+fn serve_extracts_from_postgres_and_the_result_opens() {
+    let db = PgDb::create("fetcher_e2e");
+    seed(&db);
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+
+    let (status, created) = server.request(
+        "POST",
+        "/v1/management/connections",
+        Some(&connection(&db)),
+        &[("X-Product-Name", "reporter")],
+    );
+    assert_eq!(status, 201, "{created}");
+    assert!(
+        !created.to_string().contains("not-used-with-trust-auth"),
+        "the password is never returned"
+    );
+    let (status, test) = server.request(
+        "POST",
+        &format!(
+            "/v1/management/connections/{}/test",
+            created["id"].as_str().unwrap()
+        ),
+        None,
+        &[("X-Product-Name", "reporter")],
+    );
+    assert_eq!(status, 200, "{test}");
+
+    let (status, accepted) =
+        server.request("POST", "/v1/fetcher", Some(&job_body("reporter")), &[]);
+    assert_eq!(status, 202, "{accepted}");
+    let id = accepted["jobId"].as_str().unwrap().to_owned();
+    // The identical request while it is active or just completed: the same job, 200.
+    let (status, dup) = server.request("POST", "/v1/fetcher", Some(&job_body("reporter")), &[]);
+    assert_eq!(
+        (status, dup["jobId"].as_str()),
+        (200, Some(id.as_str())),
+        "{dup}"
+    );
+
+    let job = server.wait_job(&id, Duration::from_secs(60));
+    assert_eq!(job["status"], "completed", "{job}");
+    assert_eq!(job["resultPath"], format!("external-data/{id}.ndjson.v2"));
+    assert_eq!(job["resultHmac"].as_str().unwrap().len(), 64);
+
+    let (ok, out, err) = open_result(dir.path(), &id);
+    assert!(ok, "{err}");
+    assert_eq!(out, EXPECTED);
+
+    // The event log has exactly one job.completed for it, with the reference fields.
+    let events = std::fs::read_to_string(dir.path().join("events.ndjson")).unwrap();
+    let mine: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["detail"]["jobId"] == id.as_str())
+        .collect();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0]["id"], format!("fetcher.job.completed.{id}"));
+    assert_eq!(mine[0]["detail"]["result"]["hmac"], job["resultHmac"]);
+    assert_eq!(mine[0]["detail"]["result"]["rowCount"], 2);
+
+    // A bad table fails the job with a sanitised error; the HTTP request itself succeeds.
+    let mut bad = job_body("reporter");
+    bad["dataRequest"]["mappedFields"] = json!({"ledger": {"missing_table": ["id"]}});
+    bad["dataRequest"]["filters"] = json!({});
+    let (status, accepted) = server.request("POST", "/v1/fetcher", Some(&bad), &[]);
+    assert_eq!(status, 202, "{accepted}");
+    let failed = server.wait_job(accepted["jobId"].as_str().unwrap(), Duration::from_secs(60));
+    assert_eq!(failed["status"], "failed");
+    let error = failed["metadata"]["error"].as_str().unwrap();
+    assert_eq!(
+        error,
+        "engine: [validation] extraction request failed schema validation"
+    );
+}
+
+#[test]
+fn a_job_interrupted_by_a_crash_is_taken_over_after_restart() {
+    let db = PgDb::create("fetcher_crash");
+    seed(&db);
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &[]);
+    let (status, _) = server.request(
+        "POST",
+        "/v1/management/connections",
+        Some(&connection(&db)),
+        &[("X-Product-Name", "reporter")],
+    );
+    assert_eq!(status, 201);
+    // Hold an exclusive lock so the extraction blocks mid-job.
+    let mut locker = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            &db.0,
+            "-q",
+            "-c",
+            "BEGIN; LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(6); COMMIT;",
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, accepted) =
+        server.request("POST", "/v1/fetcher", Some(&job_body("reporter")), &[]);
+    assert_eq!(status, 202, "{accepted}");
+    let id = accepted["jobId"].as_str().unwrap().to_owned();
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, during) = server.request("GET", &format!("/v1/fetcher/{id}"), None, &[]);
+    assert_eq!(during["status"], "processing", "{during}");
+    server.kill(); // SIGKILL: no chance to clean up
+    let _ = locker.wait();
+
+    let server = Server::start(dir.path(), &[]);
+    // The lease (30 s) expires, the restarted worker takes the job over.
+    let job = server.wait_job(&id, Duration::from_secs(90));
+    assert_eq!(job["status"], "completed", "{job}");
+    let (ok, out, err) = open_result(dir.path(), &id);
+    assert!(ok, "{err}");
+    assert_eq!(out, EXPECTED);
+}
+
+#[test]
+fn sigterm_drains_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &[]);
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}");
+}
