@@ -165,6 +165,32 @@ struct Batch {
 }
 
 /// Encodes a step's rows into 256-row batches and hands them off with back-pressure.
+/// Batch buffers handed back by the writer for reuse, so steady-state streaming allocates
+/// no batch buffers at all.
+#[derive(Clone, Default)]
+struct BufferPool(Arc<Mutex<Vec<Vec<u8>>>>);
+
+const BATCH_BUFFER_CAPACITY: usize = 64 * 1024;
+const POOLED_BUFFERS: usize = 16;
+
+impl BufferPool {
+    fn take(&self) -> Vec<u8> {
+        self.0
+            .lock()
+            .expect("pool lock")
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BATCH_BUFFER_CAPACITY))
+    }
+
+    fn give(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        let mut pool = self.0.lock().expect("pool lock");
+        if pool.len() < POOLED_BUFFERS {
+            pool.push(buf);
+        }
+    }
+}
+
 struct Producer {
     /// `{"config":"<name>","table":` for this step.
     config_prefix: Vec<u8>,
@@ -173,19 +199,21 @@ struct Producer {
     buf: Vec<u8>,
     rows: i64,
     tx: mpsc::Sender<Batch>,
+    pool: BufferPool,
 }
 
 impl Producer {
-    fn new(config_name: &str, tx: mpsc::Sender<Batch>) -> Self {
+    fn new(config_name: &str, tx: mpsc::Sender<Batch>, pool: BufferPool) -> Self {
         let mut config_prefix = b"{\"config\":".to_vec();
         crate::json::write_str(&mut config_prefix, config_name);
         config_prefix.extend_from_slice(b",\"table\":");
         Producer {
             config_prefix,
             table: None,
-            buf: Vec::with_capacity(64 * 1024),
+            buf: pool.take(),
             rows: 0,
             tx,
+            pool,
         }
     }
 
@@ -216,7 +244,7 @@ impl Producer {
             return Ok(());
         }
         let batch = Batch {
-            bytes: std::mem::replace(&mut self.buf, Vec::with_capacity(64 * 1024)),
+            bytes: std::mem::replace(&mut self.buf, self.pool.take()),
             rows: self.rows,
         };
         self.rows = 0;
@@ -577,18 +605,20 @@ impl Engine {
         let mut queues = Vec::with_capacity(plan.steps.len());
         let mut finished: Vec<watch::Receiver<bool>> = Vec::with_capacity(plan.steps.len());
         let mut tasks = JoinSet::new();
+        let pool = BufferPool::default();
         for (index, step) in plan.steps.iter().enumerate() {
             let (tx, rx) = mpsc::channel::<Batch>(1);
             queues.push(rx);
             let (done_tx, done_rx) = watch::channel(false);
             let wait_for = index.checked_sub(window).map(|j| finished[j].clone());
             finished.push(done_rx);
-            let (engine, run, tenant, step, first) = (
+            let (engine, run, tenant, step, first, pool) = (
                 self.clone(),
                 run.clone(),
                 tenant.clone(),
                 step.clone(),
                 first.clone(),
+                pool.clone(),
             );
             tasks.spawn(async move {
                 // Signals "finished" however the task ends (success, error, panic, abort).
@@ -596,7 +626,7 @@ impl Engine {
                 if let Some(mut rx) = wait_for {
                     let _ = rx.wait_for(|f| *f).await;
                 }
-                let mut producer = Producer::new(&step.config_name, tx);
+                let mut producer = Producer::new(&step.config_name, tx, pool);
                 if let Err(e) = engine
                     .run_step(&run, &tenant, &step, Sink::Store(&mut producer))
                     .await
@@ -642,6 +672,7 @@ impl Engine {
                 }
                 hasher.update(&batch.bytes);
                 *count += batch.rows;
+                pool.give(batch.bytes);
             }
         }
         drop(queues); // unblocks any producer still waiting to hand off
