@@ -1,0 +1,1437 @@
+//! DynamoDB adapters: connections, jobs (with dedup locks and active-config markers),
+//! execution states, the schema cache and rate-limit counters, all in one table.
+//! The key design is documented in the crate docs.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, Delete, GlobalSecondaryIndex,
+    KeySchemaElement, KeyType, Projection, ProjectionType, Put, ReturnValue, ScalarAttributeType,
+    TimeToLiveSpecification, TransactWriteItem,
+};
+use fetcher_engine::ports::{ConnectionStore, ExecutionStore, SchemaCache};
+use fetcher_engine::{
+    BoxFuture, Category, ConnectionDescriptor, ConnectionListParams, ConnectionPage, Context,
+    EngineError, ExecutionState, HostAttributes, ProtectedCredential, SchemaSnapshot,
+    TenantContext, Timestamp,
+};
+use fetcher_service::error::{Result, ServiceError};
+use fetcher_service::model::{Job, JobResult, JobStatus, PendingEvent};
+use fetcher_service::ports::{ClaimOutcome, InsertOutcome, JobStore, RateDecision, RateLimiter};
+
+type Item = HashMap<String, AttributeValue>;
+
+/// GSI over jobs by (tenant, request hash), sorted by creation time.
+pub const GSI_HASH: &str = "by-hash";
+/// Sparse GSI over active (pending / processing) jobs, oldest first.
+pub const GSI_WORK: &str = "work";
+/// Sparse GSI over terminal jobs whose event is still pending (the outbox).
+pub const GSI_OUTBOX: &str = "outbox";
+/// The TTL attribute (epoch seconds).
+pub const TTL_ATTR: &str = "expiresAt";
+
+const WORK_PK: &str = "work";
+const OUTBOX_PK: &str = "outbox";
+const MAX_RETRIES: usize = 32;
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn get_s<'a>(item: &'a Item, k: &str) -> Option<&'a str> {
+    item.get(k).and_then(|v| v.as_s().ok()).map(String::as_str)
+}
+
+fn get_n(item: &Item, k: &str) -> Option<i128> {
+    item.get(k)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A tenant inside a composite key: length-prefixed, so no tenant id can forge another
+/// tenant's key whatever characters it holds.
+fn tk(prefix: &str, tenant: &str, rest: &str) -> String {
+    format!("{prefix}#{}:{tenant}#{rest}", tenant.len())
+}
+
+fn pad(t: Timestamp) -> String {
+    format!("{:020}", t.unix_nanos().max(0))
+}
+
+fn epoch_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn epoch_millis() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i128)
+        .unwrap_or(0)
+}
+
+fn key(pk: String, sk: &str) -> Item {
+    HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s(sk))])
+}
+
+fn unavailable<E>(e: E) -> ServiceError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    ServiceError::unavailable("job store unavailable").with_cause(e)
+}
+
+fn engine_unavailable<E>(what: &'static str) -> impl FnOnce(E) -> EngineError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    move |e| EngineError::wrap(Category::Unavailable, what, e)
+}
+
+fn is_conditional<E: ProvideCode>(e: &SdkError<E, aws_smithy_http_response::HttpResponse>) -> bool {
+    e.as_service_error()
+        .and_then(|e| e.code())
+        .is_some_and(|c| c == "ConditionalCheckFailedException")
+}
+
+/// Alias so the helper above names the SDK's response type without another dependency.
+mod aws_smithy_http_response {
+    pub type HttpResponse = aws_sdk_dynamodb::config::http::HttpResponse;
+}
+
+/// Error codes of SDK service errors.
+pub(crate) trait ProvideCode {
+    fn code(&self) -> Option<&str>;
+}
+
+impl<T: aws_sdk_dynamodb::error::ProvideErrorMetadata> ProvideCode for T {
+    fn code(&self) -> Option<&str> {
+        aws_sdk_dynamodb::error::ProvideErrorMetadata::code(self)
+    }
+}
+
+/// What a cancelled transaction says about each of its items: `Some(code)` per item.
+fn cancellation(
+    e: &SdkError<TransactWriteItemsError, aws_smithy_http_response::HttpResponse>,
+) -> Option<Vec<String>> {
+    match e.as_service_error()? {
+        TransactWriteItemsError::TransactionCanceledException(c) => Some(
+            c.cancellation_reasons()
+                .iter()
+                .map(|r| r.code().unwrap_or("None").to_owned())
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+fn put(
+    table: &str,
+    item: Item,
+    condition: Option<&str>,
+    values: &[(&str, AttributeValue)],
+) -> TransactWriteItem {
+    let mut p = Put::builder().table_name(table).set_item(Some(item));
+    if let Some(c) = condition {
+        p = p.condition_expression(c);
+    }
+    for (k, v) in values {
+        p = p.expression_attribute_values(*k, v.clone());
+    }
+    TransactWriteItem::builder()
+        .put(p.build().expect("put has table and item"))
+        .build()
+}
+
+fn delete(
+    table: &str,
+    k: Item,
+    condition: Option<&str>,
+    values: &[(&str, AttributeValue)],
+) -> TransactWriteItem {
+    let mut d = Delete::builder().table_name(table).set_key(Some(k));
+    if let Some(c) = condition {
+        d = d.condition_expression(c);
+    }
+    for (k, v) in values {
+        d = d.expression_attribute_values(*k, v.clone());
+    }
+    TransactWriteItem::builder()
+        .delete(d.build().expect("delete has table and key"))
+        .build()
+}
+
+// ---------------------------------------------------------------------------------------
+// The store and its table
+// ---------------------------------------------------------------------------------------
+
+/// Every DynamoDB-backed port over one table. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoStore {
+            client,
+            table: table.into(),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// A liveness probe for readiness checks (DescribeTable).
+    pub async fn ping(&self) -> Result<()> {
+        self.client
+            .describe_table()
+            .table_name(&self.table)
+            .send()
+            .await
+            .map_err(|e| ServiceError::unavailable("DynamoDB unavailable").with_cause(e))?;
+        Ok(())
+    }
+
+    /// Creates the table (and its GSIs and TTL) if it does not exist — tests and the
+    /// local bootstrap; `template.yaml` declares the same table for deployments.
+    pub async fn create_table(&self) -> Result<()> {
+        let attr = |name: &str| {
+            AttributeDefinition::builder()
+                .attribute_name(name)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .expect("attribute")
+        };
+        let ks = |name: &str, t: KeyType| {
+            KeySchemaElement::builder()
+                .attribute_name(name)
+                .key_type(t)
+                .build()
+                .expect("key schema")
+        };
+        let gsi = |name: &str, pk: &str, sk: &str| {
+            GlobalSecondaryIndex::builder()
+                .index_name(name)
+                .key_schema(ks(pk, KeyType::Hash))
+                .key_schema(ks(sk, KeyType::Range))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::All)
+                        .build(),
+                )
+                .build()
+                .expect("gsi")
+        };
+        let res = self
+            .client
+            .create_table()
+            .table_name(&self.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(attr("pk"))
+            .attribute_definitions(attr("sk"))
+            .attribute_definitions(attr("hpk"))
+            .attribute_definitions(attr("hsk"))
+            .attribute_definitions(attr("wpk"))
+            .attribute_definitions(attr("wsk"))
+            .attribute_definitions(attr("opk"))
+            .attribute_definitions(attr("osk"))
+            .key_schema(ks("pk", KeyType::Hash))
+            .key_schema(ks("sk", KeyType::Range))
+            .global_secondary_indexes(gsi(GSI_HASH, "hpk", "hsk"))
+            .global_secondary_indexes(gsi(GSI_WORK, "wpk", "wsk"))
+            .global_secondary_indexes(gsi(GSI_OUTBOX, "opk", "osk"))
+            .send()
+            .await;
+        match res {
+            Ok(_) => {}
+            Err(e)
+                if e.as_service_error()
+                    .and_then(|e| e.code())
+                    .is_some_and(|c| c == "ResourceInUseException") =>
+            {
+                return Ok(());
+            }
+            Err(e) => return Err(unavailable(e)),
+        }
+        let _ = self
+            .client
+            .update_time_to_live()
+            .table_name(&self.table)
+            .time_to_live_specification(
+                TimeToLiveSpecification::builder()
+                    .enabled(true)
+                    .attribute_name(TTL_ATTR)
+                    .build()
+                    .expect("ttl"),
+            )
+            .send()
+            .await;
+        Ok(())
+    }
+
+    async fn get_item(&self, k: Item) -> std::result::Result<Option<Item>, ServiceError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(k))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(out.item)
+    }
+
+    async fn transact(
+        &self,
+        items: Vec<TransactWriteItem>,
+    ) -> std::result::Result<
+        (),
+        SdkError<TransactWriteItemsError, aws_smithy_http_response::HttpResponse>,
+    > {
+        self.client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+            .map(|_| ())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Connections
+// ---------------------------------------------------------------------------------------
+
+fn conn_pk(tenant: &str) -> String {
+    format!("CONN#{tenant}")
+}
+
+fn name_sk(name: &str) -> String {
+    format!("N#{name}")
+}
+
+fn id_sk(id: &str) -> String {
+    format!("I#{id}")
+}
+
+fn not_found() -> EngineError {
+    EngineError::new(Category::NotFound, "connection not found")
+}
+
+const CONN_UNAVAILABLE: &str = "connection store unavailable";
+
+fn descriptor_from(item: &Item) -> fetcher_engine::Result<ConnectionDescriptor> {
+    let corrupt = || EngineError::new(Category::Internal, "stored connection is corrupt");
+    let mut d: ConnectionDescriptor =
+        serde_json::from_str(get_s(item, "doc").ok_or_else(corrupt)?).map_err(|_| corrupt())?;
+    d.host_attributes =
+        serde_json::from_str::<HostAttributes>(get_s(item, "attrs").ok_or_else(corrupt)?)
+            .map_err(|_| corrupt())?;
+    d.id = get_s(item, "id").ok_or_else(corrupt)?.to_owned();
+    Ok(d)
+}
+
+fn name_item(
+    tenant: &str,
+    d: &ConnectionDescriptor,
+    credential: Option<&ProtectedCredential>,
+) -> Item {
+    let mut item = key(conn_pk(tenant), &name_sk(&d.config_name));
+    item.insert("id".into(), s(&d.id));
+    item.insert(
+        "doc".into(),
+        s(serde_json::to_string(d).expect("descriptor is JSON")),
+    );
+    item.insert(
+        "attrs".into(),
+        s(serde_json::to_string(&d.host_attributes).expect("attributes are JSON")),
+    );
+    if let Some(c) = credential {
+        item.insert(
+            "cred".into(),
+            AttributeValue::B(Blob::new(c.ciphertext.clone())),
+        );
+        item.insert("credVersion".into(), s(&c.key_version));
+    }
+    item
+}
+
+fn credential_from(item: &Item) -> Option<ProtectedCredential> {
+    let ciphertext = item.get("cred")?.as_b().ok()?.as_ref().to_vec();
+    Some(ProtectedCredential {
+        ciphertext,
+        key_version: get_s(item, "credVersion").unwrap_or_default().to_owned(),
+    })
+}
+
+impl DynamoStore {
+    async fn conn_get(&self, tenant: &str, sk: &str) -> fetcher_engine::Result<Option<Item>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(conn_pk(tenant), sk)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(engine_unavailable(CONN_UNAVAILABLE))?;
+        Ok(out.item)
+    }
+
+    /// The live name item of connection `id`.
+    async fn conn_by_id(&self, tenant: &str, id: &str) -> fetcher_engine::Result<Option<Item>> {
+        if id.is_empty() {
+            return Ok(None);
+        }
+        let Some(idx) = self.conn_get(tenant, &id_sk(id)).await? else {
+            return Ok(None);
+        };
+        let Some(name) = get_s(&idx, "name") else {
+            return Ok(None);
+        };
+        Ok(self
+            .conn_get(tenant, &name_sk(name))
+            .await?
+            .filter(|item| get_s(item, "id") == Some(id)))
+    }
+
+    /// Rewrites the name item of `current` (same name) with `d`, keeping the secret when
+    /// `credential` is `None`. Conditional on the record still being connection `id`.
+    async fn conn_update_same_name(
+        &self,
+        tenant: &str,
+        id: &str,
+        d: &ConnectionDescriptor,
+        credential: Option<&ProtectedCredential>,
+    ) -> fetcher_engine::Result<()> {
+        let mut d = d.clone();
+        d.id = id.to_owned();
+        let mut expr = String::from("SET doc = :doc, attrs = :attrs");
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(conn_pk(tenant), &name_sk(&d.config_name))))
+            .condition_expression("attribute_exists(pk) AND id = :id")
+            .expression_attribute_values(":id", s(id))
+            .expression_attribute_values(
+                ":doc",
+                s(serde_json::to_string(&d).expect("descriptor is JSON")),
+            )
+            .expression_attribute_values(
+                ":attrs",
+                s(serde_json::to_string(&d.host_attributes).expect("attributes are JSON")),
+            );
+        if let Some(c) = credential {
+            expr.push_str(", cred = :cred, credVersion = :cv");
+            req = req
+                .expression_attribute_values(
+                    ":cred",
+                    AttributeValue::B(Blob::new(c.ciphertext.clone())),
+                )
+                .expression_attribute_values(":cv", s(&c.key_version));
+        }
+        match req.update_expression(expr).send().await {
+            Ok(_) => Ok(()),
+            Err(e) if is_conditional(&e) => Err(not_found()),
+            Err(e) => Err(engine_unavailable(CONN_UNAVAILABLE)(e)),
+        }
+    }
+
+    /// Deletes the name item (conditional on `id`) and the id item in one transaction.
+    async fn conn_delete(&self, tenant: &str, name: &str, id: &str) -> fetcher_engine::Result<()> {
+        let items = vec![
+            delete(
+                &self.table,
+                key(conn_pk(tenant), &name_sk(name)),
+                Some("id = :id"),
+                &[(":id", s(id))],
+            ),
+            delete(&self.table, key(conn_pk(tenant), &id_sk(id)), None, &[]),
+        ];
+        match self.transact(items).await {
+            Ok(()) => Ok(()),
+            Err(e) if cancellation(&e).is_some() => Err(not_found()),
+            Err(e) => Err(engine_unavailable(CONN_UNAVAILABLE)(e)),
+        }
+    }
+}
+
+impl ConnectionStore for DynamoStore {
+    fn find<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        name: &'a str,
+    ) -> BoxFuture<'a, fetcher_engine::Result<Option<ConnectionDescriptor>>> {
+        Box::pin(async move {
+            self.conn_get(&t.tenant_id, &name_sk(name))
+                .await?
+                .map(|i| descriptor_from(&i))
+                .transpose()
+        })
+    }
+
+    fn create<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        d: &'a ConnectionDescriptor,
+        c: Option<&'a ProtectedCredential>,
+    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
+        Box::pin(async move {
+            let mut d = d.clone();
+            if d.id.is_empty() {
+                d.id = uuid::Uuid::new_v4().to_string();
+            }
+            let tenant = &t.tenant_id;
+            let mut idx = key(conn_pk(tenant), &id_sk(&d.id));
+            idx.insert("name".into(), s(&d.config_name));
+            let items = vec![
+                put(
+                    &self.table,
+                    name_item(tenant, &d, c),
+                    Some("attribute_not_exists(pk)"),
+                    &[],
+                ),
+                put(&self.table, idx, Some("attribute_not_exists(pk)"), &[]),
+            ];
+            match self.transact(items).await {
+                Ok(()) => Ok(()),
+                Err(e)
+                    if cancellation(&e)
+                        .is_some_and(|r| r.iter().any(|c| c == "ConditionalCheckFailed")) =>
+                {
+                    Err(EngineError::new(
+                        Category::Validation,
+                        "connection already exists",
+                    ))
+                }
+                Err(e) => Err(engine_unavailable(CONN_UNAVAILABLE)(e)),
+            }
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        d: &'a ConnectionDescriptor,
+        c: Option<&'a ProtectedCredential>,
+    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
+        Box::pin(async move {
+            let item = self
+                .conn_get(&t.tenant_id, &name_sk(&d.config_name))
+                .await?
+                .ok_or_else(not_found)?;
+            let id = get_s(&item, "id").unwrap_or_default().to_owned();
+            self.conn_update_same_name(&t.tenant_id, &id, d, c).await
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        name: &'a str,
+    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
+        Box::pin(async move {
+            let item = self
+                .conn_get(&t.tenant_id, &name_sk(name))
+                .await?
+                .ok_or_else(not_found)?;
+            let id = get_s(&item, "id").unwrap_or_default().to_owned();
+            self.conn_delete(&t.tenant_id, name, &id).await
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+    ) -> BoxFuture<'a, fetcher_engine::Result<Vec<ConnectionDescriptor>>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            let mut start: Option<Item> = None;
+            loop {
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .key_condition_expression("pk = :pk AND begins_with(sk, :n)")
+                    .expression_attribute_values(":pk", s(conn_pk(&t.tenant_id)))
+                    .expression_attribute_values(":n", s("N#"))
+                    .consistent_read(true)
+                    .set_exclusive_start_key(start.take())
+                    .send()
+                    .await
+                    .map_err(engine_unavailable(CONN_UNAVAILABLE))?;
+                for item in page.items() {
+                    out.push(descriptor_from(item)?);
+                }
+                match page.last_evaluated_key {
+                    Some(k) if !k.is_empty() => start = Some(k),
+                    _ => break,
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn find_by_id<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        id: &'a str,
+    ) -> BoxFuture<'a, fetcher_engine::Result<Option<ConnectionDescriptor>>> {
+        Box::pin(async move {
+            self.conn_by_id(&t.tenant_id, id)
+                .await?
+                .map(|i| descriptor_from(&i))
+                .transpose()
+        })
+    }
+
+    fn update_by_id<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        id: &'a str,
+        d: &'a ConnectionDescriptor,
+        c: Option<&'a ProtectedCredential>,
+    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
+        Box::pin(async move {
+            let tenant = &t.tenant_id;
+            let current = self.conn_by_id(tenant, id).await?.ok_or_else(not_found)?;
+            let old_name = descriptor_from(&current)?.config_name;
+            if old_name == d.config_name {
+                return self.conn_update_same_name(tenant, id, d, c).await;
+            }
+            // A rename: move the record to the new name in one transaction.
+            let mut d = d.clone();
+            d.id = id.to_owned();
+            let kept = credential_from(&current);
+            let mut idx = key(conn_pk(tenant), &id_sk(id));
+            idx.insert("name".into(), s(&d.config_name));
+            let items = vec![
+                delete(
+                    &self.table,
+                    key(conn_pk(tenant), &name_sk(&old_name)),
+                    Some("id = :id"),
+                    &[(":id", s(id))],
+                ),
+                put(
+                    &self.table,
+                    name_item(tenant, &d, c.or(kept.as_ref())),
+                    Some("attribute_not_exists(pk)"),
+                    &[],
+                ),
+                put(&self.table, idx, None, &[]),
+            ];
+            match self.transact(items).await {
+                Ok(()) => Ok(()),
+                Err(e) => match cancellation(&e) {
+                    Some(r) if r.get(1).is_some_and(|c| c == "ConditionalCheckFailed") => Err(
+                        EngineError::new(Category::Validation, "connection already exists"),
+                    ),
+                    Some(_) => Err(not_found()),
+                    None => Err(engine_unavailable(CONN_UNAVAILABLE)(e)),
+                },
+            }
+        })
+    }
+
+    fn delete_by_id<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        id: &'a str,
+    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
+        Box::pin(async move {
+            let current = self
+                .conn_by_id(&t.tenant_id, id)
+                .await?
+                .ok_or_else(not_found)?;
+            let name = descriptor_from(&current)?.config_name;
+            self.conn_delete(&t.tenant_id, &name, id).await
+        })
+    }
+
+    fn list_paged<'a>(
+        &'a self,
+        ctx: &'a Context,
+        t: &'a TenantContext,
+        params: &'a ConnectionListParams,
+    ) -> BoxFuture<'a, fetcher_engine::Result<ConnectionPage>> {
+        Box::pin(async move {
+            // Offset paging over the ordered list; `filter` may carry {"page":n,"limit":m}.
+            let all = self.list(ctx, t).await?;
+            let total = all.len() as i64;
+            let limit = params
+                .filter
+                .get("limit")
+                .and_then(|v| v.as_u64())
+                .unwrap_or(u64::MAX) as usize;
+            let page = params
+                .filter
+                .get("page")
+                .and_then(|v| v.as_u64())
+                .unwrap_or(1)
+                .max(1) as usize;
+            let items = all
+                .into_iter()
+                .skip((page - 1).saturating_mul(limit))
+                .take(limit)
+                .collect();
+            Ok(ConnectionPage { items, total })
+        })
+    }
+
+    fn credential<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        name: &'a str,
+    ) -> BoxFuture<'a, fetcher_engine::Result<Option<ProtectedCredential>>> {
+        Box::pin(async move {
+            Ok(self
+                .conn_get(&t.tenant_id, &name_sk(name))
+                .await?
+                .and_then(|i| credential_from(&i)))
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Execution states
+// ---------------------------------------------------------------------------------------
+
+impl ExecutionStore for DynamoStore {
+    fn save<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        state: &'a ExecutionState,
+    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
+        Box::pin(async move {
+            let mut item = key(tk("EXEC", &t.tenant_id, &state.job_id), "E");
+            item.insert(
+                "doc".into(),
+                s(serde_json::to_string(state).expect("state is JSON")),
+            );
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .send()
+                .await
+                .map_err(engine_unavailable("execution store unavailable"))?;
+            Ok(())
+        })
+    }
+
+    fn find<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        job_id: &'a str,
+    ) -> BoxFuture<'a, fetcher_engine::Result<Option<ExecutionState>>> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .set_key(Some(key(tk("EXEC", &t.tenant_id, job_id), "E")))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(engine_unavailable("execution store unavailable"))?;
+            out.item
+                .map(|i| {
+                    get_s(&i, "doc")
+                        .and_then(|d| serde_json::from_str(d).ok())
+                        .ok_or_else(|| {
+                            EngineError::new(Category::Internal, "stored state is corrupt")
+                        })
+                })
+                .transpose()
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Schema cache: DynamoDB items with a TTL, an in-process fallback when unreachable
+// ---------------------------------------------------------------------------------------
+
+/// The schema cache: `SCHEMA#<tenant>#<configName>` items expiring after `ttl` (checked on
+/// read, and removed by DynamoDB's TTL). When DynamoDB is unreachable, reads and writes
+/// fall back to an in-process map with the same TTL, as the reference falls back from
+/// Redis to memory.
+pub struct DynamoSchemaCache {
+    store: DynamoStore,
+    ttl: Duration,
+    local: Mutex<HashMap<(String, String), (Instant, SchemaSnapshot)>>,
+}
+
+impl DynamoSchemaCache {
+    pub fn new(store: DynamoStore, ttl: Duration) -> Self {
+        DynamoSchemaCache {
+            store,
+            ttl,
+            local: Mutex::default(),
+        }
+    }
+
+    fn local_get(&self, tenant: &str, name: &str) -> Option<SchemaSnapshot> {
+        let map = self.local.lock().unwrap();
+        map.get(&(tenant.to_owned(), name.to_owned()))
+            .filter(|(at, _)| at.elapsed() < self.ttl)
+            .map(|(_, snap)| snap.clone())
+    }
+
+    fn local_put(&self, tenant: &str, snap: &SchemaSnapshot) {
+        let mut map = self.local.lock().unwrap();
+        if map.len() > 10_000 {
+            map.retain(|_, (at, _)| at.elapsed() < self.ttl);
+        }
+        map.insert(
+            (tenant.to_owned(), snap.config_name.clone()),
+            (Instant::now(), snap.clone()),
+        );
+    }
+}
+
+impl SchemaCache for DynamoSchemaCache {
+    fn get<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        name: &'a str,
+    ) -> BoxFuture<'a, fetcher_engine::Result<Option<SchemaSnapshot>>> {
+        Box::pin(async move {
+            let res = self
+                .store
+                .client
+                .get_item()
+                .table_name(&self.store.table)
+                .set_key(Some(key(tk("SCHEMA", &t.tenant_id, name), "S")))
+                .send()
+                .await;
+            match res {
+                Ok(out) => Ok(out.item.and_then(|i| {
+                    let live = get_n(&i, TTL_ATTR).is_none_or(|exp| exp > epoch_secs() as i128);
+                    live.then(|| get_s(&i, "doc").and_then(|d| serde_json::from_str(d).ok()))
+                        .flatten()
+                })),
+                Err(e) => {
+                    tracing::warn!(error = %e, "schema cache: DynamoDB unreachable, using the in-process cache");
+                    Ok(self.local_get(&t.tenant_id, name))
+                }
+            }
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        _: &'a Context,
+        t: &'a TenantContext,
+        snap: &'a SchemaSnapshot,
+    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
+        Box::pin(async move {
+            let mut item = key(tk("SCHEMA", &t.tenant_id, &snap.config_name), "S");
+            item.insert(
+                "doc".into(),
+                s(serde_json::to_string(snap).expect("snapshot is JSON")),
+            );
+            item.insert(TTL_ATTR.into(), n(epoch_secs() + self.ttl.as_secs().max(1)));
+            let res = self
+                .store
+                .client
+                .put_item()
+                .table_name(&self.store.table)
+                .set_item(Some(item))
+                .send()
+                .await;
+            if let Err(e) = res {
+                tracing::warn!(error = %e, "schema cache: DynamoDB unreachable, using the in-process cache");
+                self.local_put(&t.tenant_id, snap);
+            }
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Rate limits: one counter item per key with its window start, atomic ADD, TTL
+// ---------------------------------------------------------------------------------------
+
+impl RateLimiter for DynamoStore {
+    fn hit<'a>(
+        &'a self,
+        key_: &'a str,
+        limit: u32,
+        window: Duration,
+    ) -> BoxFuture<'a, Result<RateDecision>> {
+        Box::pin(async move {
+            let window_ms = window.as_millis().max(1) as i128;
+            let k = key(format!("RATE#{key_}"), "R");
+            for _ in 0..MAX_RETRIES {
+                let now = epoch_millis();
+                // Count a hit in the current window (atomic ADD), if one is open.
+                let res = self
+                    .client
+                    .update_item()
+                    .table_name(&self.table)
+                    .set_key(Some(k.clone()))
+                    .update_expression("ADD hits :one")
+                    .condition_expression("attribute_exists(pk) AND windowStart > :cutoff")
+                    .expression_attribute_values(":one", n(1))
+                    .expression_attribute_values(":cutoff", n(now - window_ms))
+                    .return_values(ReturnValue::AllNew)
+                    .send()
+                    .await;
+                match res {
+                    Ok(out) => {
+                        let attrs = out.attributes.unwrap_or_default();
+                        let hits = get_n(&attrs, "hits").unwrap_or(1);
+                        let start = get_n(&attrs, "windowStart").unwrap_or(now);
+                        let allowed = hits <= limit as i128;
+                        let retry_after = if allowed {
+                            Duration::ZERO
+                        } else {
+                            let left = (start + window_ms - now).clamp(1, window_ms);
+                            Duration::from_millis(left as u64)
+                        };
+                        return Ok(RateDecision {
+                            allowed,
+                            retry_after,
+                        });
+                    }
+                    Err(e) if is_conditional(&e) => {}
+                    Err(e) => {
+                        return Err(
+                            ServiceError::unavailable("rate limiter unavailable").with_cause(e)
+                        );
+                    }
+                }
+                // No open window: start one with this hit, unless someone else just did.
+                let mut item = k.clone();
+                item.insert("hits".into(), n(1));
+                item.insert("windowStart".into(), n(now));
+                item.insert(TTL_ATTR.into(), n(epoch_secs() + window.as_secs() + 60));
+                let res = self
+                    .client
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(item))
+                    .condition_expression("attribute_not_exists(pk) OR windowStart <= :cutoff")
+                    .expression_attribute_values(":cutoff", n(now - window_ms))
+                    .send()
+                    .await;
+                match res {
+                    Ok(_) => {
+                        return Ok(RateDecision {
+                            allowed: limit >= 1,
+                            retry_after: if limit >= 1 { Duration::ZERO } else { window },
+                        });
+                    }
+                    Err(e) if is_conditional(&e) => continue,
+                    Err(e) => {
+                        return Err(
+                            ServiceError::unavailable("rate limiter unavailable").with_cause(e)
+                        );
+                    }
+                }
+            }
+            Err(ServiceError::unavailable("rate limiter contention"))
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Jobs
+// ---------------------------------------------------------------------------------------
+
+fn job_pk(tenant: &str, id: &str) -> String {
+    tk("JOB", tenant, id)
+}
+
+fn lock_pk(tenant: &str, hash: &str) -> String {
+    tk("DEDUP", tenant, hash)
+}
+
+fn active_pk(tenant: &str, config: &str) -> String {
+    tk("ACTIVE", tenant, config)
+}
+
+fn lost_claim() -> ServiceError {
+    ServiceError::conflict("job is not held by this claim")
+}
+
+fn job_not_found() -> ServiceError {
+    ServiceError::not_found("job not found")
+}
+
+fn corrupt() -> ServiceError {
+    ServiceError::internal("stored job is corrupt")
+}
+
+fn add(t: Timestamp, d: Duration) -> Timestamp {
+    Timestamp::from_unix_nanos(t.unix_nanos() + d.as_nanos() as i128)
+}
+
+/// The job item: the JSON document, an optimistic-concurrency version and the sparse
+/// index attributes its listings need.
+fn job_item(job: &Job, ver: i128) -> Item {
+    let mut item = key(job_pk(&job.tenant_id, &job.id), "J");
+    item.insert(
+        "doc".into(),
+        s(serde_json::to_string(job).expect("job is JSON")),
+    );
+    item.insert("ver".into(), n(ver));
+    item.insert("hpk".into(), s(tk("H", &job.tenant_id, &job.request_hash)));
+    item.insert(
+        "hsk".into(),
+        s(format!("{}#{}", pad(job.created_at), job.id)),
+    );
+    if job.status.is_active() {
+        item.insert("wpk".into(), s(WORK_PK));
+        item.insert(
+            "wsk".into(),
+            s(format!("{}#{}", pad(job.created_at), job.id)),
+        );
+    }
+    if job.status.is_terminal() && job.pending_event.is_some() {
+        let done = job.completed_at.unwrap_or(job.created_at);
+        item.insert("opk".into(), s(OUTBOX_PK));
+        item.insert(
+            "osk".into(),
+            s(format!("{}#{}#{}", pad(done), pad(job.created_at), job.id)),
+        );
+    }
+    item
+}
+
+fn job_from(item: &Item) -> Result<(Job, i128)> {
+    let job: Job =
+        serde_json::from_str(get_s(item, "doc").ok_or_else(corrupt)?).map_err(|_| corrupt())?;
+    Ok((job, get_n(item, "ver").unwrap_or(0)))
+}
+
+impl DynamoStore {
+    async fn load_job(&self, tenant: &str, id: &str) -> Result<Option<(Job, i128)>> {
+        self.get_item(key(job_pk(tenant, id), "J"))
+            .await?
+            .map(|i| job_from(&i))
+            .transpose()
+    }
+
+    /// Read, decide with `change` (the in-memory store's rules), write back conditional
+    /// on the version read; on a lost race, read again. A job leaving the active states
+    /// releases its dedup lock and its active-config markers in the same transaction.
+    async fn transition<T>(
+        &self,
+        tenant: &str,
+        id: &str,
+        mut change: impl FnMut(&mut Job) -> Result<(T, bool)>,
+    ) -> Result<Option<T>> {
+        for _ in 0..MAX_RETRIES {
+            let Some((mut job, ver)) = self.load_job(tenant, id).await? else {
+                return Ok(None);
+            };
+            let was_active = job.status.is_active();
+            let (out, write) = change(&mut job)?;
+            if !write {
+                return Ok(Some(out));
+            }
+            let cond = "ver = :v";
+            let vals = [(":v", n(ver))];
+            let mut items = vec![put(&self.table, job_item(&job, ver + 1), Some(cond), &vals)];
+            if was_active && job.status.is_terminal() {
+                items.push(delete(
+                    &self.table,
+                    key(lock_pk(tenant, &job.request_hash), "D"),
+                    Some("attribute_not_exists(pk) OR jobId = :id"),
+                    &[(":id", s(&job.id))],
+                ));
+                for config in job.config_names() {
+                    items.push(delete(
+                        &self.table,
+                        key(active_pk(tenant, config), &job.id),
+                        None,
+                        &[],
+                    ));
+                }
+            }
+            match self.transact(items).await {
+                Ok(()) => return Ok(Some(out)),
+                Err(e) if cancellation(&e).is_some() => {
+                    // Lost a race (or a transaction conflict): read again and re-decide.
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => return Err(unavailable(e)),
+            }
+        }
+        Err(ServiceError::unavailable("job store contention"))
+    }
+
+    async fn query_index(
+        &self,
+        index: &str,
+        pk_attr: &str,
+        pk: &str,
+        mut keep: impl FnMut(&Job) -> bool,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        while out.len() < limit {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(index)
+                .key_condition_expression("#p = :p")
+                .expression_attribute_names("#p", pk_attr)
+                .expression_attribute_values(":p", s(pk))
+                .set_exclusive_start_key(start.take())
+                .limit(limit.clamp(1, 500) as i32)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            for item in page.items() {
+                let (job, _) = job_from(item)?;
+                if keep(&job) && out.len() < limit {
+                    out.push(job);
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl JobStore for DynamoStore {
+    fn insert<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<InsertOutcome>> {
+        Box::pin(async move {
+            let tenant = &job.tenant_id;
+            let lock_key = key(lock_pk(tenant, &job.request_hash), "D");
+            for _ in 0..MAX_RETRIES {
+                let mut lock = lock_key.clone();
+                lock.insert("jobId".into(), s(&job.id));
+                let mut items = vec![
+                    put(
+                        &self.table,
+                        job_item(job, 1),
+                        Some("attribute_not_exists(pk)"),
+                        &[],
+                    ),
+                    put(&self.table, lock, Some("attribute_not_exists(pk)"), &[]),
+                ];
+                if job.status.is_active() {
+                    for config in job.config_names() {
+                        let mut marker = key(active_pk(tenant, config), &job.id);
+                        marker.insert("createdAt".into(), s(pad(job.created_at)));
+                        items.push(put(&self.table, marker, None, &[]));
+                    }
+                } else {
+                    items.truncate(1);
+                }
+                let reasons = match self.transact(items).await {
+                    Ok(()) => return Ok(InsertOutcome::Created),
+                    Err(e) => match cancellation(&e) {
+                        Some(r) => r,
+                        None => return Err(unavailable(e)),
+                    },
+                };
+                if reasons
+                    .first()
+                    .is_some_and(|c| c == "ConditionalCheckFailed")
+                {
+                    return Err(ServiceError::conflict("job id already exists"));
+                }
+                if reasons.get(1).is_none_or(|c| c != "ConditionalCheckFailed") {
+                    // A transaction conflict with a concurrent insert: try again.
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                // The hash is locked: report the active job holding it.
+                let Some(held) = self.get_item(lock_key.clone()).await? else {
+                    continue; // released meanwhile
+                };
+                let holder = get_s(&held, "jobId").unwrap_or_default().to_owned();
+                match self.load_job(tenant, &holder).await? {
+                    Some((existing, _)) if existing.status.is_active() => {
+                        return Ok(InsertOutcome::Duplicate(Box::new(existing)));
+                    }
+                    _ => {
+                        // A stale lock (its job is gone or terminal): drop it and retry.
+                        let _ = self
+                            .client
+                            .delete_item()
+                            .table_name(&self.table)
+                            .set_key(Some(lock_key.clone()))
+                            .condition_expression("jobId = :id")
+                            .expression_attribute_values(":id", s(&holder))
+                            .send()
+                            .await;
+                    }
+                }
+            }
+            Err(ServiceError::unavailable("job store contention"))
+        })
+    }
+
+    fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<Option<Job>>> {
+        Box::pin(async move { Ok(self.load_job(tenant, id).await?.map(|(j, _)| j)) })
+    }
+
+    fn find_recent_by_hash<'a>(
+        &'a self,
+        tenant: &'a str,
+        hash: &'a str,
+        since: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<Job>>> {
+        Box::pin(async move {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(GSI_HASH)
+                .key_condition_expression("hpk = :h AND hsk >= :since")
+                .expression_attribute_values(":h", s(tk("H", tenant, hash)))
+                .expression_attribute_values(":since", s(pad(since)))
+                .scan_index_forward(false)
+                .limit(1)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            match page.items().first() {
+                Some(item) => Ok(Some(job_from(item)?.0)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn claim<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        now: Timestamp,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<ClaimOutcome>> {
+        Box::pin(async move {
+            let out = self
+                .transition(tenant, id, |job| {
+                    let expired = job.status == JobStatus::Processing
+                        && job.lease_expires_at.is_none_or(|l| l <= now);
+                    if job.status == JobStatus::Pending || expired {
+                        job.status = JobStatus::Processing;
+                        job.attempts += 1;
+                        job.lease_expires_at = Some(add(now, lease));
+                        job.completed_at = None;
+                        let token = job.attempts;
+                        Ok((
+                            ClaimOutcome::Claimed {
+                                job: Box::new(job.clone()),
+                                token,
+                            },
+                            true,
+                        ))
+                    } else {
+                        Ok((ClaimOutcome::NotClaimable(Box::new(job.clone())), false))
+                    }
+                })
+                .await?;
+            Ok(out.unwrap_or(ClaimOutcome::NotFound))
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: u32,
+        until: Timestamp,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.transition(tenant, id, |job| {
+                if job.status != JobStatus::Processing || job.attempts != token {
+                    return Err(lost_claim());
+                }
+                job.lease_expires_at = Some(until);
+                Ok(((), true))
+            })
+            .await?
+            .ok_or_else(job_not_found)
+        })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: u32,
+        result: &'a JobResult,
+        event: &'a PendingEvent,
+        at: Timestamp,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.transition(tenant, id, |job| {
+                if job.status != JobStatus::Processing || job.attempts != token {
+                    return Err(lost_claim());
+                }
+                job.status = JobStatus::Completed;
+                job.result = Some(result.clone());
+                job.completed_at = Some(at);
+                job.lease_expires_at = None;
+                job.pending_event = Some(event.clone());
+                Ok(((), true))
+            })
+            .await?
+            .ok_or_else(job_not_found)
+        })
+    }
+
+    fn fail<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: Option<u32>,
+        error: &'a str,
+        event: &'a PendingEvent,
+        at: Timestamp,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.transition(tenant, id, |job| {
+                let holds = match token {
+                    Some(t) => job.status == JobStatus::Processing && job.attempts == t,
+                    None => job.status == JobStatus::Pending,
+                };
+                if !holds {
+                    return Err(lost_claim());
+                }
+                job.status = JobStatus::Failed;
+                job.error = Some(error.to_owned());
+                job.completed_at = Some(at);
+                job.lease_expires_at = None;
+                job.pending_event = Some(event.clone());
+                Ok(((), true))
+            })
+            .await?
+            .ok_or_else(job_not_found)
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: u32,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.transition(tenant, id, |job| {
+                if job.status != JobStatus::Processing || job.attempts != token {
+                    return Err(lost_claim());
+                }
+                job.status = JobStatus::Pending;
+                job.lease_expires_at = None;
+                Ok(((), true))
+            })
+            .await?
+            .ok_or_else(job_not_found)
+        })
+    }
+
+    fn clear_pending_event<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.transition(tenant, id, |job| {
+                job.pending_event = None;
+                Ok(((), true))
+            })
+            .await?
+            .ok_or_else(job_not_found)
+        })
+    }
+
+    fn list_pending_events<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
+        Box::pin(async move {
+            self.query_index(
+                GSI_OUTBOX,
+                "opk",
+                OUTBOX_PK,
+                |j| j.status.is_terminal() && j.pending_event.is_some(),
+                limit,
+            )
+            .await
+        })
+    }
+
+    fn has_active_jobs<'a>(
+        &'a self,
+        tenant: &'a str,
+        config_name: &'a str,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", s(active_pk(tenant, config_name)))
+                .consistent_read(true)
+                .limit(1)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            Ok(!page.items().is_empty())
+        })
+    }
+
+    fn list_pending<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
+        Box::pin(async move {
+            self.query_index(
+                GSI_WORK,
+                "wpk",
+                WORK_PK,
+                |j| {
+                    j.status == JobStatus::Pending
+                        || (j.status == JobStatus::Processing
+                            && j.lease_expires_at.is_none_or(|l| l <= now))
+                },
+                limit,
+            )
+            .await
+        })
+    }
+}

@@ -1,0 +1,227 @@
+//! The wiring both Lambdas share (feature `host`): configuration from the environment,
+//! SDK clients built once per cold start, and the engine over the AWS adapters — the
+//! same things `fetcher serve` wires over the embedded ones.
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `FETCHER_TABLE` | the DynamoDB table (required) |
+//! | `FETCHER_BUCKET` | the result bucket (required) |
+//! | `FETCHER_RESULT_PREFIX` | key prefix inside the bucket (default empty) |
+//! | `FETCHER_QUEUE_URL` | the job queue (required by the API) |
+//! | `FETCHER_MASTER_KEY_SECRET` | the secret holding the KMS-encrypted master key (required) |
+//! | `FETCHER_EVENT_BUS` | the EventBridge bus (required by the extract function, which refuses to start without it) |
+//! | `FETCHER_EVENT_SOURCE` | the events' `Source` (default `fetcher.worker`) |
+//! | `FETCHER_MULTI_TENANT` | `true`: tenants from the JWT authorizer's `tenantId` claim, SSRF guard on |
+//! | `FETCHER_SCHEMA_CACHE_TTL_SECS` | schema cache TTL (default 300) |
+//! | `FETCHER_LEASE_SECS` | job lease (default 900, the Lambda maximum) |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fetcher_connectors::{HostPolicy, SqlRegistry};
+use fetcher_engine::Engine;
+use fetcher_service::credentials::{CipherProtector, StoredCredentials};
+use fetcher_service::http::{ApiConnectionStore, ReadinessProbe};
+use fetcher_service::jobs::JobStoreActiveChecker;
+use fetcher_service::ports::{JobStore, KeyProvider, ObjectStore};
+use fetcher_service::sink::SealedResultSink;
+
+use crate::{
+    CachedKeyProvider, Clients, DynamoSchemaCache, DynamoStore, S3ObjectStore,
+    SecretsManagerKeySource,
+};
+
+/// Deployment settings read from the environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostConfig {
+    pub table: String,
+    pub bucket: String,
+    pub result_prefix: String,
+    pub queue_url: Option<String>,
+    pub master_key_secret: String,
+    pub event_bus: Option<String>,
+    pub event_source: String,
+    pub multi_tenant: bool,
+    pub schema_cache_ttl: Duration,
+    pub lease: Duration,
+}
+
+impl HostConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<HostConfig, String> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads settings through `lookup` (tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<HostConfig, String> {
+        let get = |k: &str| {
+            lookup(k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let required = |k: &str| get(k).ok_or_else(|| format!("{k} is not set"));
+        let secs = |k: &str, default: u64| -> Result<Duration, String> {
+            match get(k) {
+                None => Ok(Duration::from_secs(default)),
+                Some(v) => v
+                    .parse()
+                    .map(Duration::from_secs)
+                    .map_err(|_| format!("{k} must be a number of seconds")),
+            }
+        };
+        Ok(HostConfig {
+            table: required("FETCHER_TABLE")?,
+            bucket: required("FETCHER_BUCKET")?,
+            result_prefix: get("FETCHER_RESULT_PREFIX").unwrap_or_default(),
+            queue_url: get("FETCHER_QUEUE_URL"),
+            master_key_secret: required("FETCHER_MASTER_KEY_SECRET")?,
+            event_bus: get("FETCHER_EVENT_BUS"),
+            event_source: get("FETCHER_EVENT_SOURCE")
+                .unwrap_or_else(|| crate::events::DEFAULT_SOURCE.to_owned()),
+            multi_tenant: get("FETCHER_MULTI_TENANT").is_some_and(|v| v == "true" || v == "1"),
+            schema_cache_ttl: secs("FETCHER_SCHEMA_CACHE_TTL_SECS", 300)?,
+            lease: secs("FETCHER_LEASE_SECS", 900)?,
+        })
+    }
+}
+
+/// Everything built once per cold start.
+pub struct Host {
+    pub config: HostConfig,
+    pub clients: Clients,
+    pub store: DynamoStore,
+    pub jobs: Arc<dyn JobStore>,
+    pub objects: Arc<dyn ObjectStore>,
+    pub keys: Arc<dyn KeyProvider>,
+    pub engine: Engine,
+    pub probes: Vec<Arc<dyn ReadinessProbe>>,
+}
+
+impl Host {
+    /// Builds the clients, adapters and engine. Does no network I/O (the master key is
+    /// loaded on first use).
+    pub fn build(config: HostConfig, sdk: &aws_config::SdkConfig) -> Result<Host, String> {
+        let clients = Clients::new(sdk);
+        let store = DynamoStore::new(clients.dynamodb.clone(), &config.table);
+        let objects_impl = S3ObjectStore::new(clients.s3.clone(), &config.bucket)
+            .with_prefix(config.result_prefix.clone());
+        let objects: Arc<dyn ObjectStore> = Arc::new(objects_impl.clone());
+        let source = SecretsManagerKeySource::new(
+            clients.secrets.clone(),
+            clients.kms.clone(),
+            &config.master_key_secret,
+        );
+        let keys: Arc<dyn KeyProvider> = Arc::new(CachedKeyProvider::new(Arc::new(source)));
+        let jobs: Arc<dyn JobStore> = Arc::new(store.clone());
+
+        let protector = Arc::new(CipherProtector::new(keys.clone()));
+        let api_store = ApiConnectionStore::new(Arc::new(store.clone()));
+        let credentials = Arc::new(StoredCredentials::new(api_store.clone(), protector.clone()));
+        let policy = if config.multi_tenant {
+            HostPolicy::multi_tenant()
+        } else {
+            HostPolicy::single_tenant()
+        };
+        let engine = Engine::builder()
+            .connector_registry(Arc::new(SqlRegistry::new(credentials, policy)))
+            .connection_store(api_store)
+            .schema_cache(Arc::new(DynamoSchemaCache::new(
+                store.clone(),
+                config.schema_cache_ttl,
+            )))
+            .execution_store(Arc::new(store.clone()))
+            .credential_protector(protector)
+            .encrypted_persistence(true)
+            .result_sink(Arc::new(SealedResultSink::new(
+                objects.clone(),
+                keys.clone(),
+            )))
+            .active_execution_checker(Arc::new(JobStoreActiveChecker(jobs.clone())))
+            .build()
+            .map_err(|e| format!("building the engine: {e}"))?;
+        let probes: Vec<Arc<dyn ReadinessProbe>> = vec![
+            Arc::new(Probe::Dynamo(store.clone())),
+            Arc::new(Probe::S3(objects_impl)),
+        ];
+        Ok(Host {
+            config,
+            clients,
+            store,
+            jobs,
+            objects,
+            keys,
+            engine,
+            probes,
+        })
+    }
+}
+
+/// `/readyz` probes over the AWS services.
+pub enum Probe {
+    Dynamo(DynamoStore),
+    S3(S3ObjectStore),
+    Sqs(crate::SqsJobQueue),
+    Keys(Arc<dyn KeyProvider>),
+}
+
+impl ReadinessProbe for Probe {
+    fn name(&self) -> &str {
+        match self {
+            Probe::Dynamo(_) => "dynamodb",
+            Probe::S3(_) => "s3",
+            Probe::Sqs(_) => "sqs",
+            Probe::Keys(_) => "kms",
+        }
+    }
+
+    fn check(&self) -> fetcher_engine::BoxFuture<'_, fetcher_service::Result<()>> {
+        Box::pin(async move {
+            match self {
+                Probe::Dynamo(s) => s.ping().await,
+                Probe::S3(s) => s.ping().await,
+                Probe::Sqs(q) => q.ping().await,
+                Probe::Keys(k) => k.key_ring().await.map(|_| ()),
+            }
+        })
+    }
+}
+
+/// One CloudWatch Embedded Metric Format line (namespace `Fetcher`, dimension
+/// `Function`): `metrics` are `(name, unit, value)`.
+pub fn emf_line(function: &str, metrics: &[(&str, &str, f64)]) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let defs: Vec<_> = metrics
+        .iter()
+        .map(|(n, u, _)| serde_json::json!({"Name": n, "Unit": u}))
+        .collect();
+    let mut line = serde_json::json!({
+        "_aws": {
+            "Timestamp": now,
+            "CloudWatchMetrics": [{
+                "Namespace": "Fetcher",
+                "Dimensions": [["Function"]],
+                "Metrics": defs,
+            }],
+        },
+        "Function": function,
+    });
+    for (n, _, v) in metrics {
+        line[*n] = serde_json::json!(v);
+    }
+    line.to_string()
+}
+
+/// JSON logs on stdout through `tracing` (level from `FETCHER_LOG`, default `info`).
+pub fn init_json_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FETCHER_LOG")
+        .unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .without_time()
+        .with_current_span(false)
+        .try_init();
+}

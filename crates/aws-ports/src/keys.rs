@@ -1,0 +1,179 @@
+//! Master keys from Secrets Manager + KMS.
+//!
+//! The secret's value is the KMS `CiphertextBlob` of the master key, standard Base64
+//! (either the whole `SecretString`, or `{"CiphertextBlob": "…"}`; a `SecretBinary` holds
+//! the raw blob). Each secret version is one key version, labelled with its
+//! `VersionId`: `AWSCURRENT` is the current key; every other listed version (e.g.
+//! `AWSPREVIOUS`) stays readable, newest first, so a rotation never strands data sealed
+//! with the old key. Loading happens once per cold start ([`CachedKeyProvider`]).
+
+use std::sync::Arc;
+
+use aws_sdk_kms::primitives::Blob;
+use base64::Engine;
+use fetcher_crypto::{
+    KeyRing, MasterKey, MasterKeySource, MasterKeys, VersionedMasterKey,
+    source::BoxFuture as CryptoFuture,
+};
+use fetcher_engine::BoxFuture;
+use fetcher_service::error::{Result, ServiceError};
+use fetcher_service::ports::KeyProvider;
+use tokio::sync::OnceCell;
+
+/// Master keys held as a KMS-encrypted secret.
+#[derive(Clone, Debug)]
+pub struct SecretsManagerKeySource {
+    secrets: aws_sdk_secretsmanager::Client,
+    kms: aws_sdk_kms::Client,
+    secret_id: String,
+    /// How many older versions to keep readable.
+    max_previous: usize,
+}
+
+fn source_err<E>(what: &'static str) -> impl FnOnce(E) -> fetcher_crypto::Error
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    move |e| fetcher_crypto::Error::source_failure(what, true, Some(Box::new(e)))
+}
+
+fn config_err(what: &'static str) -> fetcher_crypto::Error {
+    fetcher_crypto::Error::source_failure(what, false, None)
+}
+
+impl SecretsManagerKeySource {
+    pub fn new(
+        secrets: aws_sdk_secretsmanager::Client,
+        kms: aws_sdk_kms::Client,
+        secret_id: impl Into<String>,
+    ) -> Self {
+        SecretsManagerKeySource {
+            secrets,
+            kms,
+            secret_id: secret_id.into(),
+            max_previous: 8,
+        }
+    }
+
+    /// Reads one version (by stage or id) and decrypts it: `(version id, key)`.
+    async fn version(
+        &self,
+        stage: Option<&str>,
+        id: Option<&str>,
+    ) -> fetcher_crypto::Result<VersionedMasterKey> {
+        let out = self
+            .secrets
+            .get_secret_value()
+            .secret_id(&self.secret_id)
+            .set_version_stage(stage.map(str::to_owned))
+            .set_version_id(id.map(str::to_owned))
+            .send()
+            .await
+            .map_err(source_err("master key secret unavailable"))?;
+        let blob = if let Some(text) = out.secret_string() {
+            let text = text.trim();
+            let b64 = if text.starts_with('{') {
+                let v: serde_json::Value = serde_json::from_str(text)
+                    .map_err(|_| config_err("master key secret is not valid JSON"))?;
+                v.get("CiphertextBlob")
+                    .or_else(|| v.get("ciphertextBlob"))
+                    .and_then(|b| b.as_str())
+                    .ok_or_else(|| config_err("master key secret has no CiphertextBlob"))?
+                    .to_owned()
+            } else {
+                text.to_owned()
+            };
+            base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .map_err(|_| config_err("master key secret is not Base64"))?
+        } else if let Some(b) = out.secret_binary() {
+            b.as_ref().to_vec()
+        } else {
+            return Err(config_err("master key secret is empty"));
+        };
+        let version = out
+            .version_id()
+            .ok_or_else(|| config_err("master key secret has no version id"))?
+            .to_owned();
+        let plain = self
+            .kms
+            .decrypt()
+            .ciphertext_blob(Blob::new(blob))
+            .send()
+            .await
+            .map_err(source_err("KMS decrypt of the master key failed"))?;
+        let bytes = plain
+            .plaintext
+            .ok_or_else(|| config_err("KMS returned no plaintext"))?
+            .into_inner();
+        VersionedMasterKey::new(version, MasterKey::from_bytes(bytes)?)
+    }
+}
+
+impl MasterKeySource for SecretsManagerKeySource {
+    fn load(&self) -> CryptoFuture<'_, fetcher_crypto::Result<MasterKeys>> {
+        Box::pin(async move {
+            let current = self.version(Some("AWSCURRENT"), None).await?;
+            let listed = self
+                .secrets
+                .list_secret_version_ids()
+                .secret_id(&self.secret_id)
+                .send()
+                .await
+                .map_err(source_err("master key secret unavailable"))?;
+            let mut others: Vec<_> = listed
+                .versions()
+                .iter()
+                .filter(|v| v.version_id().is_some_and(|id| id != current.version()))
+                .collect();
+            // Newest first.
+            others.sort_by_key(|v| std::cmp::Reverse(v.created_date().map(|d| d.as_nanos())));
+            let mut previous = Vec::new();
+            for v in others.into_iter().take(self.max_previous) {
+                match self.version(None, v.version_id()).await {
+                    Ok(k) => previous.push(k),
+                    // An unreadable old version only costs access to data it sealed.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "skipping an unreadable master key version")
+                    }
+                }
+            }
+            Ok(MasterKeys { current, previous })
+        })
+    }
+}
+
+/// A [`KeyProvider`] that loads the key ring once (first use, i.e. the cold start) and
+/// then serves the cached ring. A failed load is retried on the next call.
+pub struct CachedKeyProvider {
+    source: Arc<dyn MasterKeySource>,
+    ring: OnceCell<Arc<KeyRing>>,
+}
+
+impl CachedKeyProvider {
+    pub fn new(source: Arc<dyn MasterKeySource>) -> Self {
+        CachedKeyProvider {
+            source,
+            ring: OnceCell::new(),
+        }
+    }
+}
+
+impl KeyProvider for CachedKeyProvider {
+    fn key_ring(&self) -> BoxFuture<'_, Result<Arc<KeyRing>>> {
+        Box::pin(async move {
+            self.ring
+                .get_or_try_init(|| async {
+                    let ring = KeyRing::load(self.source.as_ref()).await.map_err(|e| {
+                        let retryable = e.is_retryable();
+                        ServiceError::unavailable("master key unavailable")
+                            .retryable(retryable)
+                            .with_cause(e)
+                    })?;
+                    Ok::<_, ServiceError>(Arc::new(ring))
+                })
+                .await
+                .cloned()
+        })
+    }
+}

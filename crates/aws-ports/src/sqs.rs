@@ -1,0 +1,110 @@
+//! SQS: the [`JobQueue`] publisher and the way back from a Lambda SQS record.
+//!
+//! The signed envelope travels as it does on RabbitMQ: its headers become SQS message
+//! attributes (type `String`; empty values are left out, and a missing header reads as
+//! empty, which is what the verifier assumes), the body is the message body verbatim.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::MessageAttributeValue;
+use fetcher_engine::BoxFuture;
+use fetcher_service::error::{Result, ServiceError};
+use fetcher_service::model::QueueMessage;
+use fetcher_service::ports::JobQueue;
+
+/// Sends job messages to one queue.
+#[derive(Clone, Debug)]
+pub struct SqsJobQueue {
+    client: Client,
+    queue_url: String,
+}
+
+impl SqsJobQueue {
+    pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        SqsJobQueue {
+            client,
+            queue_url: queue_url.into(),
+        }
+    }
+
+    /// A liveness probe for readiness checks (GetQueueAttributes).
+    pub async fn ping(&self) -> Result<()> {
+        self.client
+            .get_queue_attributes()
+            .queue_url(&self.queue_url)
+            .send()
+            .await
+            .map_err(|e| ServiceError::unavailable("job queue unavailable").with_cause(e))?;
+        Ok(())
+    }
+}
+
+impl JobQueue for SqsJobQueue {
+    fn enqueue<'a>(&'a self, message: QueueMessage) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let body = String::from_utf8(message.body)
+                .map_err(|_| ServiceError::internal("job message body is not UTF-8"))?;
+            let mut req = self
+                .client
+                .send_message()
+                .queue_url(&self.queue_url)
+                .message_body(body);
+            for (name, value) in message.headers.iter().filter(|(_, v)| !v.is_empty()) {
+                req = req.message_attributes(
+                    name,
+                    MessageAttributeValue::builder()
+                        .data_type("String")
+                        .string_value(value)
+                        .build()
+                        .map_err(|e| {
+                            ServiceError::internal("bad message attribute").with_cause(e)
+                        })?,
+                );
+            }
+            req.send()
+                .await
+                .map_err(|e| ServiceError::unavailable("job queue unavailable").with_cause(e))?;
+            Ok(())
+        })
+    }
+}
+
+/// A queue message from an SQS record's body and its string message attributes (Lambda
+/// event records, or `ReceiveMessage` results).
+pub fn queue_message<'a>(
+    body: &str,
+    attributes: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> QueueMessage {
+    let headers: BTreeMap<String, String> = attributes
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned())))
+        .collect();
+    QueueMessage {
+        headers,
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+/// A queue message from one record of a Lambda SQS event, as JSON
+/// (`{"body": …, "messageAttributes": {"name": {"stringValue": …}}}`).
+pub fn queue_message_from_record(record: &serde_json::Value) -> QueueMessage {
+    let body = record.get("body").and_then(|b| b.as_str()).unwrap_or("");
+    let attrs = record
+        .get("messageAttributes")
+        .and_then(|a| a.as_object())
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str(), v.get("stringValue").and_then(|s| s.as_str())));
+    queue_message(body, attrs)
+}
+
+/// A queue message from a `ReceiveMessage` result (tests and tools).
+pub fn queue_message_from_sdk(m: &aws_sdk_sqs::types::Message) -> QueueMessage {
+    let attrs = m
+        .message_attributes()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str(), v.string_value()));
+    queue_message(m.body().unwrap_or(""), attrs)
+}

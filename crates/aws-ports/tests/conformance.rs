@@ -1,0 +1,261 @@
+//! The AWS adapters pass the same conformance suites as the in-memory and embedded
+//! adapters, against moto server (or whatever `AWS_ENDPOINT_URL` names).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fetcher_aws::bootstrap::rotate_master_key;
+use fetcher_aws::testing::{clients, resources};
+use fetcher_aws::*;
+use fetcher_crypto::{KeyRing, MasterKeySource, Opener};
+use fetcher_engine::ports::{ConnectionStore, ExecutionStore, ResultSink, SchemaCache};
+use fetcher_engine::testing as engine_suites;
+use fetcher_service::model::{JobStatus, QueueMessage, TerminalEvent};
+use fetcher_service::ports::*;
+use fetcher_service::sink::SealedResultSink;
+use fetcher_service::testing as service_suites;
+
+async fn store() -> DynamoStore {
+    let r = resources().await;
+    DynamoStore::new(clients().await.dynamodb, r.table)
+}
+
+async fn objects() -> S3ObjectStore {
+    let r = resources().await;
+    S3ObjectStore::new(clients().await.s3, r.bucket)
+}
+
+#[tokio::test]
+async fn dynamodb_connection_store_conforms() {
+    engine_suites::connection_store(&(Arc::new(store().await) as Arc<dyn ConnectionStore>)).await;
+}
+
+#[tokio::test]
+async fn dynamodb_execution_store_conforms() {
+    engine_suites::execution_store(&(Arc::new(store().await) as Arc<dyn ExecutionStore>)).await;
+}
+
+#[tokio::test]
+async fn dynamodb_schema_cache_conforms() {
+    let cache = DynamoSchemaCache::new(store().await, Duration::from_secs(300));
+    engine_suites::schema_cache(&(Arc::new(cache) as Arc<dyn SchemaCache>)).await;
+}
+
+#[tokio::test]
+async fn the_schema_cache_falls_back_to_memory_when_dynamodb_is_unreachable() {
+    // A table that does not exist stands in for an unreachable DynamoDB.
+    let broken = DynamoStore::new(clients().await.dynamodb, "no-such-table");
+    let cache = DynamoSchemaCache::new(broken, Duration::from_secs(300));
+    engine_suites::schema_cache(&(Arc::new(cache) as Arc<dyn SchemaCache>)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dynamodb_job_store_conforms() {
+    service_suites::job_store(&(Arc::new(store().await) as Arc<dyn JobStore>)).await;
+}
+
+#[tokio::test]
+async fn dynamodb_rate_limiter_conforms() {
+    service_suites::rate_limiter(&(Arc::new(store().await) as Arc<dyn RateLimiter>)).await;
+}
+
+#[tokio::test]
+async fn s3_object_store_conforms() {
+    service_suites::object_store(&(Arc::new(objects().await) as Arc<dyn ObjectStore>)).await;
+}
+
+#[tokio::test]
+async fn s3_multipart_uploads_and_aborts() {
+    let store = objects().await.with_parts(5 * 1024 * 1024, 2);
+    let path = format!("mp-{}/big.bin", uuid::Uuid::new_v4());
+    let mut w = store.put(&path).await.unwrap();
+    let chunk: Vec<u8> = (0..1_000_003u32).map(|i| (i % 251) as u8).collect();
+    let mut expected = Vec::new();
+    for _ in 0..17 {
+        w.write(&chunk).await.unwrap();
+        expected.extend_from_slice(&chunk);
+    }
+    assert_eq!(w.finish().await.unwrap(), expected.len() as u64);
+    assert_eq!(
+        store.head(&path).await.unwrap(),
+        Some(expected.len() as u64)
+    );
+    assert!(read_all(&store, &path).await.unwrap().unwrap() == expected);
+
+    let aborted = format!("mp-{}/aborted.bin", uuid::Uuid::new_v4());
+    let mut w = store.put(&aborted).await.unwrap();
+    for _ in 0..12 {
+        w.write(&chunk).await.unwrap();
+    }
+    w.abort().await;
+    assert_eq!(store.head(&aborted).await.unwrap(), None);
+    let r = resources().await;
+    let uploads = clients()
+        .await
+        .s3
+        .list_multipart_uploads()
+        .bucket(&r.bucket)
+        .prefix(aborted.clone())
+        .send()
+        .await
+        .unwrap();
+    assert!(uploads.uploads().is_empty(), "the aborted upload is gone");
+}
+
+#[tokio::test]
+async fn sealed_result_sink_over_s3_conforms() {
+    let r = resources().await;
+    let c = clients().await;
+    let source = SecretsManagerKeySource::new(c.secrets.clone(), c.kms.clone(), &r.secret_id);
+    let keys = Arc::new(CachedKeyProvider::new(Arc::new(source)));
+    let ring = keys.key_ring().await.unwrap();
+    let objects: Arc<dyn ObjectStore> = Arc::new(objects().await);
+    let sink = SealedResultSink::new(objects.clone(), keys);
+    let reader: engine_suites::ResultReader = Arc::new(move |r| {
+        let (objects, ring) = (objects.clone(), ring.clone());
+        Box::pin(async move {
+            let sealed = read_all(objects.as_ref(), &r.path).await.ok()??;
+            let plain = if sealed.starts_with(&fetcher_crypto::v2::MAGIC) {
+                let mut opener = Opener::new_any_job(&ring);
+                let mut out = Vec::new();
+                opener.update_into(&sealed, &mut out).ok()?;
+                opener.finish().ok()?;
+                out
+            } else {
+                let hmac = r.integrity.as_ref()?.signature.clone();
+                fetcher_crypto::open_v1(ring.current(), &sealed, &hmac)
+                    .ok()?
+                    .to_vec()
+            };
+            Some(plain)
+        })
+    });
+    engine_suites::result_sink(&(Arc::new(sink) as Arc<dyn ResultSink>), reader).await;
+}
+
+#[tokio::test]
+async fn master_keys_come_from_the_secret_and_survive_a_rotation() {
+    let r = resources().await;
+    let c = clients().await;
+    let source = SecretsManagerKeySource::new(c.secrets.clone(), c.kms.clone(), &r.secret_id);
+    let before = KeyRing::load(&source).await.unwrap();
+    let old_version = before.current_version().to_owned();
+    // Rotation is process-wide state in the emulator; do it on a separate secret copy.
+    let mut rotated = r.clone();
+    rotated.secret_id = format!("{}-rotation", r.secret_id);
+    let blob = fetcher_aws::bootstrap::new_encrypted_master_key(&c, &r.kms_key_id)
+        .await
+        .unwrap();
+    c.secrets
+        .create_secret()
+        .name(&rotated.secret_id)
+        .secret_string(blob)
+        .send()
+        .await
+        .unwrap();
+    let src = SecretsManagerKeySource::new(c.secrets.clone(), c.kms.clone(), &rotated.secret_id);
+    let first = src.load().await.unwrap();
+    let v1 = first.current.version().to_owned();
+    let v2 = rotate_master_key(&c, &rotated).await.unwrap();
+    let second = src.load().await.unwrap();
+    assert_eq!(second.current.version(), v2);
+    assert!(
+        second.previous.iter().any(|k| k.version() == v1),
+        "the previous version stays readable"
+    );
+    let ring = KeyRing::new(second).unwrap();
+    assert!(ring.get(&v1).is_ok() && ring.get(&v2).is_ok());
+    assert!(!old_version.is_empty());
+}
+
+#[tokio::test]
+async fn sqs_carries_the_envelope_headers_and_body() {
+    let r = resources().await;
+    let c = clients().await;
+    let queue = SqsJobQueue::new(c.sqs.clone(), &r.queue_url);
+    let msg = QueueMessage {
+        headers: [
+            ("jobId".to_string(), "j-1".to_string()),
+            ("X-Tenant-ID".to_string(), "acme".to_string()),
+            ("x-message-signature".to_string(), "ab".repeat(32)),
+            ("t".to_string(), "1700000000".to_string()),
+            ("signature-version".to_string(), "v1".to_string()),
+            ("X-Request-Id".to_string(), String::new()),
+        ]
+        .into(),
+        body: br#"{"jobId":"j-1","mappedFields":{}}"#.to_vec(),
+    };
+    queue.enqueue(msg.clone()).await.unwrap();
+    let got = c
+        .sqs
+        .receive_message()
+        .queue_url(&r.queue_url)
+        .message_attribute_names("All")
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    let m = got
+        .messages()
+        .iter()
+        .find(|m| m.body().is_some_and(|b| b.contains("j-1")))
+        .expect("message received");
+    let back = fetcher_aws::sqs::queue_message_from_sdk(m);
+    let mut want = msg.clone();
+    want.headers.remove("X-Request-Id");
+    assert_eq!(back, want);
+    c.sqs
+        .delete_message()
+        .queue_url(&r.queue_url)
+        .receipt_handle(m.receipt_handle().unwrap())
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn eventbridge_events_reach_the_subscriber_queue() {
+    let r = resources().await;
+    let c = clients().await;
+    let publisher = EventBridgePublisher::new(c.events.clone(), &r.bus_name, &r.event_source);
+    let job_id = uuid::Uuid::new_v4().to_string();
+    let event = TerminalEvent::new(
+        "acme",
+        &job_id,
+        JobStatus::Completed,
+        format!(r#"{{"jobId":"{job_id}","metadata":{{"source":"t"}},"status":"completed"}}"#),
+    );
+    publisher.publish(&event).await.unwrap();
+    let mut found = None;
+    for _ in 0..10 {
+        let got = c
+            .sqs
+            .receive_message()
+            .queue_url(&r.subscriber_queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        for m in got.messages() {
+            let v: serde_json::Value = serde_json::from_str(m.body().unwrap_or("{}")).unwrap();
+            if v["detail"]["jobId"] == job_id.as_str() {
+                found = Some(v);
+            }
+        }
+        if found.is_some() {
+            break;
+        }
+    }
+    let v = found.expect("event delivered through the rule");
+    assert_eq!(v["detail-type"], "job.completed");
+    assert_eq!(v["source"], r.event_source.as_str());
+    assert_eq!(v["detail"]["eventId"], event.id.as_str());
+    assert_eq!(v["detail"]["tenantId"], "acme");
+    assert_eq!(v["detail"]["status"], "completed");
+
+    // A bus that does not exist: the per-entry failure is reported, not swallowed.
+    let broken = EventBridgePublisher::new(c.events.clone(), "no-such-bus", "x").with_attempts(2);
+    assert!(broken.publish(&event).await.is_err());
+}
