@@ -17,14 +17,6 @@ fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
     Box::pin(std::future::ready(v))
 }
 
-fn add(t: Timestamp, d: Duration) -> Timestamp {
-    Timestamp::from_unix_nanos(t.unix_nanos() + d.as_nanos() as i128)
-}
-
-fn lost_claim() -> ServiceError {
-    ServiceError::conflict("job is not held by this claim")
-}
-
 fn job_not_found() -> ServiceError {
     ServiceError::not_found("job not found")
 }
@@ -130,19 +122,12 @@ impl JobStore for MemoryJobStore {
             let Some(job) = jobs.get_mut(&(tenant.to_owned(), id.to_owned())) else {
                 return ClaimOutcome::NotFound;
             };
-            let expired = job.status == JobStatus::Processing
-                && job.lease_expires_at.is_none_or(|l| l <= now);
-            if job.status == JobStatus::Pending || expired {
-                job.status = JobStatus::Processing;
-                job.attempts += 1;
-                job.lease_expires_at = Some(add(now, lease));
-                job.completed_at = None;
-                ClaimOutcome::Claimed {
+            match job.claim(now, lease) {
+                Some(token) => ClaimOutcome::Claimed {
                     job: Box::new(job.clone()),
-                    token: job.attempts,
-                }
-            } else {
-                ClaimOutcome::NotClaimable(Box::new(job.clone()))
+                    token,
+                },
+                None => ClaimOutcome::NotClaimable(Box::new(job.clone())),
             }
         });
         ready(out)
@@ -155,13 +140,7 @@ impl JobStore for MemoryJobStore {
         token: u32,
         until: Timestamp,
     ) -> BoxFuture<'a, Result<()>> {
-        ready(self.with_job(tenant, id, |job| {
-            if job.status != JobStatus::Processing || job.attempts != token {
-                return Err(lost_claim());
-            }
-            job.lease_expires_at = Some(until);
-            Ok(())
-        }))
+        ready(self.with_job(tenant, id, |job| job.renew(token, until)))
     }
 
     fn complete<'a>(
@@ -173,17 +152,7 @@ impl JobStore for MemoryJobStore {
         event: &'a PendingEvent,
         at: Timestamp,
     ) -> BoxFuture<'a, Result<()>> {
-        ready(self.with_job(tenant, id, |job| {
-            if job.status != JobStatus::Processing || job.attempts != token {
-                return Err(lost_claim());
-            }
-            job.status = JobStatus::Completed;
-            job.result = Some(result.clone());
-            job.completed_at = Some(at);
-            job.lease_expires_at = None;
-            job.pending_event = Some(event.clone());
-            Ok(())
-        }))
+        ready(self.with_job(tenant, id, |job| job.complete(token, result, event, at)))
     }
 
     fn fail<'a>(
@@ -195,21 +164,7 @@ impl JobStore for MemoryJobStore {
         event: &'a PendingEvent,
         at: Timestamp,
     ) -> BoxFuture<'a, Result<()>> {
-        ready(self.with_job(tenant, id, |job| {
-            let holds = match token {
-                Some(t) => job.status == JobStatus::Processing && job.attempts == t,
-                None => job.status == JobStatus::Pending,
-            };
-            if !holds {
-                return Err(lost_claim());
-            }
-            job.status = JobStatus::Failed;
-            job.error = Some(error.to_owned());
-            job.completed_at = Some(at);
-            job.lease_expires_at = None;
-            job.pending_event = Some(event.clone());
-            Ok(())
-        }))
+        ready(self.with_job(tenant, id, |job| job.fail(token, error, event, at)))
     }
 
     fn release<'a>(
@@ -218,14 +173,7 @@ impl JobStore for MemoryJobStore {
         id: &'a str,
         token: u32,
     ) -> BoxFuture<'a, Result<()>> {
-        ready(self.with_job(tenant, id, |job| {
-            if job.status != JobStatus::Processing || job.attempts != token {
-                return Err(lost_claim());
-            }
-            job.status = JobStatus::Pending;
-            job.lease_expires_at = None;
-            Ok(())
-        }))
+        ready(self.with_job(tenant, id, |job| job.release(token)))
     }
 
     fn clear_pending_event<'a>(

@@ -190,3 +190,90 @@ pub struct QueueMessage {
     pub headers: BTreeMap<String, String>,
     pub body: Vec<u8>,
 }
+
+/// The job lifecycle rules every [`crate::ports::JobStore`] adapter applies, so the
+/// in-memory, SQLite and DynamoDB stores cannot drift apart. Each returns
+/// `Err(Conflict)` when the transition is not allowed and changes nothing then.
+impl Job {
+    /// Whether a worker may claim the job at `now`: pending, or processing with an
+    /// expired (or missing) lease.
+    pub fn claimable_at(&self, now: Timestamp) -> bool {
+        self.status == JobStatus::Pending
+            || (self.status == JobStatus::Processing
+                && self.lease_expires_at.is_none_or(|l| l <= now))
+    }
+
+    /// `pending → processing` (or a takeover); returns the claim token.
+    pub fn claim(&mut self, now: Timestamp, lease: std::time::Duration) -> Option<u32> {
+        if !self.claimable_at(now) {
+            return None;
+        }
+        self.status = JobStatus::Processing;
+        self.attempts += 1;
+        self.completed_at = None;
+        self.lease_expires_at = Some(Timestamp::from_unix_nanos(
+            now.unix_nanos() + lease.as_nanos() as i128,
+        ));
+        Some(self.attempts)
+    }
+
+    fn check_claim(&self, token: u32) -> crate::Result<()> {
+        if self.status == JobStatus::Processing && self.attempts == token {
+            Ok(())
+        } else {
+            Err(crate::ServiceError::conflict(
+                "job is not held by this claim",
+            ))
+        }
+    }
+
+    pub fn renew(&mut self, token: u32, until: Timestamp) -> crate::Result<()> {
+        self.check_claim(token)?;
+        self.lease_expires_at = Some(until);
+        Ok(())
+    }
+
+    pub fn complete(
+        &mut self,
+        token: u32,
+        result: &JobResult,
+        event: &PendingEvent,
+        at: Timestamp,
+    ) -> crate::Result<()> {
+        self.check_claim(token)?;
+        self.status = JobStatus::Completed;
+        self.result = Some(result.clone());
+        self.completed_at = Some(at);
+        self.lease_expires_at = None;
+        self.pending_event = Some(event.clone());
+        Ok(())
+    }
+
+    /// With a token, only while that claim holds; without, only from `pending`.
+    pub fn fail(
+        &mut self,
+        token: Option<u32>,
+        error: &str,
+        event: &PendingEvent,
+        at: Timestamp,
+    ) -> crate::Result<()> {
+        match token {
+            Some(t) => self.check_claim(t)?,
+            None if self.status == JobStatus::Pending => {}
+            None => return Err(crate::ServiceError::conflict("job is not pending")),
+        }
+        self.status = JobStatus::Failed;
+        self.error = Some(error.to_owned());
+        self.completed_at = Some(at);
+        self.lease_expires_at = None;
+        self.pending_event = Some(event.clone());
+        Ok(())
+    }
+
+    pub fn release(&mut self, token: u32) -> crate::Result<()> {
+        self.check_claim(token)?;
+        self.status = JobStatus::Pending;
+        self.lease_expires_at = None;
+        Ok(())
+    }
+}

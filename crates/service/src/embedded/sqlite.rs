@@ -587,10 +587,6 @@ async fn save_job(tx: &mut Transaction<'static, Sqlite>, job: &Job) -> Result<()
     Ok(())
 }
 
-fn lost_claim() -> ServiceError {
-    ServiceError::conflict("job is not held by this claim")
-}
-
 impl SqliteStore {
     /// Runs `change` on the job inside one write transaction; `change` decides whether the
     /// transition is allowed.
@@ -709,20 +705,11 @@ impl JobStore for SqliteStore {
             let Some(mut job) = load_job(&mut tx, tenant, id).await? else {
                 return Ok(ClaimOutcome::NotFound);
             };
-            let expired = job.status == JobStatus::Processing
-                && job.lease_expires_at.is_none_or(|l| l <= now);
-            if job.status != JobStatus::Pending && !expired {
+            let Some(token) = job.claim(now, lease) else {
                 return Ok(ClaimOutcome::NotClaimable(Box::new(job)));
-            }
-            job.status = JobStatus::Processing;
-            job.attempts += 1;
-            job.completed_at = None;
-            job.lease_expires_at = Some(Timestamp::from_unix_nanos(
-                now.unix_nanos() + lease.as_nanos() as i128,
-            ));
+            };
             save_job(&mut tx, &job).await?;
             tx.commit().await.map_err(db_error)?;
-            let token = job.attempts;
             Ok(ClaimOutcome::Claimed {
                 job: Box::new(job),
                 token,
@@ -737,13 +724,7 @@ impl JobStore for SqliteStore {
         token: u32,
         until: Timestamp,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.transition(tenant, id, move |job| {
-            if job.status != JobStatus::Processing || job.attempts != token {
-                return Err(lost_claim());
-            }
-            job.lease_expires_at = Some(until);
-            Ok(())
-        }))
+        Box::pin(self.transition(tenant, id, move |job| job.renew(token, until)))
     }
 
     fn complete<'a>(
@@ -756,15 +737,7 @@ impl JobStore for SqliteStore {
         at: Timestamp,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(self.transition(tenant, id, move |job| {
-            if job.status != JobStatus::Processing || job.attempts != token {
-                return Err(lost_claim());
-            }
-            job.status = JobStatus::Completed;
-            job.result = Some(result.clone());
-            job.completed_at = Some(at);
-            job.lease_expires_at = None;
-            job.pending_event = Some(event.clone());
-            Ok(())
+            job.complete(token, result, event, at)
         }))
     }
 
@@ -777,21 +750,7 @@ impl JobStore for SqliteStore {
         event: &'a PendingEvent,
         at: Timestamp,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.transition(tenant, id, move |job| {
-            let holds = match token {
-                Some(t) => job.status == JobStatus::Processing && job.attempts == t,
-                None => job.status == JobStatus::Pending,
-            };
-            if !holds {
-                return Err(lost_claim());
-            }
-            job.status = JobStatus::Failed;
-            job.error = Some(error.to_owned());
-            job.completed_at = Some(at);
-            job.lease_expires_at = None;
-            job.pending_event = Some(event.clone());
-            Ok(())
-        }))
+        Box::pin(self.transition(tenant, id, move |job| job.fail(token, error, event, at)))
     }
 
     fn release<'a>(
@@ -800,14 +759,7 @@ impl JobStore for SqliteStore {
         id: &'a str,
         token: u32,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.transition(tenant, id, move |job| {
-            if job.status != JobStatus::Processing || job.attempts != token {
-                return Err(lost_claim());
-            }
-            job.status = JobStatus::Pending;
-            job.lease_expires_at = None;
-            Ok(())
-        }))
+        Box::pin(self.transition(tenant, id, move |job| job.release(token)))
     }
 
     fn clear_pending_event<'a>(
