@@ -1,0 +1,128 @@
+//! The API Lambda's logic, runtime-free so it is tested in-process: the service router
+//! over the AWS adapters, and the bridge from API Gateway events to it.
+//!
+//! Authentication: API Gateway's JWT authorizer verifies the token; its claims (request
+//! context `authorizer.jwt.claims`) are handed to the router as
+//! [`VerifiedClaims`](fetcher_service::http::VerifiedClaims), read by
+//! [`ClaimsAuthenticator`](fetcher_service::http::ClaimsAuthenticator). In multi-tenant
+//! mode the tenant is the `tenantId` claim. Nothing is parsed from headers.
+
+use std::sync::Arc;
+
+use axum::Router;
+use fetcher_aws::SqsJobQueue;
+use fetcher_aws::host::{Host, HostConfig, Probe};
+use fetcher_crypto::{KeyPurpose, MessageSigner};
+use fetcher_service::http::{self, ApiConfig, AppDeps, AppState, VerifiedClaims};
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde_json::{Map, Value};
+use tower::ServiceExt;
+
+/// Builds the router (clients once per cold start). Loads the key ring (KMS decrypt):
+/// the API signs job messages.
+pub async fn router_from_config(
+    config: HostConfig,
+    sdk: &fetcher_aws::SdkConfig,
+) -> Result<Router, String> {
+    let queue_url = config
+        .queue_url
+        .clone()
+        .ok_or_else(|| "FETCHER_QUEUE_URL is not set".to_owned())?;
+    let multi_tenant = config.multi_tenant;
+    let host = Host::build(config, sdk)?;
+    let ring = host
+        .keys
+        .key_ring()
+        .await
+        .map_err(|e| format!("loading the master key: {}", e.log_detail()))?;
+    let queue = SqsJobQueue::new(host.clients.sqs.clone(), queue_url);
+    let mut probes = host.probes.clone();
+    probes.push(Arc::new(Probe::Sqs(queue.clone())));
+    probes.push(Arc::new(Probe::Keys(host.keys.clone())));
+    let state = AppState::new(
+        AppDeps {
+            engine: host.engine.clone(),
+            job_store: host.jobs.clone(),
+            job_queue: Arc::new(queue),
+            rate_limiter: Arc::new(host.store.clone()),
+            signer: Arc::new(MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)),
+            authenticator: Arc::new(http::ClaimsAuthenticator),
+            probes,
+            host_policy: None,
+        },
+        ApiConfig {
+            multi_tenant,
+            version: env!("CARGO_PKG_VERSION").into(),
+            deployment_mode: "saas".into(),
+            ..ApiConfig::default()
+        },
+    );
+    Ok(http::router(state))
+}
+
+/// The JWT authorizer's claims of an API Gateway request, if any.
+pub fn authorizer_claims(req: &Request) -> Option<Map<String, Value>> {
+    let claims = match req.request_context_ref()? {
+        RequestContext::ApiGatewayV2(ctx) => ctx.authorizer.as_ref()?.jwt.as_ref()?.claims.clone(),
+        RequestContext::ApiGatewayV1(ctx) => ctx
+            .authorizer
+            .fields
+            .get("claims")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v.as_str()
+                                .map(str::to_owned)
+                                .unwrap_or_else(|| v.to_string()),
+                        )
+                    })
+                    .collect()
+            })?,
+        #[allow(unreachable_patterns)]
+        _ => return None,
+    };
+    Some(
+        claims
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect(),
+    )
+}
+
+/// Handles one API Gateway request with the router.
+pub async fn handle(
+    router: Router,
+    req: Request,
+) -> Result<Response<Body>, std::convert::Infallible> {
+    let claims = authorizer_claims(&req);
+    let (mut parts, body) = req.into_parts();
+    if let Some(claims) = claims {
+        parts.extensions.insert(VerifiedClaims(claims));
+    }
+    let bytes: Vec<u8> = match body {
+        Body::Empty => Vec::new(),
+        Body::Text(t) => t.into_bytes(),
+        Body::Binary(b) => b,
+        #[allow(unreachable_patterns)]
+        _ => Vec::new(),
+    };
+    let req = axum::http::Request::from_parts(parts, axum::body::Body::from(bytes));
+    let res = router.oneshot(req).await.unwrap_or_else(|e| match e {});
+    let (parts, body) = res.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let body = if bytes.is_empty() {
+        Body::Empty
+    } else {
+        match String::from_utf8(bytes.to_vec()) {
+            Ok(text) => Body::Text(text),
+            Err(_) => Body::Binary(bytes.to_vec()),
+        }
+    };
+    Ok(Response::from_parts(parts, body))
+}

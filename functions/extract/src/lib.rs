@@ -1,0 +1,177 @@
+//! The extraction Lambda's logic, runtime-free so it is tested in-process.
+//!
+//! * **SQS batches** (`Records` with `eventSource = aws:sqs`): every record is one job
+//!   message, run through [`Pipeline::handle`] in its own task, so a panic fails only
+//!   that record. `Retry` outcomes (and panics) are reported in `batchItemFailures`
+//!   (the event source mapping has `ReportBatchItemFailures`), so only those messages
+//!   come back; completed, failed and skipped ones are deleted. An invalid signature is
+//!   permanent: the pipeline fails the job it names and the message is not retried. A
+//!   redelivered message whose job is terminal is a no-op (or republishes a pending event).
+//! * **Scheduled events** (`source = aws.events`, `detail-type = Scheduled Event`, or any
+//!   event with `"action": "repair"`): one [`Pipeline::repair_events`] pass.
+//!
+//! Metrics are CloudWatch Embedded Metric Format lines on stdout.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use fetcher_aws::EventBridgePublisher;
+use fetcher_aws::host::{Host, HostConfig, emf_line};
+use fetcher_aws::sqs::queue_message_from_record;
+use fetcher_service::pipeline::{Outcome, Pipeline, PipelineConfig};
+use serde_json::{Value, json};
+use tracing::{error, info, warn};
+
+/// Events republished per repair pass.
+pub const REPAIR_BATCH: usize = 25;
+
+/// The handler and its pipeline.
+pub struct Extractor {
+    pub pipeline: Arc<Pipeline>,
+}
+
+/// Builds the extractor from the environment ([`HostConfig`]). Refuses to start without
+/// an event bus: terminal events are mandatory (worker-security §9.7).
+pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<Extractor, String> {
+    let bus = config.event_bus.clone().ok_or_else(|| {
+        "FETCHER_EVENT_BUS is not set: the extract function refuses to start without an event bus (job events are mandatory)".to_owned()
+    })?;
+    let source = config.event_source.clone();
+    let lease = config.lease;
+    let host = Host::build(config, sdk)?;
+    let events = Arc::new(EventBridgePublisher::new(
+        host.clients.events.clone(),
+        bus,
+        source,
+    ));
+    Ok(Extractor {
+        pipeline: Arc::new(Pipeline {
+            engine: host.engine,
+            jobs: host.jobs,
+            events,
+            objects: host.objects,
+            keys: host.keys,
+            config: PipelineConfig {
+                lease,
+                ..Default::default()
+            },
+        }),
+    })
+}
+
+/// Whether `event` asks for an event-repair pass.
+pub fn is_repair(event: &Value) -> bool {
+    event.get("source").and_then(Value::as_str) == Some("aws.events")
+        || event.get("detail-type").and_then(Value::as_str) == Some("Scheduled Event")
+        || event.get("action").and_then(Value::as_str) == Some("repair")
+}
+
+impl Extractor {
+    /// Handles one invocation: an SQS batch, or a scheduled repair.
+    pub async fn handle(&self, event: Value) -> Value {
+        if let Some(records) = event.get("Records").and_then(Value::as_array) {
+            return self.handle_batch(records).await;
+        }
+        if is_repair(&event) {
+            return self.repair().await;
+        }
+        warn!("unrecognised event ignored");
+        json!({})
+    }
+
+    /// An SQS batch; returns the `SQSBatchResponse`.
+    pub async fn handle_batch(&self, records: &[Value]) -> Value {
+        let mut failures = Vec::new();
+        for record in records {
+            let id = record
+                .get("messageId")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if !self.handle_record(record).await {
+                failures.push(json!({ "itemIdentifier": id }));
+            }
+        }
+        json!({ "batchItemFailures": failures })
+    }
+
+    /// One record, isolated in its own task; `false` when it must come back.
+    async fn handle_record(&self, record: &Value) -> bool {
+        let msg = queue_message_from_record(record);
+        let message_id = record
+            .get("messageId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let pipeline = self.pipeline.clone();
+        let started = Instant::now();
+        let outcome = tokio::spawn(async move { pipeline.handle(&msg).await }).await;
+        match outcome {
+            Ok(Outcome::Completed {
+                job_id,
+                rows,
+                bytes,
+                duration,
+            }) => {
+                info!(%message_id, %job_id, rows, bytes, ms = duration.as_millis() as u64, "job completed");
+                println!(
+                    "{}",
+                    emf_line(
+                        "extract",
+                        &[
+                            ("JobsCompleted", "Count", 1.0),
+                            ("Rows", "Count", rows as f64),
+                            ("Bytes", "Bytes", bytes as f64),
+                            ("DurationMs", "Milliseconds", duration.as_millis() as f64),
+                        ],
+                    )
+                );
+                true
+            }
+            Ok(Outcome::Failed { job_id, error }) => {
+                warn!(%message_id, %job_id, %error, "job failed");
+                println!(
+                    "{}",
+                    emf_line(
+                        "extract",
+                        &[
+                            ("JobsFailed", "Count", 1.0),
+                            (
+                                "DurationMs",
+                                "Milliseconds",
+                                started.elapsed().as_millis() as f64
+                            ),
+                        ],
+                    )
+                );
+                true
+            }
+            Ok(Outcome::Skipped(why)) => {
+                info!(%message_id, reason = why, "message skipped");
+                true
+            }
+            Ok(Outcome::Retry(e)) => {
+                warn!(%message_id, error = %e.log_detail(), "message will be retried");
+                false
+            }
+            Err(e) => {
+                error!(%message_id, panic = e.is_panic(), "message handler crashed; it will be retried");
+                false
+            }
+        }
+    }
+
+    /// One repair pass.
+    pub async fn repair(&self) -> Value {
+        match self.pipeline.repair_events(REPAIR_BATCH).await {
+            Ok(n) => {
+                info!(republished = n, "event repair pass");
+                json!({ "republished": n })
+            }
+            Err(e) => {
+                warn!(error = %e.log_detail(), "event repair pass failed");
+                json!({ "republished": 0, "error": e.message() })
+            }
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! `extract`: the extraction Lambda (SQS event source with ReportBatchItemFailures, and a
+//! schedule for the event repair pass). The logic lives in the library.
+
+use std::sync::Arc;
+
+use fetcher_aws::host::{HostConfig, init_json_logging};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use serde_json::Value;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Error> {
+    init_json_logging();
+    let config = HostConfig::from_env().map_err(Error::from)?;
+    let sdk = fetcher_aws::sdk_config().await;
+    let extractor = Arc::new(fetcher_fn_extract::from_config(config, &sdk).map_err(|e| {
+        tracing::error!(error = %e, "refusing to start");
+        Error::from(e)
+    })?);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+        let extractor = extractor.clone();
+        async move { Ok::<Value, Error>(extractor.handle(event.payload).await) }
+    }))
+    .await
+}

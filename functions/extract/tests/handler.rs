@@ -1,0 +1,176 @@
+//! The extract handler in-process, on Lambda SQS / scheduled-event JSON fixtures, over
+//! the AWS adapters on moto.
+
+use std::sync::Arc;
+
+use fetcher_aws::host::HostConfig;
+use fetcher_aws::testing::{config, resources};
+use fetcher_crypto::{KeyPurpose, MessageSigner};
+use fetcher_fn_extract::{Extractor, from_config};
+use fetcher_service::message::{encode, unix_now};
+use fetcher_service::model::{Job, JobRequest, JobStatus, QueueMessage};
+use serde_json::{Value, json};
+
+async fn host_config() -> HostConfig {
+    let r = resources().await;
+    HostConfig {
+        table: r.table,
+        bucket: r.bucket,
+        result_prefix: String::new(),
+        queue_url: Some(r.queue_url),
+        master_key_secret: r.secret_id,
+        event_bus: Some(r.bus_name),
+        event_source: r.event_source,
+        multi_tenant: false,
+        schema_cache_ttl: std::time::Duration::from_secs(60),
+        lease: std::time::Duration::from_secs(60),
+    }
+}
+
+async fn extractor() -> Extractor {
+    from_config(host_config().await, &config().await).expect("extractor")
+}
+
+/// A Lambda SQS event of `messages` (fixture shape of the SQS event source).
+fn sqs_event(messages: &[(&str, &QueueMessage)]) -> Value {
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|(id, m)| {
+            let attrs: serde_json::Map<String, Value> = m
+                .headers
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        json!({"stringValue": v, "stringListValues": [], "binaryListValues": [], "dataType": "String"}),
+                    )
+                })
+                .collect();
+            json!({
+                "messageId": id,
+                "receiptHandle": format!("rh-{id}"),
+                "body": String::from_utf8_lossy(&m.body),
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000", "SenderId": "AIDA", "ApproximateFirstReceiveTimestamp": "1700000000000"},
+                "messageAttributes": attrs,
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:fetcher-jobs",
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    json!({ "Records": records })
+}
+
+fn new_job(tenant: &str, config_name: &str) -> Job {
+    let mut req = JobRequest::default();
+    req.mapped_fields.insert(
+        config_name.into(),
+        [("accounts".to_string(), vec!["id".to_string()])].into(),
+    );
+    req.metadata.insert("source".into(), "handler-test".into());
+    Job::new(tenant, req, uuid::Uuid::now_v7().to_string())
+}
+
+async fn signer(ex: &Extractor) -> MessageSigner {
+    let ring = ex.pipeline.keys.key_ring().await.unwrap();
+    MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)
+}
+
+#[tokio::test]
+async fn the_function_refuses_to_start_without_an_event_bus() {
+    let mut cfg = host_config().await;
+    cfg.event_bus = None;
+    let err = from_config(cfg, &config().await).err().expect("refused");
+    assert!(err.contains("FETCHER_EVENT_BUS"), "{err}");
+    let err = HostConfig::from_lookup(|_| None).unwrap_err();
+    assert!(err.contains("FETCHER_TABLE"), "{err}");
+}
+
+#[tokio::test]
+async fn a_permanent_failure_is_not_retried_and_a_redelivery_is_a_no_op() {
+    let ex = extractor().await;
+    let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+    // The job reads a connection that does not exist: a permanent failure.
+    let job = new_job(&tenant, "missing-connection");
+    ex.pipeline.jobs.insert(&job).await.unwrap();
+    let msg = encode(&job, &signer(&ex).await, "req-1", unix_now());
+    let event = sqs_event(&[("m-1", &msg)]);
+    let out = ex.handle(event.clone()).await;
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    let stored = ex
+        .pipeline
+        .jobs
+        .get(&tenant, &job.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, JobStatus::Failed);
+    assert_eq!(stored.pending_event, None, "the event was published");
+    // The same delivery again: nothing happens, nothing is retried.
+    let again = ex.handle(event).await;
+    assert_eq!(again, json!({"batchItemFailures": []}));
+    let after = ex
+        .pipeline
+        .jobs
+        .get(&tenant, &job.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after, stored);
+}
+
+#[tokio::test]
+async fn an_invalid_signature_fails_the_job_without_a_retry() {
+    let ex = extractor().await;
+    let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+    let job = new_job(&tenant, "pg");
+    ex.pipeline.jobs.insert(&job).await.unwrap();
+    let mut msg = encode(&job, &signer(&ex).await, "req-2", unix_now());
+    msg.headers
+        .insert("x-message-signature".into(), "00".repeat(32));
+    let out = ex.handle(sqs_event(&[("m-2", &msg)])).await;
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    let stored = ex
+        .pipeline
+        .jobs
+        .get(&tenant, &job.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, JobStatus::Failed);
+}
+
+#[tokio::test]
+async fn retryable_errors_are_reported_per_message() {
+    // A store that cannot be reached: every message must come back, and only those.
+    let mut cfg = host_config().await;
+    cfg.table = "no-such-table".into();
+    let broken = from_config(cfg, &config().await).unwrap();
+    let ok = extractor().await;
+    let job = new_job("acme", "pg");
+    let msg = encode(&job, &signer(&ok).await, "req-3", unix_now());
+    let out = broken
+        .handle(sqs_event(&[("m-3", &msg), ("m-4", &msg)]))
+        .await;
+    assert_eq!(
+        out,
+        json!({"batchItemFailures": [{"itemIdentifier": "m-3"}, {"itemIdentifier": "m-4"}]})
+    );
+}
+
+#[tokio::test]
+async fn a_scheduled_event_runs_the_repair_pass() {
+    let ex = Arc::new(extractor().await);
+    let fixture = json!({
+        "version": "0", "id": "53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa",
+        "detail-type": "Scheduled Event", "source": "aws.events",
+        "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/fetcher-repair"], "detail": {}
+    });
+    let out = ex.handle(fixture).await;
+    assert!(out["republished"].is_u64(), "{out}");
+    assert!(fetcher_fn_extract::is_repair(&json!({"action": "repair"})));
+    assert_eq!(ex.handle(json!({"unrelated": true})).await, json!({}));
+}
