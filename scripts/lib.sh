@@ -26,3 +26,19 @@ ensure_mariadb() {
   for _ in $(seq 1 30); do mariadb-admin -h 127.0.0.1 -P 3306 -uroot ping >/dev/null 2>&1 && return; sleep 1; done
   echo "MariaDB did not start" >&2; exit 1
 }
+
+# moto server (AWS emulator for the AWS adapters' tests) on 127.0.0.1:${MOTO_PORT:-5555};
+# creates the .venv on first use. Exports AWS_ENDPOINT_URL and test credentials unless
+# the caller already points the tests elsewhere (e.g. LocalStack).
+ensure_moto() {
+  if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
+    AWS_ENDPOINT_URL="$(./scripts/moto)"
+    export AWS_ENDPOINT_URL
+  fi
+  export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
+  export AWS_REGION="${AWS_REGION:-us-east-1}"
+  # The end-to-end test drives the Lambda binaries under `cargo lambda watch`.
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  [ -x .venv/bin/cargo-lambda ] || .venv/bin/pip install -q cargo-lambda
+  echo "AWS endpoint: ${AWS_ENDPOINT_URL}"
+}
