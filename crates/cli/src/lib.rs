@@ -10,6 +10,7 @@ pub mod demo;
 pub mod keys;
 pub mod result;
 pub mod serve;
+pub mod webhook;
 
 use std::process::ExitCode;
 

@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// Seconds `/readyz` answers 503 before the server stops, on shutdown.
     #[arg(long, default_value_t = 12, env = "FETCHER_DRAIN_DELAY")]
     pub drain_delay: u64,
+    /// Also POST every terminal event to this http:// URL (a failure keeps the event
+    /// pending; the repair pass retries).
+    #[arg(long, env = "FETCHER_EVENTS_WEBHOOK")]
+    pub events_webhook: Option<String>,
     /// Log as JSON lines.
     #[arg(long, env = "FETCHER_LOG_JSON")]
     pub log_json: bool,
@@ -124,7 +128,11 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .context("opening the database")?;
     let store = Arc::new(db.clone());
     let objects = Arc::new(LocalDirObjectStore::new(args.data_dir.join("results")));
-    let events = Arc::new(EventLog::new(args.data_dir.join("events.ndjson")));
+    let mut events = EventLog::new(args.data_dir.join("events.ndjson"));
+    if let Some(url) = &args.events_webhook {
+        events = events.with_webhook(Arc::new(crate::webhook::WebhookPublisher::new(url)?));
+    }
+    let events = Arc::new(events);
     let jobs: Arc<dyn JobStore> = store.clone();
 
     let protector = Arc::new(CipherProtector::new(keys.clone()));
