@@ -25,6 +25,7 @@ use fetcher_service::embedded::{
 use fetcher_service::http::{self, ApiConfig, ApiConnectionStore, AppDeps, AppState};
 use fetcher_service::jobs::JobStoreActiveChecker;
 use fetcher_service::memory::StaticKeyProvider;
+use fetcher_service::model::ResultFormat;
 use fetcher_service::pipeline::{Pipeline, PipelineConfig};
 use fetcher_service::ports::{JobStore, KeyProvider};
 use fetcher_service::sink::SealedResultSink;
@@ -59,6 +60,10 @@ pub struct ServeArgs {
     /// Seconds `/readyz` answers 503 before the server stops, on shutdown.
     #[arg(long, default_value_t = 12, env = "FETCHER_DRAIN_DELAY")]
     pub drain_delay: u64,
+    /// Result format when a job does not ask: `v2` (streamed, any size) or `v1` (the
+    /// reference's format, for consumers built for it; bounded by the result-size limit).
+    #[arg(long, default_value = "v2", value_parser = ["v1", "v2"], env = "FETCHER_RESULT_FORMAT")]
+    pub result_format: String,
     /// Also POST every terminal event to this http:// URL (a failure keeps the event
     /// pending; the repair pass retries).
     #[arg(long, env = "FETCHER_EVENTS_WEBHOOK")]
@@ -166,6 +171,11 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         // Short leases: after a crash the next start takes orphaned jobs over quickly.
         config: PipelineConfig {
             lease: Duration::from_secs(30),
+            default_format: if args.result_format == "v1" {
+                ResultFormat::V1
+            } else {
+                ResultFormat::V2
+            },
             ..Default::default()
         },
     });
