@@ -193,15 +193,8 @@ fn handle_with_retry<'a>(
                 }
                 handle_with_retry(pipeline, queue, config, msg, attempt + 1).await;
             }
-            Outcome::Completed {
-                job_id,
-                rows,
-                bytes,
-                duration,
-            } => {
-                info!(%job_id, rows, bytes, ms = duration.as_millis() as u64, "job completed");
-            }
-            Outcome::Failed { job_id, error } => info!(%job_id, error, "job failed"),
+            // The pipeline logs completions and failures itself.
+            Outcome::Completed { .. } | Outcome::Failed { .. } => {}
             Outcome::Skipped(why) => info!(why, "message skipped"),
         }
     })
