@@ -1,0 +1,154 @@
+//! Extraction through the extract handler into (moto) S3: wall time and peak RSS.
+//!
+//! ```text
+//! ./scripts/moto >/dev/null   # or AWS_ENDPOINT_URL=… for LocalStack
+//! cargo run --release -p fetcher-e2e --bin bench-lambda-extract -- --rows 1000000
+//! cargo run --release -p fetcher-e2e --bin bench-lambda-extract -- --rows 5000000
+//! ```
+//!
+//! Seeds `bench_accounts` (id, name, email, balance, created_at) with `--rows` rows in the
+//! local PostgreSQL (database `fetcher_bench`), bootstraps the AWS resources, registers
+//! the connection and submits the job through the `api` handler, takes the job message
+//! from SQS and runs it through the `extract` handler (the same library code the Lambda
+//! binary runs), in this process. Prints rows, stored bytes, wall time of the extraction
+//! and the process's peak RSS (VmHWM), which stays flat as rows grow because results
+//! stream through the sealing writer into an S3 multipart upload with bounded parts.
+
+use std::time::{Duration, Instant};
+
+use fetcher_aws::bootstrap::{Options, bootstrap};
+use fetcher_aws::host::HostConfig;
+use fetcher_aws::testing::{clients, config};
+use fetcher_e2e::psql;
+use serde_json::{Value, json};
+
+fn vm_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let rows: u64 = args
+        .iter()
+        .position(|a| a == "--rows")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let db = "fetcher_bench";
+    let _ = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-q",
+            "-c",
+            "CREATE DATABASE fetcher_bench",
+        ])
+        .stderr(std::process::Stdio::null())
+        .output();
+    let t = Instant::now();
+    psql(
+        db,
+        &format!(
+            "DROP TABLE IF EXISTS bench_accounts; CREATE TABLE bench_accounts (id bigint PRIMARY KEY, name text NOT NULL, email text NOT NULL, balance numeric(12,2) NOT NULL, created_at timestamptz NOT NULL); \
+             INSERT INTO bench_accounts SELECT g, 'name-' || g, 'user' || g || '@example.com', (g % 100000) / 100.0, timestamptz '2024-01-01' + g * interval '1 second' FROM generate_series(1, {rows}) g;"
+        ),
+    );
+    eprintln!("seeded {rows} rows in {:?}", t.elapsed());
+
+    let c = clients().await;
+    let prefix = format!("fetcher-bench-{}", std::process::id());
+    let r = bootstrap(&c, &Options::new(&prefix))
+        .await
+        .expect("bootstrap");
+    let sdk = config().await;
+    let cfg = HostConfig {
+        table: r.table.clone(),
+        bucket: r.bucket.clone(),
+        result_prefix: String::new(),
+        queue_url: Some(r.queue_url.clone()),
+        master_key_secret: r.secret_id.clone(),
+        event_bus: Some(r.bus_name.clone()),
+        event_source: r.event_source.clone(),
+        multi_tenant: false,
+        schema_cache_ttl: Duration::from_secs(300),
+        lease: Duration::from_secs(900),
+    };
+    let router = fetcher_fn_api::router_from_config(cfg.clone(), &sdk)
+        .await
+        .expect("api");
+    let extractor = fetcher_fn_extract::from_config(cfg, &sdk).expect("extract");
+
+    let call = |method: &str, path: &str, body: Value| {
+        let e = json!({
+            "version": "2.0", "routeKey": "ANY /{proxy+}", "rawPath": path, "rawQueryString": "",
+            "headers": {"content-type": "application/json", "x-product-name": "bench"},
+            "requestContext": {"http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "bench"},
+                "accountId": "1", "apiId": "a", "domainName": "d", "domainPrefix": "d", "requestId": "r", "routeKey": "ANY /{proxy+}", "stage": "$default", "time": "", "timeEpoch": 0},
+            "body": body.to_string(), "isBase64Encoded": false
+        });
+        let req = lambda_http::request::from_str(&e.to_string()).expect("event");
+        fetcher_fn_api::handle(router.clone(), req)
+    };
+    let res = call("POST", "/v1/management/connections", json!({"configName": "bench", "type": "POSTGRESQL", "host": "127.0.0.1", "port": 5432, "databaseName": db, "userName": "postgres", "password": "x"})).await.unwrap();
+    assert!(res.status().is_success(), "connection: {:?}", res.body());
+    let res = call("POST", "/v1/fetcher", json!({"dataRequest": {"mappedFields": {"bench": {"bench_accounts": ["id", "name", "email", "balance", "created_at"]}}}, "metadata": {"source": "bench"}})).await.unwrap();
+    assert_eq!(res.status().as_u16(), 202, "job: {:?}", res.body());
+
+    let out = c
+        .sqs
+        .receive_message()
+        .queue_url(&r.queue_url)
+        .message_attribute_names("All")
+        .wait_time_seconds(5)
+        .send()
+        .await
+        .expect("receive");
+    let m = out.messages().first().expect("job message").clone();
+    let msg = fetcher_aws::sqs::queue_message_from_sdk(&m);
+    let attrs: serde_json::Map<String, Value> = msg
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), json!({"stringValue": v, "dataType": "String"})))
+        .collect();
+    let event = json!({"Records": [{"messageId": m.message_id(), "receiptHandle": m.receipt_handle(),
+        "body": String::from_utf8_lossy(&msg.body), "attributes": {}, "messageAttributes": attrs,
+        "md5OfBody": "", "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:1:q", "awsRegion": "us-east-1"}]});
+    let rss_before = vm_hwm_kib();
+    let t = Instant::now();
+    let answer = extractor.handle(event).await;
+    let wall = t.elapsed();
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+    let job: Value = {
+        let body = String::from_utf8_lossy(&msg.body).into_owned();
+        serde_json::from_str(&body).unwrap()
+    };
+    let stored = extractor
+        .pipeline
+        .jobs
+        .get("default", job["jobId"].as_str().unwrap())
+        .await
+        .unwrap()
+        .expect("job");
+    let result = stored.result.expect("completed");
+    println!(
+        "rows={} plaintext_bytes={} stored_bytes={} wall={:.2}s rows_per_s={:.0} peak_rss_before_extract={} MiB peak_rss={} MiB",
+        result.row_count,
+        result.size_bytes,
+        result.stored_bytes,
+        wall.as_secs_f64(),
+        result.row_count as f64 / wall.as_secs_f64(),
+        rss_before / 1024,
+        vm_hwm_kib() / 1024
+    );
+}

@@ -1,0 +1,293 @@
+//! Harness of the end-to-end test (`tests/e2e.rs`): the real `api` and `extract` binaries
+//! under `cargo lambda watch` (the pip `cargo-lambda` in the project venv, compiling with
+//! `CARGO_LAMBDA_COMPILER=cargo`), moto server with the bootstrapped resources, and the
+//! local PostgreSQL (127.0.0.1:5432, user `postgres`, trust) as the datasource. Everything
+//! talks to 127.0.0.1 only; every wait is bounded.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub use fetcher_aws::testing::{endpoint, workspace_root};
+
+/// `cargo lambda watch` on a local port; killed on drop.
+pub struct Watch {
+    child: Child,
+    pub port: u16,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Watch {
+    /// Starts the emulator with `env` for the functions.
+    pub fn start(env: &[(String, String)], log: &Path) -> Watch {
+        let root = workspace_root();
+        let bin = root.join(".venv/bin/cargo-lambda");
+        assert!(
+            bin.exists(),
+            "{} is missing: run ./scripts/test (it installs cargo-lambda into .venv)",
+            bin.display()
+        );
+        let env_file = log.with_extension("env");
+        let text: String = env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        std::fs::write(&env_file, text).expect("env file");
+        let port = free_port();
+        let out = std::fs::File::create(log).expect("watch log");
+        let mut cmd = Command::new(bin);
+        // `cargo test` sets CARGO_MANIFEST_DIR, CARGO_PKG_* … for this process; build
+        // scripts that track those (ring) would rebuild under the inner `cargo run`.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if (k.starts_with("CARGO_") || k == "CARGO")
+                && k != "CARGO_HOME"
+                && k != "CARGO_TARGET_DIR"
+                && !k.starts_with("CARGO_LAMBDA_")
+            {
+                cmd.env_remove(k.as_ref());
+            }
+        }
+        let child = cmd
+            .args([
+                "lambda",
+                "watch",
+                "--ignore-changes",
+                "-A",
+                "127.0.0.1",
+                "-P",
+            ])
+            .arg(port.to_string())
+            .arg("--env-file")
+            .arg(&env_file)
+            .env("CARGO_LAMBDA_COMPILER", "cargo")
+            .current_dir(&root)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("cargo lambda watch");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "cargo lambda watch did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Watch { child, port }
+    }
+
+    /// Invokes a function with a JSON event; returns its JSON answer.
+    pub fn invoke(&self, function: &str, event: &Value) -> Value {
+        let url = format!(
+            "http://127.0.0.1:{}/2015-03-31/functions/{function}/invocations",
+            self.port
+        );
+        let (status, body) = http("POST", &url, &[], Some(&event.to_string()));
+        assert_eq!(status, 200, "invoke {function}: {body}");
+        serde_json::from_str(&body).unwrap_or(Value::Null)
+    }
+
+    /// An HTTP request to the `api` function through its function URL.
+    pub fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let url = format!("http://127.0.0.1:{}/lambda-url/api{path}", self.port);
+        let body = body.map(Value::to_string);
+        let (status, text) = http(
+            method,
+            &url,
+            &[
+                ("content-type", "application/json"),
+                ("x-product-name", "e2e"),
+            ],
+            body.as_deref(),
+        );
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+}
+
+/// One HTTP request through `curl` (bounded by a 600 s timeout: the first call compiles
+/// the function). Returns (status, body).
+pub fn http(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (u16, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-s",
+        "-S",
+        "--max-time",
+        "600",
+        "-X",
+        method,
+        "-w",
+        "\n%{http_code}",
+    ]);
+    for (k, v) in headers {
+        cmd.arg("-H").arg(format!("{k}: {v}"));
+    }
+    if let Some(b) = body {
+        cmd.arg("--data-binary").arg(b);
+    }
+    let out = cmd.arg(url).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+/// Runs SQL against the local PostgreSQL (`psql`).
+pub fn psql(database: &str, sql: &str) {
+    let out = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+            "-d",
+            database,
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Creates the scratch database (if missing) and the `accounts` table with `rows`.
+pub fn seed_postgres(database: &str, rows: &[(i64, &str)]) {
+    let _ = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-q", "-c"])
+        .arg(format!("CREATE DATABASE {database}"))
+        .stderr(Stdio::null())
+        .output();
+    let values: Vec<String> = rows
+        .iter()
+        .map(|(id, name)| format!("({id}, '{name}')"))
+        .collect();
+    psql(
+        database,
+        &format!(
+            "DROP TABLE IF EXISTS accounts; CREATE TABLE accounts (id bigint PRIMARY KEY, name text NOT NULL); INSERT INTO accounts VALUES {};",
+            values.join(", ")
+        ),
+    );
+}
+
+/// A Lambda SQS event of one received message (what the event source mapping sends).
+pub fn sqs_event(m: &aws_like::Message, queue_arn: &str) -> Value {
+    let attrs: serde_json::Map<String, Value> = m
+        .attributes
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                json!({"stringValue": v, "stringListValues": [], "binaryListValues": [], "dataType": "String"}),
+            )
+        })
+        .collect();
+    json!({"Records": [{
+        "messageId": m.id,
+        "receiptHandle": m.receipt,
+        "body": m.body,
+        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0", "SenderId": "e2e", "ApproximateFirstReceiveTimestamp": "0"},
+        "messageAttributes": attrs,
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": "us-east-1"
+    }]})
+}
+
+/// A received SQS message, SDK-independent.
+pub mod aws_like {
+    use std::collections::BTreeMap;
+
+    #[derive(Debug, Clone)]
+    pub struct Message {
+        pub id: String,
+        pub receipt: String,
+        pub body: String,
+        pub attributes: BTreeMap<String, String>,
+    }
+}
+
+/// Where the test's logs go.
+pub fn log_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fetcher-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("log dir");
+    dir
+}
+
+/// A TCP forwarder from a local port to `127.0.0.1:to`, until dropped: a datasource that
+/// is up when a job is submitted and unreachable when it runs.
+pub struct Forwarder {
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Forwarder {
+    pub fn start(to: u16) -> Forwarder {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((inbound, _)) => {
+                        let _ = inbound.set_nonblocking(false);
+                        let Ok(outbound) = TcpStream::connect(("127.0.0.1", to)) else {
+                            continue;
+                        };
+                        let (mut a, mut b) = (inbound, outbound);
+                        let (mut a2, mut b2) = (a.try_clone().unwrap(), b.try_clone().unwrap());
+                        std::thread::spawn(move || {
+                            let _ = std::io::copy(&mut a, &mut b);
+                            let _ = b.shutdown(std::net::Shutdown::Both);
+                        });
+                        std::thread::spawn(move || {
+                            let _ = std::io::copy(&mut b2, &mut a2);
+                            let _ = a2.shutdown(std::net::Shutdown::Both);
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        Forwarder { port, stop }
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

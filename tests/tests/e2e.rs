@@ -1,0 +1,327 @@
+//! End to end on the real handler binaries: HTTP to the `api` function, the harness
+//! polls SQS and invokes the `extract` function with a real SQS event, results land in
+//! (moto) S3, events travel through the EventBridge rule to a subscriber queue.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fetcher_aws::bootstrap::{Options, Resources, bootstrap};
+use fetcher_aws::testing::clients;
+use fetcher_aws::{Clients, S3ObjectStore, SecretsManagerKeySource};
+use fetcher_crypto::{KeyRing, Opener};
+use fetcher_e2e::aws_like::Message;
+use fetcher_e2e::*;
+use fetcher_service::ports::{ObjectStore, read_all};
+use serde_json::{Value, json};
+
+const DB: &str = "fetcher_e2e";
+
+async fn receive(c: &Clients, queue: &str, wait: Duration) -> Vec<Message> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let out = c
+            .sqs
+            .receive_message()
+            .queue_url(queue)
+            .message_attribute_names("All")
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("receive");
+        let msgs: Vec<Message> = out
+            .messages()
+            .iter()
+            .map(|m| Message {
+                id: m.message_id().unwrap_or_default().to_owned(),
+                receipt: m.receipt_handle().unwrap_or_default().to_owned(),
+                body: m.body().unwrap_or_default().to_owned(),
+                attributes: m
+                    .message_attributes()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| Some((k.clone(), v.string_value()?.to_owned())))
+                    .collect::<BTreeMap<_, _>>(),
+            })
+            .collect();
+        if !msgs.is_empty() || Instant::now() >= deadline {
+            return msgs;
+        }
+    }
+}
+
+async fn delete(c: &Clients, queue: &str, m: &Message) {
+    c.sqs
+        .delete_message()
+        .queue_url(queue)
+        .receipt_handle(&m.receipt)
+        .send()
+        .await
+        .expect("delete message");
+}
+
+/// The job message for `job_id` from the work queue (deleted from the queue, as the
+/// event source would after a successful batch).
+async fn job_message(c: &Clients, r: &Resources, job_id: &str) -> Message {
+    // Messages of other jobs received meanwhile wait here for their turn.
+    static STASH: std::sync::Mutex<Vec<Message>> = std::sync::Mutex::new(Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        {
+            let mut stash = STASH.lock().unwrap();
+            if let Some(i) = stash.iter().position(|m| m.body.contains(job_id)) {
+                return stash.remove(i);
+            }
+        }
+        for m in receive(c, &r.queue_url, Duration::from_secs(2)).await {
+            delete(c, &r.queue_url, &m).await;
+            STASH.lock().unwrap().push(m);
+        }
+    }
+    panic!("no job message for {job_id}");
+}
+
+/// Events for `job_id` on the subscriber queue within `wait`.
+async fn events_for(c: &Clients, r: &Resources, job_id: &str, wait: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + wait;
+    let mut found = Vec::new();
+    while Instant::now() < deadline {
+        for m in receive(c, &r.subscriber_queue_url, Duration::from_secs(1)).await {
+            let v: Value = serde_json::from_str(&m.body).unwrap_or(Value::Null);
+            if v["detail"]["jobId"] == job_id {
+                found.push(v);
+                delete(c, &r.subscriber_queue_url, &m).await;
+            }
+        }
+        if !found.is_empty() {
+            // Give a duplicate the chance to show up too.
+            for m in receive(c, &r.subscriber_queue_url, Duration::from_secs(2)).await {
+                let v: Value = serde_json::from_str(&m.body).unwrap_or(Value::Null);
+                if v["detail"]["jobId"] == job_id {
+                    found.push(v);
+                    delete(c, &r.subscriber_queue_url, &m).await;
+                }
+            }
+            return found;
+        }
+    }
+    found
+}
+
+fn create_job(w: &Watch, config: &str, table: &str, source: &str) -> String {
+    // The forged-message case selects other fields, so it is not a duplicate request.
+    let fields: &[&str] = if source == "e2e-forged" {
+        &["id"]
+    } else {
+        &["id", "name"]
+    };
+    let (status, v) = w.api(
+        "POST",
+        "/v1/fetcher",
+        Some(&json!({"dataRequest": {"mappedFields": {config: {table: fields}}}, "metadata": {"source": "e2e", "case": source}})),
+    );
+    assert_eq!(status, 202, "create job: {v}");
+    v["jobId"].as_str().expect("jobId").to_owned()
+}
+
+fn create_connection(w: &Watch, name: &str, port: u16) {
+    let (status, v) = w.api(
+        "POST",
+        "/v1/management/connections",
+        Some(&json!({
+            "configName": name, "type": "POSTGRESQL", "host": "127.0.0.1", "port": port,
+            "databaseName": DB, "userName": "postgres", "password": "e2e-secret-password"
+        })),
+    );
+    assert!(
+        status == 201 || status == 409,
+        "create connection {name}: {status} {v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_end_to_end_on_the_lambda_binaries() {
+    seed_postgres(DB, &[(1, "ada"), (2, "grace"), (3, "edsger")]);
+    let c = clients().await;
+    let prefix = format!("fetcher-e2e-{}", std::process::id());
+    let r = bootstrap(&c, &Options::new(&prefix))
+        .await
+        .expect("bootstrap");
+    let queue_arn = format!("arn:aws:sqs:us-east-1:123456789012:{prefix}-jobs");
+    let env: Vec<(String, String)> = [
+        ("AWS_ENDPOINT_URL", endpoint()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("FETCHER_TABLE", r.table.clone()),
+        ("FETCHER_BUCKET", r.bucket.clone()),
+        ("FETCHER_QUEUE_URL", r.queue_url.clone()),
+        ("FETCHER_MASTER_KEY_SECRET", r.secret_id.clone()),
+        ("FETCHER_EVENT_BUS", r.bus_name.clone()),
+        ("FETCHER_EVENT_SOURCE", r.event_source.clone()),
+        ("FETCHER_LOG", "info".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let logs = log_dir();
+    let w = Watch::start(&env, &logs.join("watch.log"));
+    eprintln!(
+        "e2e: cargo lambda watch on port {} (log {})",
+        w.port,
+        logs.display()
+    );
+
+    let (status, _) = w.api("GET", "/health", None);
+    assert_eq!(status, 200, "health");
+    create_connection(&w, "pg-main", 5432);
+    // Up while the job is submitted (the API tests it), gone when the job runs.
+    let forwarder = Forwarder::start(5432);
+    create_connection(&w, "pg-down", forwarder.port);
+    let down_job = create_job(&w, "pg-down", "accounts", "e2e-down");
+    drop(forwarder);
+
+    // --- The happy path -----------------------------------------------------------------
+    let job = create_job(&w, "pg-main", "accounts", "e2e-ok");
+    let msg = job_message(&c, &r, &job).await;
+    let event = sqs_event(&msg, &queue_arn);
+    let answer = w.invoke("extract", &event);
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+    let (status, v) = w.api("GET", &format!("/v1/fetcher/{job}"), None);
+    assert_eq!(status, 200);
+    assert_eq!(v["status"], "completed", "{v}");
+    let path = v["result"]["path"]
+        .as_str()
+        .or_else(|| v["resultPath"].as_str())
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("external-data/{job}.ndjson.v2"));
+
+    // The stored object opens with the key ring and holds exactly the rows.
+    let keys = SecretsManagerKeySource::new(c.secrets.clone(), c.kms.clone(), &r.secret_id);
+    let ring = Arc::new(KeyRing::load(&keys).await.expect("key ring"));
+    let objects = S3ObjectStore::new(c.s3.clone(), &r.bucket);
+    let sealed = read_all(&objects, &path)
+        .await
+        .unwrap()
+        .expect("result object");
+    let mut opener = Opener::new_any_job(&ring);
+    let mut plain = Vec::new();
+    opener.update_into(&sealed, &mut plain).expect("open");
+    opener.finish().expect("authentic");
+    let text = String::from_utf8(plain).unwrap();
+    let rows: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("NDJSON line"))
+        .collect();
+    eprintln!("e2e: result rows {rows:?}");
+    let names: Vec<String> = rows
+        .iter()
+        .filter_map(|row| {
+            let obj = row.get("row").or_else(|| row.get("data")).unwrap_or(row);
+            obj.get("name").and_then(Value::as_str).map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(
+        names,
+        ["ada", "grace", "edsger"],
+        "rows in primary-key order: {text}"
+    );
+
+    // job.completed arrived through the EventBridge rule.
+    let events = events_for(&c, &r, &job, Duration::from_secs(20)).await;
+    assert_eq!(events.len(), 1, "one job.completed: {events:?}");
+    let e = &events[0];
+    assert_eq!(e["detail-type"], "job.completed");
+    assert_eq!(e["source"], r.event_source.as_str());
+    let d = &e["detail"];
+    assert_eq!(d["eventId"], format!("fetcher.job.completed.{job}"));
+    assert_eq!(d["status"], "completed");
+    assert_eq!(d["metadata"]["source"], "e2e");
+    assert_eq!(d["metadata"]["case"], "e2e-ok");
+    assert_eq!(d["result"]["path"], path.as_str());
+    assert_eq!(d["result"]["rowCount"], 3);
+    assert_eq!(d["result"]["integrity"]["algorithm"], "HMAC-SHA256");
+    assert!(d["completedAt"].is_string() && d["result"]["hmac"].is_string());
+
+    // A duplicated delivery: no second result, no second event.
+    let size_before = objects.head(&path).await.unwrap();
+    let again = w.invoke("extract", &event);
+    assert_eq!(again["batchItemFailures"], json!([]), "{again}");
+    assert_eq!(objects.head(&path).await.unwrap(), size_before);
+    assert!(
+        events_for(&c, &r, &job, Duration::from_secs(4))
+            .await
+            .is_empty(),
+        "no second event"
+    );
+
+    // --- Failure paths: bad table, unreachable datasource --------------------------------
+    for (config, table, source) in [
+        ("pg-main", "no_such_table", "e2e-bad-table"),
+        ("pg-down", "accounts", "e2e-down"),
+    ] {
+        let job = if config == "pg-down" {
+            down_job.clone()
+        } else {
+            create_job(&w, config, table, source)
+        };
+        let msg = job_message(&c, &r, &job).await;
+        // An unreachable datasource is retryable: the message comes back (as SQS would
+        // redeliver it) until the pipeline's attempt limit fails the job for good.
+        let event = sqs_event(&msg, &queue_arn);
+        let mut deliveries = 1;
+        let mut answer = w.invoke("extract", &event);
+        while answer["batchItemFailures"] != json!([]) && deliveries < 5 {
+            deliveries += 1;
+            answer = w.invoke("extract", &event);
+        }
+        assert_eq!(answer["batchItemFailures"], json!([]), "{source}: {answer}");
+        eprintln!("e2e: {source}: terminal after {deliveries} deliveries");
+        let (_, v) = w.api("GET", &format!("/v1/fetcher/{job}"), None);
+        assert_eq!(v["status"], "failed", "{source}: {v}");
+        let events = events_for(&c, &r, &job, Duration::from_secs(20)).await;
+        assert_eq!(events.len(), 1, "{source}: one job.failed: {events:?}");
+        let d = &events[0]["detail"];
+        assert_eq!(events[0]["detail-type"], "job.failed");
+        assert_eq!(d["eventId"], format!("fetcher.job.failed.{job}"));
+        let message = d["metadata"]["error"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(!message.is_empty(), "{source}: an error message");
+        for secret in ["e2e-secret-password", "postgres://", "password"] {
+            assert!(
+                !message.contains(secret),
+                "{source}: unsanitised error {message:?}"
+            );
+        }
+        eprintln!("e2e: {source}: {message}");
+    }
+
+    // --- A bad signature: the job fails, the message is not retried ----------------------
+    let job = create_job(&w, "pg-main", "accounts", "e2e-forged");
+    let mut msg = job_message(&c, &r, &job).await;
+    msg.attributes
+        .insert("x-message-signature".into(), "00".repeat(32));
+    let answer = w.invoke("extract", &sqs_event(&msg, &queue_arn));
+    assert_eq!(
+        answer["batchItemFailures"],
+        json!([]),
+        "not retried: {answer}"
+    );
+    let (_, v) = w.api("GET", &format!("/v1/fetcher/{job}"), None);
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(
+        receive(&c, &r.queue_url, Duration::from_secs(2))
+            .await
+            .is_empty(),
+        "nothing left on the work queue"
+    );
+
+    // The scheduled repair pass runs (nothing left to republish).
+    let repaired = w.invoke(
+        "extract",
+        &json!({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}),
+    );
+    assert_eq!(repaired["republished"], 0, "{repaired}");
+}
