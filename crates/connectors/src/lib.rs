@@ -190,6 +190,18 @@ pub use host::{
 };
 pub use ssl::{SSL_ROOT_CERT_KEY, validate_ssl_mode};
 
+/// Installs rustls' `ring` provider as the process default, once. sqlx builds its TLS
+/// configuration from the process default, and rustls refuses to guess one when a binary
+/// links both `ring` (sqlx) and `aws-lc-rs` (the AWS SDK): without this, the first TLS
+/// connection of such a binary panics. Called before every connect; cheap after the first.
+pub fn tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err means another provider was installed first; any installed provider works.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// Type strings.
 pub const POSTGRESQL: &str = "POSTGRESQL";
 pub const MYSQL: &str = "MYSQL";

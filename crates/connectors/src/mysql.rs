@@ -44,6 +44,7 @@ pub fn options(
 }
 
 pub async fn connect(o: &MySqlConnectOptions) -> std::result::Result<MySqlConnection, sqlx::Error> {
+    crate::tls_provider();
     o.connect().await
 }
 

@@ -44,6 +44,7 @@ pub fn options(
 }
 
 pub async fn connect(o: &PgConnectOptions) -> std::result::Result<PgConnection, sqlx::Error> {
+    crate::tls_provider();
     o.connect().await
 }
 

@@ -38,6 +38,7 @@ pub fn tenant() -> TenantContext {
 // --- PostgreSQL ---------------------------------------------------------------------------
 
 pub async fn pg_admin(db: &str) -> sqlx::PgConnection {
+    fetcher_connectors::tls_provider();
     sqlx::PgConnection::connect(&format!("postgres://postgres@{PG_HOST}:{PG_PORT}/{db}"))
         .await
         .expect("PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth) is required")
@@ -97,6 +98,7 @@ pub async fn my_admin(db: Option<&str>) -> sqlx::MySqlConnection {
         Some(d) => format!("mysql://root@127.0.0.1:{MY_PORT}/{d}"),
         None => format!("mysql://root@127.0.0.1:{MY_PORT}"),
     };
+    fetcher_connectors::tls_provider();
     sqlx::MySqlConnection::connect(&url)
         .await
         .expect("MariaDB on 127.0.0.1:3306 (root, no password) is required")
