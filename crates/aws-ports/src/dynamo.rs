@@ -22,7 +22,7 @@ use fetcher_engine::{
     TenantContext, Timestamp,
 };
 use fetcher_service::error::{Result, ServiceError};
-use fetcher_service::model::{Job, JobResult, JobStatus, PendingEvent};
+use fetcher_service::model::{Job, JobResult, PendingEvent};
 use fetcher_service::ports::{ClaimOutcome, InsertOutcome, JobStore, RateDecision, RateLimiter};
 
 type Item = HashMap<String, AttributeValue>;
@@ -987,20 +987,12 @@ fn active_pk(tenant: &str, config: &str) -> String {
     tk("ACTIVE", tenant, config)
 }
 
-fn lost_claim() -> ServiceError {
-    ServiceError::conflict("job is not held by this claim")
-}
-
 fn job_not_found() -> ServiceError {
     ServiceError::not_found("job not found")
 }
 
 fn corrupt() -> ServiceError {
     ServiceError::internal("stored job is corrupt")
-}
-
-fn add(t: Timestamp, d: Duration) -> Timestamp {
-    Timestamp::from_unix_nanos(t.unix_nanos() + d.as_nanos() as i128)
 }
 
 /// The job item: the JSON document, an optimistic-concurrency version and the sparse
@@ -1248,25 +1240,15 @@ impl JobStore for DynamoStore {
     ) -> BoxFuture<'a, Result<ClaimOutcome>> {
         Box::pin(async move {
             let out = self
-                .transition(tenant, id, |job| {
-                    let expired = job.status == JobStatus::Processing
-                        && job.lease_expires_at.is_none_or(|l| l <= now);
-                    if job.status == JobStatus::Pending || expired {
-                        job.status = JobStatus::Processing;
-                        job.attempts += 1;
-                        job.lease_expires_at = Some(add(now, lease));
-                        job.completed_at = None;
-                        let token = job.attempts;
-                        Ok((
-                            ClaimOutcome::Claimed {
-                                job: Box::new(job.clone()),
-                                token,
-                            },
-                            true,
-                        ))
-                    } else {
-                        Ok((ClaimOutcome::NotClaimable(Box::new(job.clone())), false))
-                    }
+                .transition(tenant, id, |job| match job.claim(now, lease) {
+                    Some(token) => Ok((
+                        ClaimOutcome::Claimed {
+                            job: Box::new(job.clone()),
+                            token,
+                        },
+                        true,
+                    )),
+                    None => Ok((ClaimOutcome::NotClaimable(Box::new(job.clone())), false)),
                 })
                 .await?;
             Ok(out.unwrap_or(ClaimOutcome::NotFound))
@@ -1282,11 +1264,7 @@ impl JobStore for DynamoStore {
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             self.transition(tenant, id, |job| {
-                if job.status != JobStatus::Processing || job.attempts != token {
-                    return Err(lost_claim());
-                }
-                job.lease_expires_at = Some(until);
-                Ok(((), true))
+                job.renew(token, until).map(|()| ((), true))
             })
             .await?
             .ok_or_else(job_not_found)
@@ -1304,15 +1282,7 @@ impl JobStore for DynamoStore {
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             self.transition(tenant, id, |job| {
-                if job.status != JobStatus::Processing || job.attempts != token {
-                    return Err(lost_claim());
-                }
-                job.status = JobStatus::Completed;
-                job.result = Some(result.clone());
-                job.completed_at = Some(at);
-                job.lease_expires_at = None;
-                job.pending_event = Some(event.clone());
-                Ok(((), true))
+                job.complete(token, result, event, at).map(|()| ((), true))
             })
             .await?
             .ok_or_else(job_not_found)
@@ -1330,19 +1300,7 @@ impl JobStore for DynamoStore {
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             self.transition(tenant, id, |job| {
-                let holds = match token {
-                    Some(t) => job.status == JobStatus::Processing && job.attempts == t,
-                    None => job.status == JobStatus::Pending,
-                };
-                if !holds {
-                    return Err(lost_claim());
-                }
-                job.status = JobStatus::Failed;
-                job.error = Some(error.to_owned());
-                job.completed_at = Some(at);
-                job.lease_expires_at = None;
-                job.pending_event = Some(event.clone());
-                Ok(((), true))
+                job.fail(token, error, event, at).map(|()| ((), true))
             })
             .await?
             .ok_or_else(job_not_found)
@@ -1356,16 +1314,9 @@ impl JobStore for DynamoStore {
         token: u32,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            self.transition(tenant, id, |job| {
-                if job.status != JobStatus::Processing || job.attempts != token {
-                    return Err(lost_claim());
-                }
-                job.status = JobStatus::Pending;
-                job.lease_expires_at = None;
-                Ok(((), true))
-            })
-            .await?
-            .ok_or_else(job_not_found)
+            self.transition(tenant, id, |job| job.release(token).map(|()| ((), true)))
+                .await?
+                .ok_or_else(job_not_found)
         })
     }
 
@@ -1420,18 +1371,8 @@ impl JobStore for DynamoStore {
 
     fn list_pending<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
         Box::pin(async move {
-            self.query_index(
-                GSI_WORK,
-                "wpk",
-                WORK_PK,
-                |j| {
-                    j.status == JobStatus::Pending
-                        || (j.status == JobStatus::Processing
-                            && j.lease_expires_at.is_none_or(|l| l <= now))
-                },
-                limit,
-            )
-            .await
+            self.query_index(GSI_WORK, "wpk", WORK_PK, |j| j.claimable_at(now), limit)
+                .await
         })
     }
 }
