@@ -1,11 +1,13 @@
 //! Creates the resources `template.yaml` declares, for moto / LocalStack runs and tests:
 //! the table, the bucket, the job queue and its DLQ, a KMS key, the secret holding the
 //! KMS-encrypted master key, the event bus, and a rule delivering every Fetcher event to
-//! a subscriber queue. Idempotent: existing resources are reused.
+//! a subscriber queue, with the rule's retry policy, its DLQ, and the queue policy that
+//! lets EventBridge (and only this rule) send to both queues. Idempotent: existing
+//! resources are reused.
 
 use std::collections::HashMap;
 
-use aws_sdk_eventbridge::types::Target;
+use aws_sdk_eventbridge::types::{DeadLetterConfig, RetryPolicy, Target};
 use aws_sdk_kms::types::DataKeySpec;
 use aws_sdk_sqs::types::QueueAttributeName;
 use base64::Engine;
@@ -27,6 +29,10 @@ pub struct Resources {
     pub bus_name: String,
     pub event_source: String,
     pub subscriber_queue_url: String,
+    /// The rule delivering job events to the subscriber queue.
+    pub rule_name: String,
+    /// Where EventBridge puts events it could not deliver to the subscriber.
+    pub events_dlq_url: String,
 }
 
 /// Options of [`bootstrap`].
@@ -107,7 +113,7 @@ pub async fn bootstrap(c: &Clients, o: &Options) -> Result<Resources> {
         }
     }
 
-    let (dlq_url, dlq_arn) = queue(c, &format!("{p}-jobs-dlq"), HashMap::new()).await?;
+    let (dlq_url, dlq_arn) = queue(c, &format!("{p}-jobs-dlq"), retention()).await?;
     let redrive = serde_json::json!({
         "deadLetterTargetArn": dlq_arn,
         "maxReceiveCount": o.max_receive_count.to_string(),
@@ -187,8 +193,11 @@ pub async fn bootstrap(c: &Clients, o: &Options) -> Result<Resources> {
     }
     let (subscriber_queue_url, subscriber_arn) =
         queue(c, &format!("{p}-subscriber"), HashMap::new()).await?;
+    let (events_dlq_url, events_dlq_arn) =
+        queue(c, &format!("{p}-events-dlq"), retention()).await?;
     let rule = format!("{p}-job-events");
-    c.events
+    let rule_arn = c
+        .events
         .put_rule()
         .name(&rule)
         .event_bus_name(&bus_name)
@@ -201,7 +210,33 @@ pub async fn bootstrap(c: &Clients, o: &Options) -> Result<Resources> {
         )
         .send()
         .await
-        .map_err(fail("put rule"))?;
+        .map_err(fail("put rule"))?
+        .rule_arn
+        .unwrap_or_default();
+    // As the template's ExampleSubscriberQueuePolicy: EventBridge may send to the
+    // subscriber and to the DLQ, on behalf of this rule only.
+    for (url, arn) in [
+        (&subscriber_queue_url, &subscriber_arn),
+        (&events_dlq_url, &events_dlq_arn),
+    ] {
+        let policy = serde_json::json!({
+            "Version": "2012-10-17",
+            "Statement": [{
+                "Effect": "Allow",
+                "Principal": {"Service": "events.amazonaws.com"},
+                "Action": "sqs:SendMessage",
+                "Resource": arn,
+                "Condition": {"ArnEquals": {"aws:SourceArn": rule_arn}},
+            }],
+        });
+        c.sqs
+            .set_queue_attributes()
+            .queue_url(url)
+            .attributes(QueueAttributeName::Policy, policy.to_string())
+            .send()
+            .await
+            .map_err(fail("queue policy"))?;
+    }
     c.events
         .put_targets()
         .rule(&rule)
@@ -210,6 +245,13 @@ pub async fn bootstrap(c: &Clients, o: &Options) -> Result<Resources> {
             Target::builder()
                 .id("subscriber")
                 .arn(subscriber_arn)
+                .dead_letter_config(DeadLetterConfig::builder().arn(events_dlq_arn).build())
+                .retry_policy(
+                    RetryPolicy::builder()
+                        .maximum_retry_attempts(185)
+                        .maximum_event_age_in_seconds(86_400)
+                        .build(),
+                )
                 .build()
                 .map_err(fail("rule target"))?,
         )
@@ -227,7 +269,17 @@ pub async fn bootstrap(c: &Clients, o: &Options) -> Result<Resources> {
         bus_name,
         event_source: o.event_source.clone(),
         subscriber_queue_url,
+        rule_name: rule,
+        events_dlq_url,
     })
+}
+
+/// Fourteen days, as the template's dead-letter queues.
+fn retention() -> HashMap<QueueAttributeName, String> {
+    HashMap::from([(
+        QueueAttributeName::MessageRetentionPeriod,
+        "1209600".to_owned(),
+    )])
 }
 
 /// A new 32-byte master key from KMS (`GenerateDataKey`), returned as the Base64 of its

@@ -14,12 +14,14 @@
 //! | `FETCHER_MULTI_TENANT` | `true`: tenants from the JWT authorizer's `tenantId` claim, SSRF guard on |
 //! | `FETCHER_SCHEMA_CACHE_TTL_SECS` | schema cache TTL (default 300) |
 //! | `FETCHER_LEASE_SECS` | job lease (default 900, the Lambda maximum) |
+//! | `FETCHER_EXTRACTION_TIMEOUT_SECS` | bound on one extraction (default 300, the reference's); keep it under the function's timeout so a slow job fails cleanly with `timeout` and its event goes out |
+//! | `FETCHER_MAX_RESULT_BYTES` | serialized result ceiling (default 268435456, the reference's 256 MiB; `0` = unbounded). Results stream to S3 in constant memory, so raising it costs no memory |
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use fetcher_connectors::{HostPolicy, SqlRegistry};
-use fetcher_engine::Engine;
+use fetcher_engine::{Engine, Limits};
 use fetcher_service::credentials::{CipherProtector, StoredCredentials};
 use fetcher_service::http::{ApiConnectionStore, ReadinessProbe};
 use fetcher_service::jobs::JobStoreActiveChecker;
@@ -44,12 +46,33 @@ pub struct HostConfig {
     pub multi_tenant: bool,
     pub schema_cache_ttl: Duration,
     pub lease: Duration,
+    pub extraction_timeout: Duration,
+    pub max_result_bytes: i64,
 }
 
 impl HostConfig {
     /// Reads the process environment.
     pub fn from_env() -> Result<HostConfig, String> {
         Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// What the template's environment would say for resources made by
+    /// [`crate::bootstrap`] (tests, benches, local runs); other settings at their defaults.
+    pub fn for_resources(r: &crate::bootstrap::Resources) -> HostConfig {
+        let vars = [
+            ("FETCHER_TABLE", &r.table),
+            ("FETCHER_BUCKET", &r.bucket),
+            ("FETCHER_QUEUE_URL", &r.queue_url),
+            ("FETCHER_MASTER_KEY_SECRET", &r.secret_id),
+            ("FETCHER_EVENT_BUS", &r.bus_name),
+            ("FETCHER_EVENT_SOURCE", &r.event_source),
+        ];
+        Self::from_lookup(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).clone())
+        })
+        .expect("bootstrap resources name every required setting")
     }
 
     /// Reads settings through `lookup` (tests).
@@ -81,6 +104,18 @@ impl HostConfig {
             multi_tenant: get("FETCHER_MULTI_TENANT").is_some_and(|v| v == "true" || v == "1"),
             schema_cache_ttl: secs("FETCHER_SCHEMA_CACHE_TTL_SECS", 300)?,
             lease: secs("FETCHER_LEASE_SECS", 900)?,
+            extraction_timeout: secs(
+                "FETCHER_EXTRACTION_TIMEOUT_SECS",
+                fetcher_engine::limits::DEFAULT_TIMEOUT.as_secs(),
+            )?,
+            max_result_bytes: match get("FETCHER_MAX_RESULT_BYTES") {
+                None => fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES,
+                Some(v) => v
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|n| *n >= 0)
+                    .ok_or("FETCHER_MAX_RESULT_BYTES must be a byte count (0 = unbounded)")?,
+            },
         })
     }
 }
@@ -137,6 +172,11 @@ impl Host {
                 keys.clone(),
             )))
             .active_execution_checker(Arc::new(JobStoreActiveChecker(jobs.clone())))
+            .limits(Limits {
+                timeout: config.extraction_timeout,
+                max_result_bytes: config.max_result_bytes,
+                ..Limits::defaults()
+            })
             .build()
             .map_err(|e| format!("building the engine: {e}"))?;
         let probes: Vec<Arc<dyn ReadinessProbe>> = vec![

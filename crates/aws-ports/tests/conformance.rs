@@ -214,25 +214,18 @@ async fn sqs_carries_the_envelope_headers_and_body() {
         .unwrap();
 }
 
-#[tokio::test]
-async fn eventbridge_events_reach_the_subscriber_queue() {
-    let r = resources().await;
-    let c = clients().await;
-    let publisher = EventBridgePublisher::new(c.events.clone(), &r.bus_name, &r.event_source);
-    let job_id = uuid::Uuid::new_v4().to_string();
-    let event = TerminalEvent::new(
-        "acme",
-        &job_id,
-        JobStatus::Completed,
-        format!(r#"{{"jobId":"{job_id}","metadata":{{"source":"t"}},"status":"completed"}}"#),
-    );
-    publisher.publish(&event).await.unwrap();
-    let mut found = None;
-    for _ in 0..10 {
+/// Reads the subscriber queue until an event for every job in `jobs` arrived (bounded).
+async fn delivered(
+    c: &Clients,
+    queue_url: &str,
+    jobs: &[String],
+) -> std::collections::HashMap<String, serde_json::Value> {
+    let mut found = std::collections::HashMap::new();
+    for _ in 0..20 {
         let got = c
             .sqs
             .receive_message()
-            .queue_url(&r.subscriber_queue_url)
+            .queue_url(queue_url)
             .max_number_of_messages(10)
             .wait_time_seconds(1)
             .send()
@@ -240,22 +233,108 @@ async fn eventbridge_events_reach_the_subscriber_queue() {
             .unwrap();
         for m in got.messages() {
             let v: serde_json::Value = serde_json::from_str(m.body().unwrap_or("{}")).unwrap();
-            if v["detail"]["jobId"] == job_id.as_str() {
-                found = Some(v);
+            if let Some(job) = v["detail"]["jobId"]
+                .as_str()
+                .filter(|j| jobs.iter().any(|x| x == j))
+            {
+                found.insert(job.to_owned(), v.clone());
+                c.sqs
+                    .delete_message()
+                    .queue_url(queue_url)
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
             }
         }
-        if found.is_some() {
+        if found.len() == jobs.len() {
             break;
         }
     }
-    let v = found.expect("event delivered through the rule");
+    found
+}
+
+fn completed(job_id: &str) -> TerminalEvent {
+    TerminalEvent::new(
+        "acme",
+        job_id,
+        JobStatus::Completed,
+        format!(r#"{{"jobId":"{job_id}","metadata":{{"source":"t"}},"status":"completed"}}"#),
+    )
+}
+
+#[tokio::test]
+async fn eventbridge_events_reach_the_subscriber_queue() {
+    let r = resources().await;
+    let c = clients().await;
+    let publisher = EventBridgePublisher::new(c.events.clone(), &r.bus_name, &r.event_source);
+    let job_id = uuid::Uuid::new_v4().to_string();
+    let event = completed(&job_id);
+    publisher.publish(&event).await.unwrap();
+    let got = delivered(&c, &r.subscriber_queue_url, std::slice::from_ref(&job_id)).await;
+    let v = got.get(&job_id).expect("event delivered through the rule");
     assert_eq!(v["detail-type"], "job.completed");
     assert_eq!(v["source"], r.event_source.as_str());
     assert_eq!(v["detail"]["eventId"], event.id.as_str());
     assert_eq!(v["detail"]["tenantId"], "acme");
     assert_eq!(v["detail"]["status"], "completed");
 
+    // A batch larger than one PutEvents request (10 entries): every event arrives once.
+    let jobs: Vec<String> = (0..23).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let events: Vec<TerminalEvent> = jobs.iter().map(|j| completed(j)).collect();
+    let results = publisher.publish_batch(&events).await;
+    assert_eq!(results.len(), 23);
+    assert!(results.iter().all(Result::is_ok));
+    let got = delivered(&c, &r.subscriber_queue_url, &jobs).await;
+    assert_eq!(got.len(), 23, "every batched event delivered");
+    for (job, v) in &got {
+        assert_eq!(
+            v["detail"]["eventId"],
+            format!("fetcher.job.completed.{job}")
+        );
+    }
+
+    // As the template: the rule's target has a DLQ and a retry policy, and the subscriber
+    // queue lets EventBridge send on behalf of the rule.
+    let targets = c
+        .events
+        .list_targets_by_rule()
+        .rule(&r.rule_name)
+        .event_bus_name(&r.bus_name)
+        .send()
+        .await
+        .unwrap();
+    let target = targets.targets().first().expect("rule target");
+    assert!(
+        target
+            .dead_letter_config()
+            .and_then(|d| d.arn())
+            .is_some_and(|a| a.ends_with("-events-dlq"))
+    );
+    assert_eq!(
+        target
+            .retry_policy()
+            .and_then(|p| p.maximum_retry_attempts()),
+        Some(185)
+    );
+    let attrs = c
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&r.subscriber_queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::Policy)
+        .send()
+        .await
+        .unwrap();
+    let policy = attrs
+        .attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::Policy))
+        .expect("queue policy");
+    assert!(policy.contains("events.amazonaws.com") && policy.contains("aws:SourceArn"));
+
     // A bus that does not exist: the per-entry failure is reported, not swallowed.
     let broken = EventBridgePublisher::new(c.events.clone(), "no-such-bus", "x").with_attempts(2);
     assert!(broken.publish(&event).await.is_err());
+    let results = broken.publish_batch(&events[..12]).await;
+    assert_eq!(results.len(), 12);
+    assert!(results.iter().all(Result::is_err));
 }

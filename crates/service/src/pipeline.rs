@@ -547,18 +547,23 @@ impl Pipeline {
                 payload.to_owned(),
             ))
             .await?;
+        self.clear_marker(tenant, job_id).await;
+        Ok(())
+    }
+
+    async fn clear_marker(&self, tenant: &str, job_id: &str) {
         if let Err(e) = self.jobs.clear_pending_event(tenant, job_id).await {
             // The event is out; a later repair pass would publish it again with the same
             // id, which subscribers deduplicate.
             warn!(job_id, error = %e.log_detail(), "could not clear the pending-event marker");
         }
-        Ok(())
     }
 
-    /// Republishes a job's stored terminal event verbatim (worker-security §9.5 rules).
-    async fn republish(&self, job: &Job) -> Result<()> {
+    /// The stored terminal event of `job`, republished verbatim (worker-security §9.5
+    /// rules): only once the terminal state is committed, and only if they agree.
+    fn stored_event(job: &Job) -> Result<Option<TerminalEvent>> {
         let Some(event) = &job.pending_event else {
-            return Ok(());
+            return Ok(None);
         };
         if !job.status.is_terminal() {
             return Err(ServiceError::conflict(
@@ -572,19 +577,47 @@ impl Pipeline {
                     .retryable(false),
             );
         }
-        self.publish_and_clear(&job.tenant_id, &job.id, event.status, &event.payload)
-            .await
+        Ok(Some(TerminalEvent::new(
+            &job.tenant_id,
+            &job.id,
+            event.status,
+            event.payload.clone(),
+        )))
     }
 
-    /// One repair pass: republishes up to `limit` pending terminal events. Returns how
-    /// many were published; failures are logged and left for the next pass.
+    async fn republish(&self, job: &Job) -> Result<()> {
+        let Some(event) = Self::stored_event(job)? else {
+            return Ok(());
+        };
+        self.events.publish(&event).await?;
+        self.clear_marker(&event.tenant_id, &event.job_id).await;
+        Ok(())
+    }
+
+    /// One repair pass: republishes up to `limit` pending terminal events in one
+    /// [`EventPublisher::publish_batch`] call. Returns how many were published; failures
+    /// are logged and left for the next pass.
     pub async fn repair_events(&self, limit: usize) -> Result<usize> {
-        let mut published = 0;
+        let mut events = Vec::new();
         for job in self.jobs.list_pending_events(limit).await? {
-            match self.republish(&job).await {
-                Ok(()) => published += 1,
+            match Self::stored_event(&job) {
+                Ok(Some(event)) => events.push(event),
+                Ok(None) => {}
                 Err(e) => {
-                    warn!(job_id = %job.id, error = %e.log_detail(), "terminal event repair failed")
+                    warn!(job_id = %job.id, error = %e.log_detail(), "terminal event repair refused")
+                }
+            }
+        }
+        let mut published = 0;
+        let results = self.events.publish_batch(&events).await;
+        for (event, result) in events.iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    published += 1;
+                    self.clear_marker(&event.tenant_id, &event.job_id).await;
+                }
+                Err(e) => {
+                    warn!(job_id = %event.job_id, error = %e.log_detail(), "terminal event repair failed")
                 }
             }
         }

@@ -131,6 +131,19 @@ pub trait JobQueue: Send + Sync {
 /// so the outbox marker stays for the repair pass.
 pub trait EventPublisher: Send + Sync {
     fn publish<'a>(&'a self, event: &'a TerminalEvent) -> BoxFuture<'a, Result<()>>;
+
+    /// Publishes several events (the repair pass); one result per event, in order. The
+    /// default publishes them one at a time; a host with a batch API (EventBridge's
+    /// `PutEvents` takes 10 entries) overrides it.
+    fn publish_batch<'a>(&'a self, events: &'a [TerminalEvent]) -> BoxFuture<'a, Vec<Result<()>>> {
+        Box::pin(async move {
+            let mut results = Vec::with_capacity(events.len());
+            for event in events {
+                results.push(self.publish(event).await);
+            }
+            results
+        })
+    }
 }
 
 /// Result of one rate-limit hit.

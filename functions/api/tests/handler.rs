@@ -8,18 +8,12 @@ use lambda_http::Body;
 use serde_json::{Value, json};
 
 async fn router(multi_tenant: bool) -> axum::Router {
-    let r = resources().await;
     let cfg = HostConfig {
-        table: r.table,
-        bucket: r.bucket,
-        result_prefix: String::new(),
-        queue_url: Some(r.queue_url),
-        master_key_secret: r.secret_id,
         event_bus: None,
-        event_source: r.event_source,
         multi_tenant,
         schema_cache_ttl: std::time::Duration::from_secs(60),
         lease: std::time::Duration::from_secs(60),
+        ..HostConfig::for_resources(&resources().await)
     };
     router_from_config(cfg, &config().await)
         .await

@@ -12,18 +12,10 @@ use fetcher_service::model::{Job, JobRequest, JobStatus, QueueMessage};
 use serde_json::{Value, json};
 
 async fn host_config() -> HostConfig {
-    let r = resources().await;
     HostConfig {
-        table: r.table,
-        bucket: r.bucket,
-        result_prefix: String::new(),
-        queue_url: Some(r.queue_url),
-        master_key_secret: r.secret_id,
-        event_bus: Some(r.bus_name),
-        event_source: r.event_source,
-        multi_tenant: false,
         schema_cache_ttl: std::time::Duration::from_secs(60),
         lease: std::time::Duration::from_secs(60),
+        ..HostConfig::for_resources(&resources().await)
     }
 }
 
@@ -86,6 +78,59 @@ async fn the_function_refuses_to_start_without_an_event_bus() {
     assert!(err.contains("FETCHER_EVENT_BUS"), "{err}");
     let err = HostConfig::from_lookup(|_| None).unwrap_err();
     assert!(err.contains("FETCHER_TABLE"), "{err}");
+}
+
+#[tokio::test]
+async fn limits_come_from_the_environment_and_bad_values_are_refused() {
+    let r = resources().await;
+    let base = HostConfig::for_resources(&r);
+    assert_eq!(
+        base.max_result_bytes, 268_435_456,
+        "the reference's default"
+    );
+    assert_eq!(base.extraction_timeout.as_secs(), 300);
+    let with = |k: &'static str, v: &'static str| {
+        let base = base.clone();
+        HostConfig::from_lookup(move |name| {
+            if name == k {
+                return Some(v.to_owned());
+            }
+            match name {
+                "FETCHER_TABLE" => Some(base.table.clone()),
+                "FETCHER_BUCKET" => Some(base.bucket.clone()),
+                "FETCHER_MASTER_KEY_SECRET" => Some(base.master_key_secret.clone()),
+                _ => None,
+            }
+        })
+    };
+    assert_eq!(
+        with("FETCHER_MAX_RESULT_BYTES", "0")
+            .unwrap()
+            .max_result_bytes,
+        0
+    );
+    assert_eq!(
+        with("FETCHER_EXTRACTION_TIMEOUT_SECS", "870")
+            .unwrap()
+            .extraction_timeout
+            .as_secs(),
+        870
+    );
+    for (k, v) in [
+        ("FETCHER_MAX_RESULT_BYTES", "-1"),
+        ("FETCHER_MAX_RESULT_BYTES", "1GB"),
+        ("FETCHER_EXTRACTION_TIMEOUT_SECS", "soon"),
+    ] {
+        let err = with(k, v).unwrap_err();
+        assert!(err.contains(k), "{err}");
+    }
+    // The engine the function builds carries them.
+    let cfg = HostConfig {
+        max_result_bytes: 1024,
+        ..base
+    };
+    let ex = from_config(cfg, &config().await).expect("extractor");
+    assert_eq!(ex.pipeline.engine.limits().max_result_bytes, 1024);
 }
 
 #[tokio::test]

@@ -72,17 +72,12 @@ async fn main() {
         .await
         .expect("bootstrap");
     let sdk = config().await;
+    // Results stream to S3 in constant memory: lift the reference's 256 MiB ceiling and
+    // the 5-minute bound so the 5M-row run is limited by nothing but the data.
     let cfg = HostConfig {
-        table: r.table.clone(),
-        bucket: r.bucket.clone(),
-        result_prefix: String::new(),
-        queue_url: Some(r.queue_url.clone()),
-        master_key_secret: r.secret_id.clone(),
-        event_bus: Some(r.bus_name.clone()),
-        event_source: r.event_source.clone(),
-        multi_tenant: false,
-        schema_cache_ttl: Duration::from_secs(300),
-        lease: Duration::from_secs(900),
+        max_result_bytes: 0,
+        extraction_timeout: Duration::from_secs(900),
+        ..HostConfig::for_resources(&r)
     };
     let router = fetcher_fn_api::router_from_config(cfg.clone(), &sdk)
         .await
@@ -140,7 +135,9 @@ async fn main() {
         .await
         .unwrap()
         .expect("job");
-    let result = stored.result.expect("completed");
+    let result = stored
+        .result
+        .unwrap_or_else(|| panic!("job not completed: {:?}", stored.error));
     println!(
         "rows={} plaintext_bytes={} stored_bytes={} wall={:.2}s rows_per_s={:.0} peak_rss_before_extract={} MiB peak_rss={} MiB",
         result.row_count,
