@@ -158,7 +158,7 @@ impl Host {
             HostPolicy::single_tenant()
         };
         let engine = Engine::builder()
-            .connector_registry(Arc::new(SqlRegistry::new(credentials, policy)))
+            .connector_registry(Arc::new(SqlRegistry::servers_only(credentials, policy)))
             .connection_store(api_store)
             .schema_cache(Arc::new(DynamoSchemaCache::new(
                 store.clone(),

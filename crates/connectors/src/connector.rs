@@ -160,9 +160,31 @@ pub struct SqlRegistry {
 }
 
 impl SqlRegistry {
+    /// PostgreSQL, MySQL/MariaDB and SQLite.
     pub fn new(credentials: Arc<dyn CredentialSource>, policy: HostPolicy) -> Self {
-        let factories = [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite]
-            .into_iter()
+        Self::with_dialects(
+            &[Dialect::Postgres, Dialect::MySql, Dialect::Sqlite],
+            credentials,
+            policy,
+        )
+    }
+
+    /// The network databases only (PostgreSQL, MySQL/MariaDB): for hosts where a SQLite
+    /// file cannot work, such as Lambda (the API and extract functions share no disk, and
+    /// a path would name the function's own filesystem). `SQLITE` then gets the engine's
+    /// `no connector registered` error, like any other unsupported type.
+    pub fn servers_only(credentials: Arc<dyn CredentialSource>, policy: HostPolicy) -> Self {
+        Self::with_dialects(&[Dialect::Postgres, Dialect::MySql], credentials, policy)
+    }
+
+    fn with_dialects(
+        dialects: &[Dialect],
+        credentials: Arc<dyn CredentialSource>,
+        policy: HostPolicy,
+    ) -> Self {
+        let factories = dialects
+            .iter()
+            .copied()
             .map(|d| {
                 (
                     d.type_string(),

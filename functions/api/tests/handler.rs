@@ -113,3 +113,24 @@ fn uuid_like() -> String {
             .as_nanos()
     )
 }
+
+#[tokio::test]
+async fn a_sqlite_file_is_not_a_datasource_on_lambda() {
+    // The functions share no disk, and a path would name the function's own files: the
+    // API refuses it up front, as multi-tenant `serve` does, and the registry has no
+    // SQLite connector either.
+    let r = router(false).await;
+    let name = format!("lite-{}", uuid_like());
+    let body = json!({"configName": name, "type": "SQLITE", "databaseName": "/tmp/x.db",
+        "host": "localhost", "port": 1, "userName": "u", "password": "p"});
+    let (status, v) = call(
+        &r,
+        event("POST", "/v1/management/connections", Some(body), None),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["title"], "Forbidden Host", "{v}");
+    assert_eq!(v["code"], "FET-0414", "{v}");
+    let (_, v) = call(&r, event("GET", "/v1/management/connections", None, None)).await;
+    assert!(!v.to_string().contains(&name), "nothing stored: {v}");
+}

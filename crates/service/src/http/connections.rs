@@ -25,7 +25,7 @@ use utoipa::ToSchema;
 use super::error::{ApiError, is_forbidden_host};
 use super::extract::{RawBody, parse_id, parse_json, product_name};
 use super::paging::{self, Page};
-use super::{AppState, Scope, attr};
+use super::{ApiConfig, AppState, Scope, attr};
 use crate::jobs::check_host;
 
 /// The five connection types of the API.
@@ -358,8 +358,8 @@ fn blank(v: &Option<String>) -> bool {
 }
 
 /// Layer 1 on create (api.md §4.5 request rules). The SSRF literal check wins.
-fn request_rules_create(b: &ConnectionBody, multi_tenant: bool) -> Result<(), ApiError> {
-    ssrf_literal(b, multi_tenant)?;
+fn request_rules_create(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
+    ssrf_literal(b, cfg)?;
     let (mut missing, mut invalid) = (Fields::new(), Fields::new());
     let mut require = |key: &str, absent: bool| {
         if absent {
@@ -378,8 +378,8 @@ fn request_rules_create(b: &ConnectionBody, multi_tenant: bool) -> Result<(), Ap
 }
 
 /// Layer 1 on PATCH: only present keys are checked.
-fn request_rules_patch(b: &ConnectionBody, multi_tenant: bool) -> Result<(), ApiError> {
-    ssrf_literal(b, multi_tenant)?;
+fn request_rules_patch(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
+    ssrf_literal(b, cfg)?;
     let (mut missing, mut invalid) = (Fields::new(), Fields::new());
     if let Some(n) = &b.config_name {
         let len = n.chars().count();
@@ -409,9 +409,13 @@ fn request_rules_patch(b: &ConnectionBody, multi_tenant: bool) -> Result<(), Api
     ApiError::field_buckets(missing, invalid, false).map_or(Ok(()), Err)
 }
 
-fn ssrf_literal(b: &ConnectionBody, multi_tenant: bool) -> Result<(), ApiError> {
-    // A tenant may not point the service at a file on its own disk.
-    if multi_tenant && b.datasource_type.as_deref() == Some(fetcher_connectors::SQLITE) {
+fn ssrf_literal(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
+    let multi_tenant = cfg.multi_tenant;
+    // A tenant may not point the service at a file on its own disk, nor may anyone on a
+    // host without local files (Lambda).
+    if (multi_tenant || !cfg.local_files)
+        && b.datasource_type.as_deref() == Some(fetcher_connectors::SQLITE)
+    {
         return Err(ApiError::forbidden_host());
     }
     if multi_tenant
@@ -635,7 +639,7 @@ pub async fn create_connection(
     if !any {
         return Err(ApiError::empty_body());
     }
-    request_rules_create(&b, st.config().multi_tenant)?;
+    request_rules_create(&b, st.config())?;
     let now = now_text();
     let record = Record {
         id: uuid::Uuid::now_v7().to_string(),
@@ -752,7 +756,7 @@ pub async fn update_connection(
     if !any {
         return Err(ApiError::empty_body());
     }
-    request_rules_patch(&b, st.config().multi_tenant)?;
+    request_rules_patch(&b, st.config())?;
     let current = load(&st, &scope, &id).await?;
     gate(&st, &scope, &current.config_name, "update").await?;
     let mut r = Record::from_descriptor(&current);
@@ -1202,11 +1206,16 @@ mod tests {
 
     #[test]
     fn create_buckets() {
-        assert!(request_rules_create(&body(valid()), false).is_ok());
+        let single = ApiConfig::default();
+        let multi = ApiConfig {
+            multi_tenant: true,
+            ..ApiConfig::default()
+        };
+        assert!(request_rules_create(&body(valid()), &single).is_ok());
         let mut v = valid();
         v["host"] = Value::Null;
         v["type"] = "NOPE".into();
-        let e = request_rules_create(&body(v), false).unwrap_err();
+        let e = request_rules_create(&body(v), &single).unwrap_err();
         assert_eq!(e.body["code"], "FET-0402");
         assert_eq!(
             e.body["fields"],
@@ -1216,22 +1225,40 @@ mod tests {
         let mut v = valid();
         v["type"] = "NOPE".into();
         v["port"] = 65536.into();
-        let e = request_rules_create(&body(v), false).unwrap_err();
+        let e = request_rules_create(&body(v), &single).unwrap_err();
         assert_eq!(e.body["code"], "FET-0001");
         assert_eq!(e.body["fields"]["type"], TYPE_ENUM_MESSAGE);
         let mut v = valid();
         v["host"] = "169.254.169.254".into();
         v["port"] = 0.into();
         assert_eq!(
-            request_rules_create(&body(v.clone()), true)
+            request_rules_create(&body(v.clone()), &multi)
                 .unwrap_err()
                 .body["code"],
             "FET-0414"
         );
         assert_eq!(
-            request_rules_create(&body(v), false).unwrap_err().body["code"],
+            request_rules_create(&body(v), &single).unwrap_err().body["code"],
             "FET-0402"
         );
+
+        // A SQLite file: single-tenant `serve` only; never in multi-tenant mode nor on a
+        // host without local files (Lambda).
+        let mut v = valid();
+        v["type"] = "SQLITE".into();
+        v["databaseName"] = "/tmp/x.db".into();
+        assert!(request_rules_create(&body(v.clone()), &single).is_ok());
+        let lambda = ApiConfig {
+            local_files: false,
+            ..ApiConfig::default()
+        };
+        for cfg in [&multi, &lambda] {
+            let e = request_rules_create(&body(v.clone()), cfg).unwrap_err();
+            assert_eq!(e.body["code"], "FET-0414");
+            let e =
+                request_rules_patch(&body(serde_json::json!({"type": "SQLITE"})), cfg).unwrap_err();
+            assert_eq!(e.body["code"], "FET-0414");
+        }
     }
 
     #[test]

@@ -124,6 +124,10 @@ pub mod attr {
 pub struct ApiConfig {
     /// `MULTI_TENANT_ENABLED`: tenant from the verified `tenantId` claim, SSRF guard on.
     pub multi_tenant: bool,
+    /// `SQLITE` file datasources may be registered (single-tenant only). `fetcher serve`
+    /// allows them; Lambda does not: its functions share no disk, and a path would name
+    /// the function's own files.
+    pub local_files: bool,
     /// Require a verified principal on business routes even in single-tenant mode.
     /// Multi-tenant mode always requires one.
     pub require_auth: bool,
@@ -150,6 +154,7 @@ impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             multi_tenant: false,
+            local_files: true,
             require_auth: false,
             body_limit: 1024 * 1024,
             version: "0.0.0".into(),
