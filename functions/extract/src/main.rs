@@ -7,6 +7,12 @@ use fetcher_aws::host::{HostConfig, init_json_logging};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 
+// Each SQS message is isolated with catch_unwind; under `panic = "abort"` one panicking
+// message would take the whole batch down with it. (`cargo lambda build --release`
+// defaults to abort unless the profile says otherwise; the workspace profile does.)
+#[cfg(panic = "abort")]
+compile_error!("the extract function must be built with panic = \"unwind\"");
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     init_json_logging();
