@@ -71,16 +71,26 @@ async fn queue(
     name: &str,
     attrs: HashMap<QueueAttributeName, String>,
 ) -> Result<(String, String)> {
+    // Attributes are set after creation: CreateQueue with attributes that differ from an
+    // existing queue's fails, and bootstrap must stay idempotent.
     let url = c
         .sqs
         .create_queue()
         .queue_name(name)
-        .set_attributes(Some(attrs))
         .send()
         .await
         .map_err(fail("create queue"))?
         .queue_url
         .unwrap_or_default();
+    if !attrs.is_empty() {
+        c.sqs
+            .set_queue_attributes()
+            .queue_url(&url)
+            .set_attributes(Some(attrs))
+            .send()
+            .await
+            .map_err(fail("queue attributes"))?;
+    }
     let arn = c
         .sqs
         .get_queue_attributes()
@@ -212,7 +222,7 @@ pub async fn bootstrap(c: &Clients, o: &Options) -> Result<Resources> {
         .await
         .map_err(fail("put rule"))?
         .rule_arn
-        .unwrap_or_default();
+        .ok_or_else(|| ServiceError::unavailable("PutRule returned no rule ARN"))?;
     // As the template's ExampleSubscriberQueuePolicy: EventBridge may send to the
     // subscriber and to the DLQ, on behalf of this rule only.
     for (url, arn) in [

@@ -196,7 +196,8 @@ impl EventBridgePublisher {
     }
 }
 
-/// An entry's size as EventBridge counts it (UTF-8 bytes of its strings).
+/// An upper bound of an entry's size as EventBridge counts it (UTF-8 bytes of its
+/// strings, plus the `Time` field whether set or not).
 fn entry_size(e: &PutEventsRequestEntry) -> usize {
     [e.source(), e.detail_type(), e.detail(), e.event_bus_name()]
         .iter()

@@ -14,8 +14,8 @@
 //! | `FETCHER_MULTI_TENANT` | `true`: tenants from the JWT authorizer's `tenantId` claim, SSRF guard on |
 //! | `FETCHER_SCHEMA_CACHE_TTL_SECS` | schema cache TTL (default 300) |
 //! | `FETCHER_LEASE_SECS` | job lease (default 900, the Lambda maximum) |
-//! | `FETCHER_EXTRACTION_TIMEOUT_SECS` | bound on one extraction (default 300, the reference's); keep it under the function's timeout so a slow job fails cleanly with `timeout` and its event goes out |
-//! | `FETCHER_MAX_RESULT_BYTES` | serialized result ceiling (default 268435456, the reference's 256 MiB; `0` = unbounded). Results stream to S3 in constant memory, so raising it costs no memory |
+//! | `FETCHER_EXTRACTION_TIMEOUT_SECS` | bound on one extraction (default 300, the reference's; `0` = none); keep it about 30 s under the function's timeout so a slow job fails cleanly with `timeout` and its event goes out (the template does) |
+//! | `FETCHER_MAX_RESULT_BYTES` | serialized result ceiling (default 268435456, the reference's 256 MiB; `0` = unbounded). v2 results stream to S3 in constant memory, so raising it costs no memory; v1 results (built in memory) stay capped at 256 MiB whatever this says |
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,8 +11,9 @@
 //! | [`s3`] | `ObjectStore`: multipart streaming upload with bounded parts in flight, streamed reads |
 //! | [`sqs`] | `JobQueue` (signed envelope: headers → message attributes) and SQS record → `QueueMessage` |
 //! | [`keys`] | `MasterKeySource` (KMS-encrypted master key in a secret; version = secret version id) and a cold-start-cached `KeyProvider` |
-//! | [`events`] | `EventPublisher` on an EventBridge bus, checked per entry, bounded retries |
-//! | [`bootstrap`] | creates the resources `template.yaml` declares (tests, moto, LocalStack) |
+//! | [`events`] | `EventPublisher` on an EventBridge bus, checked per entry, bounded retries of the failed entries; the repair pass batches 10 per `PutEvents` |
+//! | [`bootstrap`] | creates the resources `template.yaml` declares (tests, moto, LocalStack): table, bucket, job queue + DLQ, KMS key, master-key secret, bus, rule with retry policy + DLQ, queue policies |
+//! | `host` (feature `host`) | the two Lambdas' shared wiring: settings from the environment (`FETCHER_*`), clients built once, the engine over these adapters |
 //! | [`testing`] | the emulator harness of the tests: endpoint (starts moto if needed), clients, resources |
 //!
 //! Clients come from [`sdk_config`]: the standard chain, so `AWS_ENDPOINT_URL` (and
@@ -62,7 +63,7 @@
 //!
 //! **Transitions** (`claim`, `renew`, `complete`, `fail`, `release`, clearing the event
 //! marker) read the job (strongly consistent), apply exactly the in-memory store's rules
-//! (`fetcher_service::memory::MemoryJobStore`: claim tokens = attempt counter, leases,
+//! (`fetcher_service::model::Job`'s lifecycle methods, shared by every job store: claim tokens = attempt counter, leases,
 //! `Conflict` on a lost claim) and write back conditional on the version read
 //! (`ver = :v`); a lost race re-reads and re-decides. So every transition is atomic
 //! and a redelivered message can never produce a second result or a second event.

@@ -329,7 +329,27 @@ async fn eventbridge_events_reach_the_subscriber_queue() {
         .attributes()
         .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::Policy))
         .expect("queue policy");
-    assert!(policy.contains("events.amazonaws.com") && policy.contains("aws:SourceArn"));
+    let policy: serde_json::Value = serde_json::from_str(policy).unwrap();
+    let statement = &policy["Statement"][0];
+    assert_eq!(statement["Principal"]["Service"], "events.amazonaws.com");
+    let source = statement["Condition"]["ArnEquals"]["aws:SourceArn"]
+        .as_str()
+        .unwrap();
+    assert!(
+        source.starts_with("arn:")
+            && source.ends_with(&format!("rule/{}/{}", r.bus_name, r.rule_name)),
+        "{source}"
+    );
+
+    // Bootstrap is idempotent: a second run over the same prefix reuses everything.
+    let again = fetcher_aws::bootstrap::bootstrap(
+        &c,
+        &fetcher_aws::bootstrap::Options::new(r.table.trim_end_matches("-store")),
+    )
+    .await
+    .expect("bootstrap twice");
+    assert_eq!(again.queue_url, r.queue_url);
+    assert_eq!(again.events_dlq_url, r.events_dlq_url);
 
     // A bus that does not exist: the per-entry failure is reported, not swallowed.
     let broken = EventBridgePublisher::new(c.events.clone(), "no-such-bus", "x").with_attempts(2);

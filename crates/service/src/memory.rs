@@ -293,6 +293,8 @@ impl JobQueue for MemoryJobQueue {
 pub struct MemoryEventPublisher {
     events: Mutex<Vec<TerminalEvent>>,
     pub fail: AtomicBool,
+    /// Jobs whose events fail (a partially failing batch).
+    pub fail_jobs: Mutex<Vec<String>>,
 }
 
 impl MemoryEventPublisher {
@@ -307,7 +309,9 @@ impl MemoryEventPublisher {
 
 impl EventPublisher for MemoryEventPublisher {
     fn publish<'a>(&'a self, event: &'a TerminalEvent) -> BoxFuture<'a, Result<()>> {
-        if self.fail.load(Ordering::SeqCst) {
+        if self.fail.load(Ordering::SeqCst)
+            || self.fail_jobs.lock().unwrap().contains(&event.job_id)
+        {
             return ready(Err(ServiceError::unavailable("event bus unavailable")));
         }
         self.events.lock().unwrap().push(event.clone());

@@ -46,6 +46,11 @@ pub struct PipelineConfig {
     /// Envelope freshness. Queue redeliveries arrive later than the reference's 5
     /// minutes, so the pipeline accepts older messages (default 6 hours, still bounded).
     pub max_message_age: Duration,
+    /// Ceiling on a v1 result, whatever the engine's `max_result_bytes` allows. v1 is
+    /// built in memory (the reference's format) while v2 streams, so a deployment that
+    /// lifts the ceiling for v2 must not let a v1 job run the host out of memory.
+    /// Default: the reference's 256 MiB. A v1 result near it needs about 4× in memory.
+    pub v1_max_result_bytes: i64,
 }
 
 impl Default for PipelineConfig {
@@ -55,6 +60,7 @@ impl Default for PipelineConfig {
             max_attempts: 3,
             default_format: ResultFormat::V2,
             max_message_age: Duration::from_secs(6 * 3600),
+            v1_max_result_bytes: fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES,
         }
     }
 }
@@ -387,6 +393,12 @@ impl Pipeline {
             }
             ResultFormat::V1 => {
                 plan.mode = ExecutionMode::Direct;
+                let cap = self.config.v1_max_result_bytes;
+                if cap > 0
+                    && (plan.limits.max_result_bytes <= 0 || plan.limits.max_result_bytes > cap)
+                {
+                    plan.limits.max_result_bytes = cap;
+                }
                 let out = self.engine.execute_extraction(&ctx, &plan).await?;
                 let d = out
                     .direct
@@ -610,6 +622,14 @@ impl Pipeline {
         }
         let mut published = 0;
         let results = self.events.publish_batch(&events).await;
+        if results.len() != events.len() {
+            // The markers of the unanswered events stay for the next pass.
+            warn!(
+                events = events.len(),
+                results = results.len(),
+                "event publisher answered a batch partially"
+            );
+        }
         for (event, result) in events.iter().zip(results) {
             match result {
                 Ok(()) => {

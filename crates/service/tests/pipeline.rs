@@ -239,6 +239,35 @@ async fn v1_results_open_with_the_reference_procedure() {
 }
 
 #[tokio::test]
+async fn a_v1_result_stays_under_its_own_ceiling_when_v2_is_unbounded() {
+    // v1 is built in memory; the deployment's ceiling (here the engine's 256 MiB, or
+    // unbounded) does not lift it.
+    let w = world().await;
+    let w = World {
+        pipeline: Pipeline {
+            config: PipelineConfig {
+                v1_max_result_bytes: 64,
+                ..w.pipeline.config.clone()
+            },
+            ..w.pipeline
+        },
+        ..w
+    };
+    let (job, msg) = submit(&w, Some(ResultFormat::V1)).await;
+    let outcome = w.pipeline.handle(&msg).await;
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Failed);
+    assert_eq!(w.events.events().last().unwrap().detail_type, "job.failed");
+    // The same request as v2 streams and completes.
+    let (_, msg) = submit(&w, Some(ResultFormat::V2)).await;
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Completed { .. }
+    ));
+}
+
+#[tokio::test]
 async fn a_failing_extraction_fails_the_job_with_a_sanitised_error() {
     let w = world().await;
     w.factory.behaviour.lock().unwrap().fail_query = true;
@@ -379,6 +408,42 @@ async fn an_unpublished_event_is_republished_by_redelivery_or_repair() {
         w.events.events().last().unwrap().id,
         format!("fetcher.job.completed.{}", job2.id)
     );
+}
+
+#[tokio::test]
+async fn a_repair_pass_clears_only_the_markers_of_published_events() {
+    let w = world().await;
+    w.events.fail.store(true, Ordering::SeqCst);
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        let (job, msg) = submit(&w, None).await;
+        assert!(w.pipeline.handle(&msg).await.should_retry());
+        jobs.push(job.id);
+    }
+    w.events.fail.store(false, Ordering::SeqCst);
+    w.events.fail_jobs.lock().unwrap().push(jobs[1].clone());
+    assert_eq!(w.pipeline.repair_events(25).await.unwrap(), 2);
+    let marker = |id: &str| {
+        let jobs = w.jobs.clone();
+        let id = id.to_owned();
+        async move {
+            jobs.get("acme", &id)
+                .await
+                .unwrap()
+                .unwrap()
+                .pending_event
+                .is_some()
+        }
+    };
+    assert!(!marker(&jobs[0]).await);
+    assert!(marker(&jobs[1]).await, "the failed event keeps its marker");
+    assert!(!marker(&jobs[2]).await);
+    w.events.fail_jobs.lock().unwrap().clear();
+    assert_eq!(w.pipeline.repair_events(25).await.unwrap(), 1);
+    assert!(!marker(&jobs[1]).await);
+    let ids: Vec<String> = w.events.events().iter().map(|e| e.job_id.clone()).collect();
+    assert_eq!(ids.len(), 3, "each event published once: {ids:?}");
+    assert_eq!(ids.last(), Some(&jobs[1]));
 }
 
 #[tokio::test]
