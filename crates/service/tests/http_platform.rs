@@ -689,3 +689,67 @@ async fn openapi_matches_the_router() {
         serde_json::to_value(fetcher_service::http::openapi()).unwrap()
     );
 }
+
+#[tokio::test]
+async fn a_host_without_local_files_refuses_sqlite_on_create_and_patch() {
+    // `serve` (local files) accepts a SQLite file; the same data served by a host
+    // without local files (Lambda) refuses new ones and edits to stored ones.
+    let serve = harness();
+    let lite = json!({"configName": "lite", "type": "SQLITE", "host": "localhost", "port": 1,
+        "databaseName": "/tmp/x.db", "userName": "u", "password": "p"});
+    let created = serve.create("p", lite.clone()).await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let lambda = serve.reconfigured(ApiConfig {
+        local_files: false,
+        ..Default::default()
+    });
+    let headers = [("x-product-name", "p")];
+    let mut again = lite;
+    again["configName"] = "lite2".into();
+    let r = lambda
+        .call(
+            Method::POST,
+            "/v1/management/connections",
+            &headers,
+            Some(again),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, json!("FET-0414"))
+    );
+    let r = lambda
+        .call(
+            Method::PATCH,
+            &format!("/v1/management/connections/{id}"),
+            &headers,
+            Some(json!({"databaseName": "/etc/other.db"})),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, json!("FET-0414"))
+    );
+    let r = lambda
+        .call(
+            Method::GET,
+            &format!("/v1/management/connections/{id}"),
+            &headers,
+            None,
+        )
+        .await;
+    assert_eq!(r.json()["databaseName"], "/tmp/x.db", "nothing changed");
+    // A PostgreSQL connection is unaffected.
+    let r = lambda
+        .call(
+            Method::POST,
+            "/v1/management/connections",
+            &headers,
+            Some(
+                json!({"configName": "pg-core", "type": "POSTGRESQL", "host": "db.example.com",
+                "port": 5432, "databaseName": "d", "userName": "u", "password": "p"}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+}

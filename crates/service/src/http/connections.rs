@@ -409,12 +409,17 @@ fn request_rules_patch(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiErr
     ApiError::field_buckets(missing, invalid, false).map_or(Ok(()), Err)
 }
 
+/// A tenant may not point the service at a file on its own disk, nor may anyone on a
+/// host without local files (Lambda).
+fn local_file_refused(cfg: &ApiConfig, datasource_type: &str) -> bool {
+    (cfg.multi_tenant || !cfg.local_files) && datasource_type == fetcher_connectors::SQLITE
+}
+
 fn ssrf_literal(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
     let multi_tenant = cfg.multi_tenant;
-    // A tenant may not point the service at a file on its own disk, nor may anyone on a
-    // host without local files (Lambda).
-    if (multi_tenant || !cfg.local_files)
-        && b.datasource_type.as_deref() == Some(fetcher_connectors::SQLITE)
+    if b.datasource_type
+        .as_deref()
+        .is_some_and(|t| local_file_refused(cfg, t))
     {
         return Err(ApiError::forbidden_host());
     }
@@ -792,6 +797,11 @@ pub async fn update_connection(
         r.metadata = Some(m.clone());
     }
     r.updated_at = now_text();
+    // The merged record too: a SQLite connection stored before the host refused them
+    // cannot be edited into use.
+    if local_file_refused(st.config(), &r.datasource_type) {
+        return Err(ApiError::forbidden_host());
+    }
     model_rules(&r)?;
     if r.config_name != current.config_name {
         match st

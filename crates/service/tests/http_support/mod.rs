@@ -117,6 +117,33 @@ pub fn harness_with(opts: Options) -> Harness {
     }
 }
 
+impl Harness {
+    /// The same stores and engine served under another configuration (a host that
+    /// changed its settings over existing data).
+    pub fn reconfigured(&self, config: ApiConfig) -> Harness {
+        let deps = AppDeps {
+            engine: self.state.engine().clone(),
+            job_store: self.jobs.clone(),
+            job_queue: self.queue.clone(),
+            rate_limiter: MemoryRateLimiter::new(),
+            signer: self.signer.clone(),
+            authenticator: Arc::new(NoAuthentication),
+            probes: Vec::new(),
+            host_policy: None,
+        };
+        let state = AppState::new(deps, config);
+        Harness {
+            router: http::router(state.clone()),
+            state,
+            jobs: self.jobs.clone(),
+            queue: self.queue.clone(),
+            factory: self.factory.clone(),
+            connections: self.connections.clone(),
+            signer: self.signer.clone(),
+        }
+    }
+}
+
 pub struct Reply {
     pub status: StatusCode,
     pub headers: HeaderMap,
