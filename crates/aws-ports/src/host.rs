@@ -152,11 +152,7 @@ impl Host {
         let protector = Arc::new(CipherProtector::new(keys.clone()));
         let api_store = ApiConnectionStore::new(Arc::new(store.clone()));
         let credentials = Arc::new(StoredCredentials::new(api_store.clone(), protector.clone()));
-        let policy = if config.multi_tenant {
-            HostPolicy::multi_tenant()
-        } else {
-            HostPolicy::single_tenant()
-        };
+        let policy = HostPolicy::for_tenancy(config.multi_tenant);
         let engine = Engine::builder()
             .connector_registry(Arc::new(SqlRegistry::servers_only(credentials, policy)))
             .connection_store(api_store)

@@ -143,11 +143,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let protector = Arc::new(CipherProtector::new(keys.clone()));
     let api_store = ApiConnectionStore::new(store.clone());
     let credentials = Arc::new(StoredCredentials::new(api_store.clone(), protector.clone()));
-    let policy = if args.multi_tenant {
-        HostPolicy::multi_tenant()
-    } else {
-        HostPolicy::single_tenant()
-    };
+    let policy = HostPolicy::for_tenancy(args.multi_tenant);
     let engine = Engine::builder()
         .connector_registry(Arc::new(SqlRegistry::new(credentials, policy)))
         .connection_store(api_store)

@@ -84,6 +84,15 @@ impl HostPolicy {
         }
     }
 
+    /// [`Self::multi_tenant`] or [`Self::single_tenant`].
+    pub fn for_tenancy(multi_tenant: bool) -> Self {
+        if multi_tenant {
+            Self::multi_tenant()
+        } else {
+            Self::single_tenant()
+        }
+    }
+
     /// Replaces the resolver (tests).
     pub fn with_resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
         self.resolver = resolver;

@@ -263,6 +263,23 @@ pub struct ConnectionPage {
     pub total: i64,
 }
 
+impl ConnectionPage {
+    /// Offset paging over an ordered list: `params.filter` may carry
+    /// `{"page": n, "limit": m}` (page from 1; no limit means everything).
+    pub fn offset(all: Vec<ConnectionDescriptor>, params: &ConnectionListParams) -> Self {
+        let total = all.len() as i64;
+        let number = |k: &str| params.filter.get(k).and_then(|v| v.as_u64());
+        let limit = number("limit").unwrap_or(u64::MAX) as usize;
+        let page = number("page").unwrap_or(1).max(1) as usize;
+        let items = all
+            .into_iter()
+            .skip((page - 1).saturating_mul(limit))
+            .take(limit)
+            .collect();
+        ConnectionPage { items, total }
+    }
+}
+
 /// The outcome of a successful connection test.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

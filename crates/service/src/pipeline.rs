@@ -551,15 +551,18 @@ impl Pipeline {
         status: JobStatus,
         payload: &str,
     ) -> Result<()> {
-        self.events
-            .publish(&TerminalEvent::new(
-                tenant,
-                job_id,
-                status,
-                payload.to_owned(),
-            ))
-            .await?;
-        self.clear_marker(tenant, job_id).await;
+        self.publish_then_clear(&TerminalEvent::new(
+            tenant,
+            job_id,
+            status,
+            payload.to_owned(),
+        ))
+        .await
+    }
+
+    async fn publish_then_clear(&self, event: &TerminalEvent) -> Result<()> {
+        self.events.publish(event).await?;
+        self.clear_marker(&event.tenant_id, &event.job_id).await;
         Ok(())
     }
 
@@ -598,12 +601,10 @@ impl Pipeline {
     }
 
     async fn republish(&self, job: &Job) -> Result<()> {
-        let Some(event) = Self::stored_event(job)? else {
-            return Ok(());
-        };
-        self.events.publish(&event).await?;
-        self.clear_marker(&event.tenant_id, &event.job_id).await;
-        Ok(())
+        match Self::stored_event(job)? {
+            Some(event) => self.publish_then_clear(&event).await,
+            None => Ok(()),
+        }
     }
 
     /// One repair pass: republishes up to `limit` pending terminal events in one

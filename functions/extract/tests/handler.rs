@@ -133,6 +133,15 @@ async fn limits_come_from_the_environment_and_bad_values_are_refused() {
     assert_eq!(ex.pipeline.engine.limits().max_result_bytes, 1024);
 }
 
+async fn stored_job(ex: &Extractor, tenant: &str, id: &str) -> Job {
+    ex.pipeline
+        .jobs
+        .get(tenant, id)
+        .await
+        .unwrap()
+        .expect("job stored")
+}
+
 #[tokio::test]
 async fn a_permanent_failure_is_not_retried_and_a_redelivery_is_a_no_op() {
     let ex = extractor().await;
@@ -144,25 +153,13 @@ async fn a_permanent_failure_is_not_retried_and_a_redelivery_is_a_no_op() {
     let event = sqs_event(&[("m-1", &msg)]);
     let out = ex.handle(event.clone()).await;
     assert_eq!(out, json!({"batchItemFailures": []}));
-    let stored = ex
-        .pipeline
-        .jobs
-        .get(&tenant, &job.id)
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = stored_job(&ex, &tenant, &job.id).await;
     assert_eq!(stored.status, JobStatus::Failed);
     assert_eq!(stored.pending_event, None, "the event was published");
     // The same delivery again: nothing happens, nothing is retried.
     let again = ex.handle(event).await;
     assert_eq!(again, json!({"batchItemFailures": []}));
-    let after = ex
-        .pipeline
-        .jobs
-        .get(&tenant, &job.id)
-        .await
-        .unwrap()
-        .unwrap();
+    let after = stored_job(&ex, &tenant, &job.id).await;
     assert_eq!(after, stored);
 }
 
@@ -177,13 +174,7 @@ async fn an_invalid_signature_fails_the_job_without_a_retry() {
         .insert("x-message-signature".into(), "00".repeat(32));
     let out = ex.handle(sqs_event(&[("m-2", &msg)])).await;
     assert_eq!(out, json!({"batchItemFailures": []}));
-    let stored = ex
-        .pipeline
-        .jobs
-        .get(&tenant, &job.id)
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = stored_job(&ex, &tenant, &job.id).await;
     assert_eq!(stored.status, JobStatus::Failed);
 }
 

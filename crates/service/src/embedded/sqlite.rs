@@ -418,28 +418,7 @@ impl ConnectionStore for SqliteStore {
         t: &'a TenantContext,
         params: &'a ConnectionListParams,
     ) -> BoxFuture<'a, fetcher_engine::Result<ConnectionPage>> {
-        Box::pin(async move {
-            // Offset paging over the ordered list; `filter` may carry {"page":n,"limit":m}.
-            let all = self.list(ctx, t).await?;
-            let total = all.len() as i64;
-            let limit = params
-                .filter
-                .get("limit")
-                .and_then(|v| v.as_u64())
-                .unwrap_or(u64::MAX) as usize;
-            let page = params
-                .filter
-                .get("page")
-                .and_then(|v| v.as_u64())
-                .unwrap_or(1)
-                .max(1) as usize;
-            let items = all
-                .into_iter()
-                .skip((page - 1).saturating_mul(limit))
-                .take(limit)
-                .collect();
-            Ok(ConnectionPage { items, total })
-        })
+        Box::pin(async move { Ok(ConnectionPage::offset(self.list(ctx, t).await?, params)) })
     }
 
     fn credential<'a>(
