@@ -48,12 +48,26 @@ pub struct ServeArgs {
     /// Multi-tenant mode: the tenant comes from the `tenantId` claim of a verified JWT.
     #[arg(long, env = "FETCHER_MULTI_TENANT")]
     pub multi_tenant: bool,
-    /// HS256 secret for verifying JWTs.
+    /// HS256 secret for verifying JWTs (at least 32 bytes). Prefer
+    /// --jwt-hs256-secret-file: a command-line value shows in `ps`.
     #[arg(long, env = "FETCHER_JWT_HS256_SECRET", hide_env_values = true)]
     pub jwt_hs256_secret: Option<String>,
+    /// File holding the HS256 secret (at least 32 bytes; one trailing newline is ignored).
+    #[arg(
+        long,
+        env = "FETCHER_JWT_HS256_SECRET_FILE",
+        conflicts_with = "jwt_hs256_secret"
+    )]
+    pub jwt_hs256_secret_file: Option<PathBuf>,
     /// RS256 public key (PEM file) for verifying JWTs.
     #[arg(long, env = "FETCHER_JWT_RS256_PUBLIC_KEY")]
     pub jwt_rs256_public_key: Option<PathBuf>,
+    /// Require this `iss` in every token.
+    #[arg(long, env = "FETCHER_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+    /// Require this value in every token's `aud`.
+    #[arg(long, env = "FETCHER_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
     /// Jobs run at once.
     #[arg(long, default_value_t = 2, env = "FETCHER_WORKERS")]
     pub workers: usize,
@@ -107,6 +121,59 @@ async fn key_ring(args: &ServeArgs) -> Result<KeyRing> {
     Ok(KeyRing::from_base64(&key, "1")?)
 }
 
+/// The token verifier the settings ask for. Fails closed: a weak or unreadable key, or
+/// multi-tenant mode without one, stops the process at start.
+pub fn authenticator(args: &ServeArgs) -> Result<Arc<dyn http::Authenticator>> {
+    let secret = match (&args.jwt_hs256_secret, &args.jwt_hs256_secret_file) {
+        (Some(s), _) => Some(s.clone().into_bytes()),
+        (None, Some(path)) => {
+            let mut bytes =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            if bytes.ends_with(b"\n") {
+                bytes.pop();
+                if bytes.ends_with(b"\r") {
+                    bytes.pop();
+                }
+            }
+            Some(bytes)
+        }
+        (None, None) => None,
+    };
+    let jwt = match (secret, &args.jwt_rs256_public_key) {
+        (Some(_), Some(_)) => {
+            bail!("give one JWT key: an HS256 secret or --jwt-rs256-public-key, not both")
+        }
+        (Some(secret), None) => http::JwtAuthenticator::hs256(&secret)
+            .context("--jwt-hs256-secret / FETCHER_JWT_HS256_SECRET")?,
+        (None, Some(pem)) => {
+            let pem = std::fs::read(pem).with_context(|| format!("reading {}", pem.display()))?;
+            http::JwtAuthenticator::rs256_pem(&pem).context("--jwt-rs256-public-key")?
+        }
+        (None, None) if args.multi_tenant => {
+            bail!(
+                "--multi-tenant needs --jwt-hs256-secret-file, --jwt-hs256-secret or --jwt-rs256-public-key"
+            )
+        }
+        (None, None) => {
+            if args.jwt_issuer.is_some() || args.jwt_audience.is_some() {
+                bail!("--jwt-issuer / --jwt-audience need a JWT key");
+            }
+            return Ok(Arc::new(http::NoAuthentication));
+        }
+    };
+    let jwt = match &args.jwt_issuer {
+        Some(iss) if iss.is_empty() => bail!("--jwt-issuer is empty"),
+        Some(iss) => jwt.with_issuer(&[iss.as_str()]),
+        None => jwt,
+    };
+    let jwt = match &args.jwt_audience {
+        Some(aud) if aud.is_empty() => bail!("--jwt-audience is empty"),
+        Some(aud) => jwt.with_audience(&[aud.as_str()]),
+        None => jwt,
+    };
+    Ok(Arc::new(jwt))
+}
+
 /// Readiness probe over the embedded database.
 struct DbProbe(SqliteStore);
 
@@ -122,6 +189,8 @@ impl http::ReadinessProbe for DbProbe {
 
 pub async fn serve(args: ServeArgs) -> Result<()> {
     init_logging(args.log_json);
+    // Settings first: a bad one stops the process before anything is created.
+    let authenticator = authenticator(&args)?;
     tokio::fs::create_dir_all(&args.data_dir)
         .await
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
@@ -176,19 +245,6 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         },
     });
 
-    let authenticator: Arc<dyn http::Authenticator> =
-        match (&args.jwt_hs256_secret, &args.jwt_rs256_public_key) {
-            (Some(secret), _) => Arc::new(http::JwtAuthenticator::hs256(secret.as_bytes())),
-            (None, Some(pem)) => {
-                let pem =
-                    std::fs::read(pem).with_context(|| format!("reading {}", pem.display()))?;
-                Arc::new(http::JwtAuthenticator::rs256_pem(&pem).map_err(anyhow::Error::msg)?)
-            }
-            (None, None) if args.multi_tenant => {
-                bail!("--multi-tenant needs --jwt-hs256-secret or --jwt-rs256-public-key")
-            }
-            (None, None) => Arc::new(http::NoAuthentication),
-        };
     let state = AppState::new(
         AppDeps {
             engine,

@@ -257,8 +257,11 @@ pub fn is_blocked_ip(ip: IpAddr) -> bool {
             if v6_in(v6, Ipv6Addr::UNSPECIFIED, 96) {
                 return true;
             }
-            // NAT64 64:ff9b::/96 and 6to4 2002::/16 reach the embedded IPv4 address.
-            if v6_in(v6, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96) {
+            // IPv4-translated ::ffff:0:a.b.c.d (SIIT, RFC 2765), NAT64 64:ff9b::/96 and
+            // 6to4 2002::/16 reach the embedded IPv4 address: judged by it.
+            if v6_in(v6, Ipv6Addr::new(0, 0, 0, 0, 0xffff, 0, 0, 0), 96)
+                || v6_in(v6, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96)
+            {
                 return is_blocked_v4(embedded(&octets[12..]));
             }
             if seg[0] == 0x2002 {
@@ -271,6 +274,9 @@ pub fn is_blocked_ip(ip: IpAddr) -> bool {
                 (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8), // multicast
                 (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32), // documentation
                 (Ipv6Addr::new(0x0100, 0, 0, 0, 0, 0, 0, 0), 64), // discard-only
+                // Teredo carries a server and an obfuscated client IPv4 address, and
+                // local-use NAT64 embeds at an operator-chosen prefix length: neither
+                // can be judged by one embedded address, so both are blocked outright.
                 (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 32), // Teredo
                 (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48), // local-use NAT64
             ];

@@ -115,6 +115,18 @@ async fn bypass_table_is_rejected_without_dns() {
         "64:ff9b::a00:1",
         "2002:7f00:1::1",
         "2001::1",
+        // IPv4-translated (SIIT) ::ffff:0:a.b.c.d, and the other embeddings of loopback,
+        // private and metadata addresses.
+        "::ffff:0:7f00:1",
+        "::ffff:0:127.0.0.1",
+        "::ffff:0:a00:1",
+        "::ffff:0:169.254.169.254",
+        "64:ff9b::127.0.0.1",
+        "64:ff9b::169.254.169.254",
+        "64:ff9b:1::a00:1",
+        "2002:a9fe:a9fe::1",
+        "2002:c0a8:0101::1",
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",
         // Non-canonical numeric IPv4 forms: decimal, octal, hex, short.
         "2130706433",
         "0177.0.0.1",
@@ -230,7 +242,9 @@ fn allowed_addresses_and_names() {
         "198.17.255.255",
         "198.20.0.1",
         "::ffff:8.8.8.8",
+        "::ffff:0:808:808",
         "64:ff9b::808:808",
+        "2002:808:808::1",
     ] {
         assert!(!is_blocked_ip(ip.parse().unwrap()), "{ip}");
     }

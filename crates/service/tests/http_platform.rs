@@ -9,7 +9,8 @@ use axum::http::{Method, StatusCode};
 use fetcher_engine::BoxFuture;
 use fetcher_service::ServiceError;
 use fetcher_service::http::{
-    ApiConfig, ClaimsAuthenticator, JwtAuthenticator, ReadinessProbe, VerifiedClaims,
+    ApiConfig, ClaimsAuthenticator, JwtAuthenticator, JwtConfigError, ReadinessProbe,
+    VerifiedClaims,
 };
 use http_support::*;
 use jsonwebtoken::{EncodingKey, Header};
@@ -116,7 +117,7 @@ async fn framework_errors() {
 
 #[tokio::test]
 async fn hs256_tenancy_and_isolation() {
-    let h = multi_tenant(Arc::new(JwtAuthenticator::hs256(SECRET)));
+    let h = multi_tenant(Arc::new(JwtAuthenticator::hs256(SECRET).unwrap()));
     let exp = now() + 600;
     let a = format!(
         "Bearer {}",
@@ -366,7 +367,7 @@ async fn single_tenant_with_required_auth() {
             require_auth: true,
             ..Default::default()
         },
-        authenticator: Arc::new(JwtAuthenticator::hs256(SECRET)),
+        authenticator: Arc::new(JwtAuthenticator::hs256(SECRET).unwrap()),
         probes: Vec::new(),
     });
     assert_eq!(
@@ -387,7 +388,7 @@ async fn single_tenant_with_required_auth() {
 
 #[tokio::test]
 async fn ssrf_guard_in_multi_tenant_mode() {
-    let h = multi_tenant(Arc::new(JwtAuthenticator::hs256(SECRET)));
+    let h = multi_tenant(Arc::new(JwtAuthenticator::hs256(SECRET).unwrap()));
     let auth = format!(
         "Bearer {}",
         hs(json!({"tenantId": "t1", "exp": now() + 600}))
@@ -752,4 +753,136 @@ async fn a_host_without_local_files_refuses_sqlite_on_create_and_patch() {
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+}
+
+/// Signs `header` and `claims` as given (raw JSON text, so names can repeat).
+fn hs_raw(header: &str, claims: &str) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let input = format!("{}.{}", b64(header.as_bytes()), b64(claims.as_bytes()));
+    let signature = jsonwebtoken::crypto::sign(
+        input.as_bytes(),
+        &EncodingKey::from_secret(SECRET),
+        jsonwebtoken::Algorithm::HS256,
+    )
+    .unwrap();
+    format!("{input}.{signature}")
+}
+
+#[test]
+fn weak_hs256_secrets_are_refused() {
+    for secret in [&b""[..], b"short", &[b'x'; 31]] {
+        assert!(
+            matches!(
+                JwtAuthenticator::hs256(secret),
+                Err(JwtConfigError::WeakSecret(n)) if n == secret.len()
+            ),
+            "{} bytes accepted",
+            secret.len()
+        );
+    }
+    assert!(JwtAuthenticator::hs256(&[b'x'; 32]).is_ok());
+}
+
+#[tokio::test]
+async fn tokens_with_crit_or_repeated_names_are_rejected() {
+    let h = multi_tenant(Arc::new(JwtAuthenticator::hs256(SECRET).unwrap()));
+    let exp = now() + 600;
+    let call = |token: String| {
+        let h = &h;
+        async move {
+            h.call(
+                Method::GET,
+                "/v1/management/connections",
+                &[("authorization", &format!("Bearer {token}"))],
+                None,
+            )
+            .await
+        }
+    };
+    let claims = format!(r#"{{"tenantId":"tenant-a","exp":{exp}}}"#);
+    // The same signing path accepts a plain token: the refusals below are for cause.
+    let ok = call(hs_raw(r#"{"alg":"HS256","typ":"JWT"}"#, &claims)).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
+    for (header, claims) in [
+        (
+            r#"{"alg":"HS256","crit":["exp"]}"#.to_owned(),
+            claims.clone(),
+        ),
+        (r#"{"alg":"HS256","crit":[]}"#.to_owned(), claims.clone()),
+        (
+            r#"{"alg":"HS256","alg":"HS256"}"#.to_owned(),
+            claims.clone(),
+        ),
+        (
+            r#"{"alg":"HS256"}"#.to_owned(),
+            format!(r#"{{"tenantId":"tenant-b","tenantId":"tenant-a","exp":{exp}}}"#),
+        ),
+    ] {
+        let r = call(hs_raw(&header, &claims)).await;
+        assert_eq!(
+            (r.status, r.json()["code"].clone()),
+            (StatusCode::UNAUTHORIZED, json!("INVALID_TOKEN")),
+            "{header} {claims}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn issuer_and_audience_are_checked_when_set() {
+    let jwt = JwtAuthenticator::hs256(SECRET)
+        .unwrap()
+        .with_issuer(&["https://idp.example"])
+        .with_audience(&["fetcher"]);
+    let h = multi_tenant(Arc::new(jwt));
+    let exp = now() + 600;
+    let status = |claims: serde_json::Value| {
+        let h = &h;
+        async move {
+            h.call(
+                Method::GET,
+                "/v1/management/connections",
+                &[("authorization", &hs(claims))],
+                None,
+            )
+            .await
+            .status
+        }
+    };
+    let good = json!({"tenantId": "t", "exp": exp, "iss": "https://idp.example", "aud": "fetcher"});
+    assert_eq!(status(good).await, StatusCode::OK);
+    for bad in [
+        json!({"tenantId": "t", "exp": exp, "aud": "fetcher"}),
+        json!({"tenantId": "t", "exp": exp, "iss": "https://other.example", "aud": "fetcher"}),
+        json!({"tenantId": "t", "exp": exp, "iss": "https://idp.example"}),
+        json!({"tenantId": "t", "exp": exp, "iss": "https://idp.example", "aud": "other"}),
+    ] {
+        assert_eq!(status(bad.clone()).await, StatusCode::UNAUTHORIZED, "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn metrics_labels_come_from_closed_sets() {
+    let h = harness();
+    let series = |text: &str| text.lines().filter(|l| !l.starts_with('#')).count();
+    h.get("/metrics").await;
+    let before = series(&h.get("/metrics").await.text);
+    let long = "X".repeat(4000);
+    for i in 0..30 {
+        let odd =
+            Method::from_bytes(format!("ODD{i}{}", if i < 3 { &long } else { "" }).as_bytes())
+                .unwrap();
+        h.call(odd.clone(), "/v1/fetcher", &[], None).await;
+        h.call(odd, &format!("/raw/path/{i}"), &[], None).await;
+        h.get(&format!("/raw/path/{i}")).await;
+    }
+    let text = h.get("/metrics").await.text;
+    assert!(!text.contains("ODD"), "a raw method became a label");
+    assert!(!text.contains("/raw/path"), "a raw path became a label");
+    assert!(text.contains(r#"method="other""#), "{text}");
+    // other × {route template, unmatched} × their statuses, and GET unmatched 404, each
+    // with a counter and a histogram: a handful of series, not one per request.
+    let added = series(&text) - before;
+    assert!(added <= 60, "{added} series added by 90 requests");
+    assert!(text.len() < 100_000, "{} bytes of metrics", text.len());
 }

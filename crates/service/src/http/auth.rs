@@ -6,7 +6,10 @@
 //! * [`JwtAuthenticator`] (for `fetcher serve`): `Authorization: Bearer <jwt>` (scheme
 //!   case-insensitive, bare token accepted), verified with an HS256 secret or an RS256
 //!   public key (PEM); signature, `exp` (required) and `nbf` are checked, and optionally
-//!   `iss` / `aud`.
+//!   `iss` / `aud`. An HS256 secret under [`MIN_HS256_SECRET_BYTES`] is refused at
+//!   construction (an empty key would let anyone sign); a token whose header has `crit`
+//!   (RFC 7515 §4.1.11: we understand no extension) or whose header or claims repeat a
+//!   name (RFC 7519 §4: reject or take the last; we reject) is refused.
 //! * [`ClaimsAuthenticator`] (for the API Lambda): the host has already verified the token
 //!   (API Gateway JWT authorizer) and puts the claims in the request extensions as
 //!   [`VerifiedClaims`]; nothing is parsed from headers.
@@ -106,6 +109,19 @@ fn principal(claims: Map<String, Value>) -> Principal {
     }
 }
 
+/// The shortest HS256 secret accepted: 256 bits, the size of the HMAC-SHA256 output
+/// (RFC 7518 §3.2 requires a key at least that long).
+pub const MIN_HS256_SECRET_BYTES: usize = 32;
+
+/// Why a [`JwtAuthenticator`] could not be built. Hosts stop at start on it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JwtConfigError {
+    #[error("the HS256 secret is {0} bytes; at least {MIN_HS256_SECRET_BYTES} are required")]
+    WeakSecret(usize),
+    #[error("invalid RSA public key (PEM)")]
+    InvalidPublicKey,
+}
+
 /// Verifies `Authorization: Bearer <jwt>` with one key.
 pub struct JwtAuthenticator {
     key: DecodingKey,
@@ -121,15 +137,20 @@ impl std::fmt::Debug for JwtAuthenticator {
 }
 
 impl JwtAuthenticator {
-    /// HS256 with a shared secret.
-    pub fn hs256(secret: &[u8]) -> Self {
-        Self::new(DecodingKey::from_secret(secret), Algorithm::HS256)
+    /// HS256 with a shared secret of at least [`MIN_HS256_SECRET_BYTES`].
+    pub fn hs256(secret: &[u8]) -> Result<Self, JwtConfigError> {
+        if secret.len() < MIN_HS256_SECRET_BYTES {
+            return Err(JwtConfigError::WeakSecret(secret.len()));
+        }
+        Ok(Self::new(
+            DecodingKey::from_secret(secret),
+            Algorithm::HS256,
+        ))
     }
 
     /// RS256 with an RSA public key in PEM.
-    pub fn rs256_pem(pem: &[u8]) -> Result<Self, String> {
-        let key = DecodingKey::from_rsa_pem(pem)
-            .map_err(|_| "invalid RSA public key (PEM)".to_owned())?;
+    pub fn rs256_pem(pem: &[u8]) -> Result<Self, JwtConfigError> {
+        let key = DecodingKey::from_rsa_pem(pem).map_err(|_| JwtConfigError::InvalidPublicKey)?;
         Ok(Self::new(key, Algorithm::RS256))
     }
 
@@ -142,16 +163,19 @@ impl JwtAuthenticator {
         JwtAuthenticator { key, validation }
     }
 
-    /// Also require `iss` to be one of these.
+    /// Also require `iss`, and to be one of these (a token without `iss` is rejected).
     pub fn with_issuer(mut self, issuers: &[&str]) -> Self {
         self.validation.set_issuer(issuers);
+        self.validation.required_spec_claims.insert("iss".into());
         self
     }
 
-    /// Also require `aud` to contain one of these.
+    /// Also require `aud`, and to contain one of these (a token without `aud` is
+    /// rejected).
     pub fn with_audience(mut self, audiences: &[&str]) -> Self {
         self.validation.set_audience(audiences);
         self.validation.validate_aud = true;
+        self.validation.required_spec_claims.insert("aud".into());
         self
     }
 
@@ -159,6 +183,7 @@ impl JwtAuthenticator {
     pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
         // Shape first, so a non-JWT is "malformed" rather than "rejected".
         jsonwebtoken::decode_header(token).map_err(|_| AuthError::Malformed)?;
+        check_segments(token)?;
         let data = jsonwebtoken::decode::<Value>(token, &self.key, &self.validation).map_err(
             |e| match e.kind() {
                 jsonwebtoken::errors::ErrorKind::InvalidToken
@@ -187,6 +212,55 @@ impl Authenticator for JwtAuthenticator {
             None => Ok(None),
             Some(token) => self.verify(token).map(Some),
         }
+    }
+}
+
+/// What `jsonwebtoken` does not check: a `crit` header parameter (we implement no
+/// extension, so any is one we do not understand) and a name repeated in the header or
+/// the claims (serde would silently keep the last).
+fn check_segments(token: &str) -> Result<(), AuthError> {
+    use base64::Engine as _;
+    let mut parts = token.split('.');
+    for segment in [parts.next(), parts.next()] {
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(segment.ok_or(AuthError::Malformed)?.trim_end_matches('='))
+            .map_err(|_| AuthError::Malformed)?;
+        let names: UniqueNames = serde_json::from_slice(&bytes).map_err(|_| AuthError::Rejected)?;
+        if names.0.iter().any(|n| n == "crit") {
+            return Err(AuthError::Rejected);
+        }
+    }
+    Ok(())
+}
+
+/// The member names of a JSON object, failing on a repeated one.
+struct UniqueNames(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for UniqueNames {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = UniqueNames;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<UniqueNames, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    if !seen.insert(name.clone()) {
+                        return Err(serde::de::Error::custom(format!(
+                            "duplicate member `{name}`"
+                        )));
+                    }
+                }
+                Ok(UniqueNames(seen.into_iter().collect()))
+            }
+        }
+        d.deserialize_map(Visitor)
     }
 }
 

@@ -97,8 +97,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{
-    AuthError, Authenticator, ClaimsAuthenticator, JwtAuthenticator, NoAuthentication, Principal,
-    VerifiedClaims,
+    AuthError, Authenticator, ClaimsAuthenticator, JwtAuthenticator, JwtConfigError,
+    MIN_HS256_SECRET_BYTES, NoAuthentication, Principal, VerifiedClaims,
 };
 pub use error::ApiError;
 pub use extract::RequestId;
@@ -391,7 +391,7 @@ async fn method_not_allowed() -> ApiError {
 
 async fn record_metrics(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = req.method().to_string();
+    let method = req.method().clone();
     let route = req
         .extensions()
         .get::<MatchedPath>()

@@ -114,6 +114,23 @@ struct MetricsInner {
 #[derive(Default)]
 pub struct Metrics(Mutex<MetricsInner>);
 
+/// The metrics label of a request method: a standard method's name, else `other`.
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method as M;
+    match *method {
+        M::GET => "GET",
+        M::HEAD => "HEAD",
+        M::POST => "POST",
+        M::PUT => "PUT",
+        M::PATCH => "PATCH",
+        M::DELETE => "DELETE",
+        M::OPTIONS => "OPTIONS",
+        M::TRACE => "TRACE",
+        M::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
@@ -122,7 +139,16 @@ fn esc(s: &str) -> String {
 
 impl Metrics {
     /// One finished HTTP request (`route` is the matched template, never the raw path).
-    pub fn record_request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+    /// Labels come from closed sets, so no client can grow the series: the method is one
+    /// of the standard ones or `other`.
+    pub fn record_request(
+        &self,
+        method: &axum::http::Method,
+        route: &str,
+        status: u16,
+        elapsed: Duration,
+    ) {
+        let method = method_label(method);
         let mut m = self.0.lock().unwrap();
         *m.requests
             .entry((method.to_owned(), route.to_owned(), status))
