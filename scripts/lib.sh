@@ -42,3 +42,20 @@ ensure_moto() {
   [ -x .venv/bin/cargo-lambda ] || .venv/bin/pip install -q cargo-lambda
   echo "AWS endpoint: ${AWS_ENDPOINT_URL}"
 }
+
+# LocalStack (host mode, no container) on 127.0.0.1:4566 for SQS, S3, KMS, EventBridge,
+# Secrets Manager and STS; DynamoDB stays on moto (see scripts/localstack).
+ensure_localstack() {
+  LOCALSTACK_URL="$(./scripts/localstack start)"
+  export LOCALSTACK_URL
+}
+
+# The packages whose tests talk to AWS (or an emulator): run by scripts/test-aws.
+AWS_TEST_PACKAGES=(-p fetcher-aws -p fetcher-fn-api -p fetcher-fn-extract -p fetcher-e2e)
+
+# Sums cargo's per-binary `test result:` lines of the logs given; prints
+# "<passed> <failed> <ignored>".
+cargo_test_counts() {
+  awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?/) p += $i; if ($(i+1) ~ /^failed;?/) f += $i; if ($(i+1) ~ /^ignored;?/) g += $i } }
+       END { printf "%d %d %d\n", p, f, g }' "$@"
+}

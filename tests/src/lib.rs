@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-pub use fetcher_aws::testing::{endpoint, workspace_root};
+pub use fetcher_aws::testing::{endpoint, service_endpoint, workspace_root};
 
 /// `cargo lambda watch` on a local port; killed on drop.
 pub struct Watch {

@@ -149,6 +149,17 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
         .await
         .expect("bootstrap");
     let queue_arn = format!("arn:aws:sqs:us-east-1:123456789012:{prefix}-jobs");
+    // The functions resolve endpoints through the SDK chain, as on AWS; each service gets
+    // the one this test uses (the LocalStack lane takes DynamoDB from moto).
+    let endpoints = [
+        "DYNAMODB",
+        "S3",
+        "SQS",
+        "KMS",
+        "SECRETS_MANAGER",
+        "EVENTBRIDGE",
+    ]
+    .map(|s| (format!("AWS_ENDPOINT_URL_{s}"), service_endpoint(s)));
     let env: Vec<(String, String)> = [
         ("AWS_ENDPOINT_URL", endpoint()),
         ("AWS_ACCESS_KEY_ID", "test".into()),
@@ -164,6 +175,7 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
+    .chain(endpoints)
     .collect();
     let logs = log_dir();
     let w = Watch::start(&env, &logs.join("watch.log"));

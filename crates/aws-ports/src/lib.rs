@@ -107,10 +107,13 @@ pub struct Clients {
 
 impl Clients {
     /// Builds the clients; S3 uses path-style addressing when an endpoint override is
-    /// set (emulators), virtual-hosted style otherwise.
+    /// set for it (emulators: `AWS_ENDPOINT_URL` or `AWS_ENDPOINT_URL_S3`),
+    /// virtual-hosted style otherwise.
     pub fn new(config: &SdkConfig) -> Clients {
+        let s3_override = config.endpoint_url().is_some()
+            || std::env::var("AWS_ENDPOINT_URL_S3").is_ok_and(|v| !v.is_empty());
         let s3 = aws_sdk_s3::config::Builder::from(config)
-            .force_path_style(config.endpoint_url().is_some())
+            .force_path_style(s3_override)
             .build();
         Clients {
             dynamodb: aws_sdk_dynamodb::Client::new(config),

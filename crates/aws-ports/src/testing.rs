@@ -1,10 +1,13 @@
-//! Test harness (feature `testing`): an SDK configuration pointing at moto server, and
-//! the bootstrapped resources.
+//! Test harness (feature `testing`): an SDK configuration for the emulators (or real AWS)
+//! and the bootstrapped resources.
 //!
-//! The endpoint is `AWS_ENDPOINT_URL` when set (moto, LocalStack, …); otherwise moto is
-//! started through `scripts/moto` (which needs the venv `./scripts/test` creates, or
-//! network access to PyPI to create it). Credentials default to `test`/`test` and the
-//! region to `us-east-1` when the environment has none.
+//! Endpoints resolve like the Lambda binaries resolve them: through the SDK's standard
+//! chain, so `AWS_ENDPOINT_URL` and `AWS_ENDPOINT_URL_<SERVICE>` apply (the LocalStack
+//! lane points DynamoDB at moto with `AWS_ENDPOINT_URL_DYNAMODB`; see `scripts/test-aws`).
+//! When neither names an endpoint, moto is started through `scripts/moto` (which needs
+//! the venv `./scripts/test` creates, or PyPI to create it) and every client uses it.
+//! Credentials default to `test`/`test` and the region to `us-east-1` when the
+//! environment has none.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -23,15 +26,29 @@ pub fn workspace_root() -> PathBuf {
         .expect("workspace root")
 }
 
-/// The emulator endpoint: `AWS_ENDPOINT_URL`, or a moto server started on demand.
+fn env(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.is_empty())
+}
+
+/// Whether the environment names an endpoint for any service (then the SDK's chain
+/// resolves every client's endpoint, and moto is not started here).
+fn endpoints_from_env() -> bool {
+    std::env::vars().any(|(k, v)| k.starts_with("AWS_ENDPOINT_URL") && !v.is_empty())
+}
+
+/// The endpoint of `service` (the SDK's env name: `DYNAMODB`, `S3`, `SQS`, …) as the
+/// binaries would resolve it: `AWS_ENDPOINT_URL_<SERVICE>`, else `AWS_ENDPOINT_URL`,
+/// else the moto server this harness starts. Handed to child processes (the e2e test).
+pub fn service_endpoint(service: &str) -> String {
+    env(&format!("AWS_ENDPOINT_URL_{service}")).unwrap_or_else(endpoint)
+}
+
+/// The general endpoint: `AWS_ENDPOINT_URL`, or a moto server started on demand.
 pub fn endpoint() -> String {
     static ENDPOINT: OnceLock<String> = OnceLock::new();
     ENDPOINT
         .get_or_init(|| {
-            if let Some(url) = std::env::var("AWS_ENDPOINT_URL")
-                .ok()
-                .filter(|u| !u.is_empty())
-            {
+            if let Some(url) = env("AWS_ENDPOINT_URL") {
                 return url;
             }
             let script = workspace_root().join("scripts/moto");
@@ -55,9 +72,9 @@ pub fn endpoint() -> String {
         .clone()
 }
 
-/// An SDK configuration for the emulator.
+/// An SDK configuration for the emulators: the standard chain, with moto as the one
+/// endpoint when the environment names none.
 pub async fn config() -> SdkConfig {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let creds = Credentials::new(
         env("AWS_ACCESS_KEY_ID").unwrap_or_else(|| "test".into()),
         env("AWS_SECRET_ACCESS_KEY").unwrap_or_else(|| "test".into()),
@@ -65,8 +82,11 @@ pub async fn config() -> SdkConfig {
         None,
         "fetcher-test",
     );
-    aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(endpoint())
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    if !endpoints_from_env() {
+        loader = loader.endpoint_url(endpoint());
+    }
+    loader
         .region(Region::new(
             env("AWS_REGION").unwrap_or_else(|| "us-east-1".into()),
         ))

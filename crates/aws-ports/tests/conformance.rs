@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fetcher_aws::bootstrap::rotate_master_key;
-use fetcher_aws::testing::{clients, resources};
+use fetcher_aws::testing::{self, clients, resources};
 use fetcher_aws::*;
 use fetcher_crypto::{KeyRing, MasterKeySource, Opener};
 use fetcher_engine::ports::{ConnectionStore, ExecutionStore, ResultSink, SchemaCache};
@@ -351,10 +351,36 @@ async fn eventbridge_events_reach_the_subscriber_queue() {
     assert_eq!(again.queue_url, r.queue_url);
     assert_eq!(again.events_dlq_url, r.events_dlq_url);
 
-    // A bus that does not exist: the per-entry failure is reported, not swallowed.
-    let broken = EventBridgePublisher::new(c.events.clone(), "no-such-bus", "x").with_attempts(2);
+    // A bus that does not exist. Real EventBridge accepts PutEvents to a missing custom
+    // bus and drops the events (LocalStack does the same; moto fails the entries), so a
+    // publish cannot detect it; the readiness probe (DescribeEventBus) does, on AWS and
+    // on both emulators.
+    let missing = EventBridgePublisher::new(c.events.clone(), "no-such-bus", "x");
+    assert!(missing.ping().await.is_err());
+    assert!(publisher.ping().await.is_ok());
+
+    // Failures are reported, not swallowed: with the bus unreachable every publish fails,
+    // and so does every entry of a batch spanning several requests.
+    let unreachable = aws_sdk_eventbridge::config::Builder::from(&testing::config().await)
+        .endpoint_url(format!("http://127.0.0.1:{}", closed_port()))
+        .retry_config(aws_sdk_eventbridge::config::retry::RetryConfig::disabled())
+        .build();
+    let broken = EventBridgePublisher::new(
+        aws_sdk_eventbridge::Client::from_conf(unreachable),
+        &r.bus_name,
+        &r.event_source,
+    )
+    .with_attempts(2);
     assert!(broken.publish(&event).await.is_err());
     let results = broken.publish_batch(&events[..12]).await;
     assert_eq!(results.len(), 12);
     assert!(results.iter().all(Result::is_err));
+}
+
+/// A loopback port nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
