@@ -74,14 +74,23 @@ pub struct ServeArgs {
     /// Seconds `/readyz` answers 503 before the server stops, on shutdown.
     #[arg(long, default_value_t = 12, env = "FETCHER_DRAIN_DELAY")]
     pub drain_delay: u64,
-    /// Result format when a job does not ask: `v2` (streamed, any size) or `v1` (the
-    /// reference's format, for consumers built for it; bounded by the result-size limit).
+    /// Result format when a job does not ask: `v2` (streamed; as large as
+    /// --max-result-bytes allows) or `v1` (the reference's format, for consumers built for
+    /// it; built in memory, at most 256 MiB).
     #[arg(long, default_value = "v2", value_parser = ["v1", "v2"], env = "FETCHER_RESULT_FORMAT")]
     pub result_format: String,
     /// Also POST every terminal event to this http:// URL (a failure keeps the event
     /// pending; the repair pass retries).
     #[arg(long, env = "FETCHER_EVENTS_WEBHOOK")]
     pub events_webhook: Option<String>,
+    /// Ceiling on one job's serialized result, in bytes (`0` = unbounded). v2 results
+    /// stream to the result directory in constant memory, so raising it costs no memory;
+    /// a v1 result (built in memory) stays capped at 256 MiB whatever this says.
+    #[arg(long, default_value_t = fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES as u64, env = "FETCHER_MAX_RESULT_BYTES")]
+    pub max_result_bytes: u64,
+    /// Seconds one extraction may run before it fails with `timeout`.
+    #[arg(long, default_value_t = fetcher_engine::limits::DEFAULT_TIMEOUT.as_secs(), env = "FETCHER_EXTRACTION_TIMEOUT_SECS")]
+    pub extraction_timeout: u64,
     /// Log as JSON lines.
     #[arg(long, env = "FETCHER_LOG_JSON")]
     pub log_json: bool,
@@ -174,6 +183,34 @@ pub fn authenticator(args: &ServeArgs) -> Result<Arc<dyn http::Authenticator>> {
     Ok(Arc::new(jwt))
 }
 
+/// The data directory holds ciphertext and metadata: owner-only. Everything this process
+/// creates from here on is too (umask 077: SQLite's own files, results, temporary
+/// objects, the event log), and an existing directory or database is tightened.
+fn private_data_dir(dir: &std::path::Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        // SAFETY: umask only swaps the process's file-mode mask; it cannot fail.
+        unsafe { libc::umask(0o077) };
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("restricting {} to its owner", dir.display()))?;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let mode = if entry.file_type()?.is_dir() {
+                0o700
+            } else {
+                0o600
+            };
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode))
+                .with_context(|| format!("restricting {}", entry.path().display()))?;
+        }
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(())
+}
+
 /// Readiness probe over the embedded database.
 struct DbProbe(SqliteStore);
 
@@ -191,9 +228,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     init_logging(args.log_json);
     // Settings first: a bad one stops the process before anything is created.
     let authenticator = authenticator(&args)?;
-    tokio::fs::create_dir_all(&args.data_dir)
-        .await
-        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    if args.extraction_timeout == 0 {
+        bail!("--extraction-timeout must be at least 1 second");
+    }
+    let max_result_bytes =
+        i64::try_from(args.max_result_bytes).context("--max-result-bytes is too large")?;
+    private_data_dir(&args.data_dir)?;
     let ring = Arc::new(key_ring(&args).await?);
     let keys: Arc<dyn KeyProvider> = Arc::new(StaticKeyProvider(ring.clone()));
 
@@ -224,6 +264,11 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             keys.clone(),
         )))
         .active_execution_checker(Arc::new(JobStoreActiveChecker(jobs.clone())))
+        .limits(fetcher_engine::Limits {
+            timeout: Duration::from_secs(args.extraction_timeout),
+            max_result_bytes,
+            ..fetcher_engine::Limits::defaults()
+        })
         .build()?;
 
     let queue = InProcessQueue::new();

@@ -122,7 +122,7 @@ fn serve_extracts_from_postgres_and_the_result_opens() {
     let error = failed["metadata"]["error"].as_str().unwrap();
     assert_eq!(
         error,
-        "engine: [validation] extraction request failed schema validation"
+        "engine: [validation] extraction request failed schema validation: unknown table 'ledger.missing_table'"
     );
 }
 

@@ -99,3 +99,58 @@ fn a_secret_file_configures_multi_tenant_serve() {
     assert_eq!(status, 401, "{body}");
     assert_eq!(body["code"], "MISSING_TOKEN");
 }
+
+const DEMO_JOB: &str = r#"{"dataRequest":{"mappedFields":{"demo":{"orders":["id","customer_id","total","status","ordered_at"]}}},"metadata":{"source":"demo"}}"#;
+
+#[cfg(unix)]
+#[test]
+fn the_data_directory_is_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // An existing, world-readable directory is tightened too.
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = Server::start(&data, &["--demo"]);
+    let body: serde_json::Value = serde_json::from_str(DEMO_JOB).unwrap();
+    let (status, created) = server.request("POST", "/v1/fetcher", Some(&body), &[]);
+    assert_eq!(status, 202, "{created}");
+    let job = server.wait_job(created["jobId"].as_str().unwrap(), Duration::from_secs(30));
+    assert_eq!(job["status"], "completed", "{job}");
+    let mut seen = 0;
+    let mut stack = vec![data.clone()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::metadata(&path).unwrap();
+        let mode = meta.permissions().mode() & 0o777;
+        if meta.is_dir() {
+            assert_eq!(mode, 0o700, "{}", path.display());
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            assert_eq!(mode, 0o600, "{}", path.display());
+        }
+        seen += 1;
+    }
+    // The directory, fetcher.db, demo.sqlite, master.key, results/…, the result object.
+    assert!(seen >= 6, "{seen} entries");
+}
+
+#[test]
+fn the_result_size_limit_is_a_serve_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let body: serde_json::Value = serde_json::from_str(DEMO_JOB).unwrap();
+    let run = |data: &str, extra: &[&str]| {
+        let mut args = vec!["--demo"];
+        args.extend_from_slice(extra);
+        let server = Server::start(&dir.path().join(data), &args);
+        let (status, created) = server.request("POST", "/v1/fetcher", Some(&body), &[]);
+        assert_eq!(status, 202, "{created}");
+        server.wait_job(created["jobId"].as_str().unwrap(), Duration::from_secs(30))
+    };
+    // 200 orders are about 24 KB of NDJSON.
+    let small = run("small", &["--max-result-bytes", "4096"]);
+    assert_eq!(small["status"], "failed", "{small}");
+    let big = run("unbounded", &["--max-result-bytes", "0"]);
+    assert_eq!(big["status"], "completed", "{big}");
+    let err = refused(&["--max-result-bytes=-1"], &[]);
+    assert!(err.contains("max-result-bytes"), "{err}");
+}

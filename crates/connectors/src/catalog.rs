@@ -134,23 +134,10 @@ pub fn parse_qualified(name: &str, default: &str) -> Option<(String, String)> {
     }
 }
 
-/// Spec §6.5 `NormalizeTable` (PostgreSQL: default schema `public`, matched
-/// case-insensitively; MySQL/SQLite: a schema/database prefix is dropped).
+/// Spec §6.5 `NormalizeTable`: the engine's rule ([`fetcher_engine::normalize_table_name`]),
+/// so the connector finds exactly the tables schema validation accepted.
 pub fn normalize_table(dialect: Dialect, name: &str) -> String {
-    let default = default_schema(dialect);
-    let Some((schema, table)) = parse_qualified(name, default) else {
-        return name.to_owned();
-    };
-    match dialect {
-        Dialect::Postgres => {
-            if schema.is_empty() || schema.eq_ignore_ascii_case(default) {
-                table
-            } else {
-                format!("{schema}.{table}")
-            }
-        }
-        Dialect::MySql | Dialect::Sqlite => table,
-    }
+    fetcher_engine::normalize_table_name(dialect.type_string(), name)
 }
 
 /// Spec §6.3 `IsSystemTable`, on the discovered key.
@@ -179,7 +166,7 @@ mod tests {
         assert_eq!(pg("accounting.invoices"), "accounting.invoices");
         assert_eq!(pg("mydb.sales.orders"), "sales.orders");
         assert_eq!(pg("a.b.c.d"), "a.b.c.d");
-        assert_eq!(normalize_table(Dialect::MySql, "app.users"), "users");
+        assert_eq!(normalize_table(Dialect::MySql, "app.users"), "app.users");
         assert_eq!(table_key(Dialect::Postgres, "public", "t"), "t");
         assert_eq!(table_key(Dialect::Postgres, "Acc", "t"), "Acc.t");
     }

@@ -11,9 +11,13 @@
 //! are all `validation` errors. Values are typed from the catalog, never from the column
 //! name (no "name contains id → UUID" or date-name heuristics).
 //!
-//! NULL: `eq`/`in` with `null` match `IS NULL` (`(f IN (…) OR f IS NULL)` when mixed);
-//! `ne`/`nin` with `null` mean `IS NOT NULL`; `null` in `gt`/`gte`/`lt`/`lte`/`between`/
-//! `like` is a type error. `between [a, b]` on a date/timestamp column whose end `b` is a
+//! NULL, as SQL and the spec's operator table have it: `eq [null]` is `IS NULL` and
+//! `ne [null]` is `IS NOT NULL`; anywhere else in `eq`/`in`/`ne`/`nin` a `null` is SQL
+//! `NULL` in the list, so `in` never matches NULL rows and `nin` with a `null` matches
+//! nothing (`NOT IN (…, NULL)`); `null` in `gt`/`gte`/`lt`/`lte`/`between`/`like` is a
+//! type error. Booleans filter boolean-like columns on every dialect: `boolean` (PG),
+//! `BOOLEAN` (SQLite) and MySQL/MariaDB `TINYINT(1)` (`BOOL`), where `true`/`false` bind
+//! as `1`/`0`. `between [a, b]` on a date/timestamp column whose end `b` is a
 //! bare date (`2024-01-31`) includes that whole day (`f < b + 1 day`).
 
 use fetcher_engine::Result;
@@ -54,6 +58,8 @@ pub fn quote_ident(dialect: Dialect, name: &str) -> String {
 struct Builder<'a> {
     dialect: Dialect,
     binds: &'a mut Vec<Bind>,
+    /// The column is an integer that holds booleans (MySQL `TINYINT(1)`).
+    bool_like: bool,
 }
 
 impl Builder<'_> {
@@ -107,6 +113,7 @@ pub fn build_where(dialect: Dialect, table: &TableInfo, filters: Option<&J>) -> 
         let mut b = Builder {
             dialect,
             binds: &mut out.binds,
+            bool_like: is_bool_like(dialect, column),
         };
         for op in OPERATORS {
             let Some(values) = ops.get(op) else { continue };
@@ -124,8 +131,9 @@ pub fn build_where(dialect: Dialect, table: &TableInfo, filters: Option<&J>) -> 
                 }
             };
             match op {
-                "eq" | "in" => parts.push(membership(&mut b, &col, column.kind, values, false)?),
-                "ne" | "nin" => parts.push(membership(&mut b, &col, column.kind, values, true)?),
+                "eq" | "in" | "ne" | "nin" => {
+                    parts.push(membership(&mut b, &col, column.kind, values, op)?)
+                }
                 "gt" | "gte" | "lt" | "lte" => {
                     arity(1)?;
                     let sym = match op {
@@ -189,38 +197,39 @@ pub fn build_where(dialect: Dialect, table: &TableInfo, filters: Option<&J>) -> 
     Ok(out)
 }
 
-/// `eq`/`in` (`negate = false`) and `ne`/`nin` (`negate = true`).
+/// `eq`/`in` (`negate = false`) and `ne`/`nin` (`negate = true`), with SQL's semantics
+/// (datasources.md, the operator table): a lone `null` in `eq`/`ne` is the `IS NULL` /
+/// `IS NOT NULL` shorthand; otherwise `null` is SQL `NULL` in the list, so `in` never
+/// matches a NULL row and a `nin` (or a multi-value `ne`) naming `null` matches no row
+/// (`f NOT IN ('a', NULL)` is never true), the same on every dialect.
 fn membership(
     b: &mut Builder<'_>,
     col: &str,
     kind: Kind,
     values: &[J],
-    negate: bool,
+    op: &str,
 ) -> Result<String> {
-    let has_null = values.iter().any(J::is_null);
-    let mut params = Vec::new();
-    for v in values.iter().filter(|v| !v.is_null()) {
-        params.push(typed(b, kind, v)?);
+    let negate = matches!(op, "ne" | "nin");
+    if matches!(op, "eq" | "ne") && values.len() == 1 && values[0].is_null() {
+        let not = if negate { "NOT " } else { "" };
+        return Ok(format!("{col} IS {not}NULL"));
     }
-    let list = match params.len() {
-        0 => None,
-        1 => Some(format!(
-            "{col} {} {}",
-            if negate { "<>" } else { "=" },
-            params[0]
-        )),
-        _ => Some(format!(
+    let mut params = Vec::new();
+    for v in values {
+        params.push(if v.is_null() {
+            "NULL".to_owned()
+        } else {
+            typed(b, kind, v)?
+        });
+    }
+    Ok(if params.len() == 1 {
+        format!("{col} {} {}", if negate { "<>" } else { "=" }, params[0])
+    } else {
+        format!(
             "{col} {}IN ({})",
             if negate { "NOT " } else { "" },
             params.join(", ")
-        )),
-    };
-    Ok(match (list, has_null, negate) {
-        (Some(l), false, _) => l,
-        (Some(l), true, false) => format!("{l} OR {col} IS NULL"),
-        (Some(l), true, true) => format!("{l} AND {col} IS NOT NULL"),
-        (None, _, false) => format!("{col} IS NULL"),
-        (None, _, true) => format!("{col} IS NOT NULL"),
+        )
     })
 }
 
@@ -250,12 +259,18 @@ fn number_text(v: &J) -> Option<String> {
     }
 }
 
+/// MySQL/MariaDB spell `BOOL`/`BOOLEAN` as `TINYINT(1)`.
+fn is_bool_like(dialect: Dialect, column: &crate::catalog::ColumnInfo) -> bool {
+    dialect == Dialect::MySql && column.type_name.eq_ignore_ascii_case("tinyint(1)")
+}
+
 /// One value, typed from the column's catalog type.
 fn typed(b: &mut Builder<'_>, kind: Kind, v: &J) -> Result<String> {
     let bad = || validation(msg::FILTER_VALUE_TYPE);
     let dialect = b.dialect;
     Ok(match kind {
         Kind::Int | Kind::UInt => match v {
+            J::Bool(x) if b.bool_like => b.param(Bind::I64(i64::from(*x)), None),
             J::Number(n) if n.as_i64().is_some() => b.param(Bind::I64(n.as_i64().unwrap()), None),
             J::Number(n) if n.as_u64().is_some() => b.param(Bind::U64(n.as_u64().unwrap()), None),
             _ => decimal_param(b, number_text(v).ok_or_else(bad)?),
@@ -520,10 +535,14 @@ mod tests {
             Some(&json!({"name": {"eq": ["a", null]}})),
         )
         .unwrap();
+        assert_eq!(my.sql, "(`name` IN (?, NULL))");
+        let nin = pg(json!({"name": {"nin": ["a", null], "in": [null]}})).unwrap();
         assert_eq!(
-            my.sql,
-            "(`name` IN (?) OR `name` IS NULL)".replace("IN (?)", "= ?")
+            nin.sql,
+            "(\"name\" = NULL) AND (\"name\" NOT IN ($1, NULL))"
         );
+        let ne = pg(json!({"name": {"ne": [null]}})).unwrap();
+        assert_eq!(ne.sql, "(\"name\" IS NOT NULL)");
     }
 
     #[test]

@@ -52,7 +52,15 @@ impl Engine {
                 return Err(EngineError::validation(msg::PLAN_BLANK_CONFIG));
             }
             self.require_connection(ctx, store, tenant, name, msg::UNKNOWN_DATASOURCE)
-                .await?;
+                .await
+                .map_err(|e| match e.category() {
+                    // The name is the caller's own input: say which one is unknown.
+                    Category::NotFound => EngineError::new(
+                        Category::NotFound,
+                        format!("{}: unknown datasource '{name}'", msg::UNKNOWN_DATASOURCE),
+                    ),
+                    _ => e,
+                })?;
         }
         if over {
             return Err(EngineError::validation(msg::DATASOURCE_COUNT));
@@ -94,10 +102,18 @@ impl Engine {
                 .failures
                 .iter()
                 .any(|f| f.failure_type == failure_type::DATASOURCE_NOT_FOUND);
+            // The names are the caller's own input, not driver text: say which are wrong.
+            let what = describe_failures(&report.failures);
             return Err(if unknown {
-                EngineError::new(Category::NotFound, msg::UNKNOWN_DATASOURCE)
+                EngineError::new(
+                    Category::NotFound,
+                    format!("{}: {what}", msg::UNKNOWN_DATASOURCE),
+                )
             } else {
-                EngineError::validation(msg::PLAN_SCHEMA_INVALID)
+                EngineError::new(
+                    Category::Validation,
+                    format!("{}: {what}", msg::PLAN_SCHEMA_INVALID),
+                )
             });
         }
 
@@ -126,6 +142,34 @@ impl Engine {
             mode: ExecutionMode::Auto,
         })
     }
+}
+
+/// `unknown table 'ds.orders'; unknown field 'ds.orders.amount'; …` (sorted, as the report).
+fn describe_failures(failures: &[crate::ValidationFailure]) -> String {
+    failures
+        .iter()
+        .map(|f| {
+            let path = [&f.config_name, &f.table, &f.field]
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(".");
+            let what = match f.failure_type.as_str() {
+                failure_type::DATASOURCE_NOT_FOUND => "unknown datasource",
+                failure_type::TABLE_NOT_FOUND => "unknown table",
+                failure_type::FIELD_NOT_FOUND => "unknown field",
+                failure_type::INVALID_FILTER => "unknown filter field",
+                _ => "over a limit:",
+            };
+            if f.failure_type == failure_type::LIMIT_EXCEEDED {
+                format!("{what} {}", f.detail)
+            } else {
+                format!("{what} '{path}'")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn sorted(v: &[String]) -> Vec<String> {

@@ -141,7 +141,7 @@ impl Engine {
                 .resolve_schema(&ctx, tenant, &descriptor, false)
                 .await?;
             for t in &ds.tables {
-                let Some(table) = snapshot.table(&t.name) else {
+                let Some(table) = snapshot.find_table(&descriptor.datasource_type, &t.name) else {
                     failures.push(failure(
                         failure_type::TABLE_NOT_FOUND,
                         &ds.config_name,

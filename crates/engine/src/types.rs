@@ -325,6 +325,46 @@ impl SchemaSnapshot {
         self.tables.iter().find(|t| t.name == name)
     }
 
+    /// A table as a caller names it: the exact name first, then the name as the
+    /// datasource type's naming rules normalise it ([`normalize_table_name`]). Schema
+    /// validation, job planning and the connectors all find tables through these rules,
+    /// so a mapping validate-schema accepts is one a job runs.
+    pub fn find_table(&self, datasource_type: &str, requested: &str) -> Option<&TableSnapshot> {
+        self.table(requested)
+            .or_else(|| self.table(&normalize_table_name(datasource_type, requested)))
+    }
+}
+
+/// Spec §6.5 table naming: a name has one, two or three dot-separated parts
+/// (`table`, `schema.table`, `database.schema.table`); the database part is dropped, and
+/// so is the default schema: PostgreSQL `public` (matched case-insensitively), SQL Server
+/// `dbo`; Oracle names are upper-cased. MySQL and SQLite tables are keyed bare, so a
+/// qualified name matches nothing (a prefix may name another database: it is never
+/// dropped). A name of more parts is returned unchanged (it matches nothing).
+pub fn normalize_table_name(datasource_type: &str, name: &str) -> String {
+    let trimmed = name.trim();
+    let parts: Vec<&str> = trimmed.split('.').collect();
+    let (schema, table) = match parts.as_slice() {
+        [t] => ("", *t),
+        [s, t] | [_, s, t] => (*s, *t),
+        _ => return name.to_owned(),
+    };
+    let qualified = |default: &str| {
+        if schema.is_empty() || schema.eq_ignore_ascii_case(default) {
+            table.to_owned()
+        } else {
+            format!("{schema}.{table}")
+        }
+    };
+    match datasource_type {
+        "POSTGRESQL" => qualified("public"),
+        "SQL_SERVER" => qualified("dbo"),
+        "ORACLE" => qualified("").to_uppercase(),
+        _ => qualified(""),
+    }
+}
+
+impl SchemaSnapshot {
     /// Names sorted ascending.
     pub fn table_names(&self) -> Vec<String> {
         let mut names: Vec<_> = self.tables.iter().map(|t| t.name.clone()).collect();
@@ -694,6 +734,35 @@ mod base64_bytes {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn table_names_normalise_by_datasource_type() {
+        let n = normalize_table_name;
+        assert_eq!(n("POSTGRESQL", "public.users"), "users");
+        assert_eq!(n("POSTGRESQL", "PUBLIC.users"), "users");
+        assert_eq!(n("POSTGRESQL", "public.Users"), "Users");
+        assert_eq!(n("POSTGRESQL", "acc.inv"), "acc.inv");
+        assert_eq!(n("POSTGRESQL", "mydb.sales.orders"), "sales.orders");
+        assert_eq!(n("POSTGRESQL", "mydb.public.orders"), "orders");
+        assert_eq!(n("POSTGRESQL", "a.b.c.d"), "a.b.c.d");
+        assert_eq!(n("SQL_SERVER", "dbo.t"), "t");
+        assert_eq!(n("ORACLE", "hr.emp"), "HR.EMP");
+        assert_eq!(n("MYSQL", "db.s.t"), "s.t");
+        assert_eq!(n("MYSQL", "otherdb.users"), "otherdb.users");
+        let snap = SchemaSnapshot {
+            config_name: "c".into(),
+            tables: vec![TableSnapshot {
+                name: "orders".into(),
+                fields: vec!["id".into()],
+            }],
+            captured_at: None,
+        };
+        assert!(snap.find_table("POSTGRESQL", "public.orders").is_some());
+        assert!(snap.find_table("POSTGRESQL", "orders").is_some());
+        assert!(snap.find_table("POSTGRESQL", "other.orders").is_none());
+        assert!(snap.find_table("MYSQL", "otherdb.orders").is_none());
+    }
+
     use super::*;
 
     fn input() -> ConnectionInput {

@@ -496,21 +496,35 @@ async fn planning_gates_and_their_texts() {
     assert_err(
         &err,
         Category::NotFound,
-        "extraction references an unknown datasource connection",
+        "extraction references an unknown datasource connection: unknown datasource 'ghost'",
     );
-    for bad in [
-        request(&[("crm", "public.accounts", &["nope"])]),
-        request(&[("crm", "public.nope", &["id"])]),
-        request(&[
-            ("crm", "public.accounts", &["id"]),
-            ("crm", "public.people", &["natural"]),
-        ]),
+    // The failure names what is unknown (the caller's own input).
+    for (bad, what) in [
+        (
+            request(&[("crm", "public.accounts", &["nope"])]),
+            "unknown field 'crm.public.accounts.nope'",
+        ),
+        (
+            request(&[("crm", "public.nope", &["id"])]),
+            "unknown table 'crm.public.nope'",
+        ),
+        (
+            request(&[
+                ("crm", "public.accounts", &["id"]),
+                ("crm", "public.people", &["natural"]),
+            ]),
+            "unknown field 'crm.public.people.natural'",
+        ),
+        (
+            request(&[("crm", "public.accounts", &["nope", "id", "zap"])]),
+            "unknown field 'crm.public.accounts.nope'; unknown field 'crm.public.accounts.zap'",
+        ),
     ] {
         let err = e.plan_extraction(&ctx(), &t, &bad).await.unwrap_err();
         assert_err(
             &err,
             Category::Validation,
-            "extraction request failed schema validation",
+            &format!("extraction request failed schema validation: {what}"),
         );
     }
     // Boundary: exactly at each limit succeeds; a tightened override applies.
@@ -520,10 +534,10 @@ async fn planning_gates_and_their_texts() {
         ..Limits::default()
     });
     let err = e.plan_extraction(&ctx(), &t, &tight).await.unwrap_err();
-    assert_err(
+    assert_err_prefix(
         &err,
         Category::Validation,
-        "extraction request failed schema validation",
+        "extraction request failed schema validation: over a limit:",
     );
     tight.overrides = Some(Limits {
         max_fields_per_table: 2,
@@ -582,7 +596,7 @@ async fn filters_are_validated_and_never_dropped() {
             .plan_extraction(&ctx(), &t, &with(bad.clone()))
             .await
             .unwrap_err();
-        assert_err(
+        assert_err_prefix(
             &err,
             Category::Validation,
             "extraction request failed schema validation",
@@ -752,7 +766,7 @@ async fn scope_is_decided_before_limits_with_a_bounded_probe() {
     assert_eq!(over_limit, clean);
     assert_eq!(
         clean,
-        "engine: [not_found] extraction references an unknown datasource connection"
+        "engine: [not_found] extraction references an unknown datasource connection: unknown datasource 'ds00'"
     );
     assert_eq!(factory.build_count(), 0);
 }

@@ -343,6 +343,14 @@ fn validate_structure(mapped: &MappedFields) -> Result<(), JobError> {
             "datasource must have at least one table with fields".into(),
         ));
     }
+    // No silent widening: a table named with no fields is an error, never "every column".
+    for (ds, tables) in mapped {
+        if let Some((table, _)) = tables.iter().find(|(_, fields)| fields.is_empty()) {
+            return Err(JobError::InvalidDataRequest(format!(
+                "table '{table}' of datasource '{ds}' has no fields: name at least one"
+            )));
+        }
+    }
     if mapped.len() > MAX_DATASOURCES {
         return Err(JobError::InvalidDataRequest(format!(
             "Maximum {MAX_DATASOURCES} datasources allowed per job, got {}",

@@ -335,6 +335,12 @@ async fn validation_errors_in_order() {
             "FET-0401",
             Some("datasource must have at least one table with fields"),
         ),
+        // A table with `[]` beside one with fields is refused, not read whole.
+        (
+            json!({"dataRequest": {"mappedFields": {"ds": {"t1": ["id"], "t2": []}}}}),
+            "FET-0401",
+            Some("table 't2' of datasource 'ds' has no fields: name at least one"),
+        ),
         (
             json!({"dataRequest": {"mappedFields": many}}),
             "FET-0401",

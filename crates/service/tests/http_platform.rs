@@ -65,10 +65,24 @@ async fn framework_errors() {
             json!(405)
         )
     );
-    let big = format!(
-        r#"{{"metadata":{{"source":"{}"}}}}"#,
-        "x".repeat(1024 * 1024 + 10)
-    );
+    // The contract's limit is 4 MiB: a 2 MiB body is read (and judged on its content), a
+    // body over 4 MiB is refused unread, on every route that takes one.
+    let sized = |n: usize| format!(r#"{{"metadata":{{"source":"{}"}}}}"#, "x".repeat(n));
+    for uri in ["/v1/fetcher", "/v1/management/connections/validate-schema"] {
+        let r = h
+            .raw(
+                Method::POST,
+                uri,
+                &[
+                    ("content-type", "application/json"),
+                    ("x-product-name", "p"),
+                ],
+                sized(2 * 1024 * 1024),
+            )
+            .await;
+        assert_ne!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{uri}");
+    }
+    let big = sized(4 * 1024 * 1024 + 10);
     for uri in ["/v1/fetcher", "/v1/management/connections/validate-schema"] {
         let r = h
             .raw(

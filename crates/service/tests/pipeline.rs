@@ -338,7 +338,7 @@ async fn retryable_failures_release_the_claim_then_fail_after_max_attempts() {
     };
     assert_eq!(
         error,
-        "engine: [validation] extraction request failed schema validation"
+        "engine: [validation] extraction request failed schema validation: unknown table 'pg.public.nope'"
     );
     assert_eq!(
         w.jobs.get("acme", &bad.id).await.unwrap().unwrap().attempts,

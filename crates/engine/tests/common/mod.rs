@@ -212,7 +212,17 @@ pub fn sha256_hex(data: &[u8]) -> String {
 /// Asserts an error's full rendering, and that no injected secret text leaked.
 #[track_caller]
 pub fn assert_err(err: &EngineError, category: Category, message: &str) {
+    assert_err_prefix(err, category, message);
     assert_eq!(err.to_string(), format!("engine: [{category}] {message}"));
+}
+
+/// Like [`assert_err`], for a message that starts with `prefix`.
+pub fn assert_err_prefix(err: &EngineError, category: Category, prefix: &str) {
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("engine: [{category}] {prefix}")),
+        "{text} does not start with [{category}] {prefix}"
+    );
     for secret in [
         "hunter2",
         "10.1.2.3",

@@ -1101,8 +1101,7 @@ pub async fn validate_schema(
         };
         let oracle = d.datasource_type == "ORACLE";
         for (table, fields) in tables {
-            let lookup = normalise_table(&d.datasource_type, table);
-            let Some(found) = snapshot.tables.iter().find(|t| t.name == lookup) else {
+            let Some(found) = snapshot.find_table(&d.datasource_type, table) else {
                 errors.push(entry("TABLE_NOT_FOUND", Some(table), None));
                 continue;
             };
@@ -1134,22 +1133,6 @@ pub async fn validate_schema(
         errors,
     };
     Ok((StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response())
-}
-
-/// The lookup name of a requested table (api.md §7.5).
-fn normalise_table(datasource_type: &str, table: &str) -> String {
-    let parts: Vec<&str> = table.split('.').collect();
-    let t = if parts.len() == 3 {
-        format!("{}.{}", parts[1], parts[2])
-    } else {
-        table.to_owned()
-    };
-    match datasource_type {
-        "POSTGRESQL" => t.strip_prefix("public.").map(str::to_owned).unwrap_or(t),
-        "SQL_SERVER" => t.strip_prefix("dbo.").map(str::to_owned).unwrap_or(t),
-        "ORACLE" => t.to_uppercase(),
-        _ => t,
-    }
 }
 
 fn validation_limits(
@@ -1311,14 +1294,5 @@ mod tests {
             model_rules(&r).unwrap_err().body["fields"],
             serde_json::json!({"product_name": "product name is required"})
         );
-    }
-
-    #[test]
-    fn table_normalisation() {
-        assert_eq!(normalise_table("POSTGRESQL", "public.users"), "users");
-        assert_eq!(normalise_table("POSTGRESQL", "acc.inv"), "acc.inv");
-        assert_eq!(normalise_table("SQL_SERVER", "dbo.t"), "t");
-        assert_eq!(normalise_table("ORACLE", "hr.emp"), "HR.EMP");
-        assert_eq!(normalise_table("MYSQL", "db.s.t"), "s.t");
     }
 }

@@ -156,7 +156,8 @@ impl Default for ApiConfig {
             multi_tenant: false,
             local_files: true,
             require_auth: false,
-            body_limit: 1024 * 1024,
+            // api.md: request bodies up to 4 MiB.
+            body_limit: 4 * 1024 * 1024,
             version: "0.0.0".into(),
             deployment_mode: "local".into(),
             paging: paging::PagingConfig::default(),
