@@ -203,6 +203,35 @@ pub fn text(b: &[u8]) -> Value {
 mod tests {
     use super::*;
 
+    /// Numbers inside JSON documents are doubles: each must parse to the very double its
+    /// shortest text names (seeded sweep over bit patterns, plus a case the default
+    /// serde_json parser gets one ULP wrong).
+    #[test]
+    fn json_numbers_parse_to_the_exact_double() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut checked = 0;
+        for _ in 0..20_000 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let f = f64::from_bits(state);
+            if !f.is_finite() {
+                continue;
+            }
+            let text = format!("{f:e}");
+            let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                parsed.as_f64().map(f64::to_bits),
+                Some(f.to_bits()),
+                "{text}"
+            );
+            checked += 1;
+        }
+        assert!(checked > 19_000);
+        let v: serde_json::Value = serde_json::from_str("[-2027874574.0522642]").unwrap();
+        assert_eq!(v.to_string(), "[-2027874574.0522642]");
+    }
+
     #[test]
     fn calendar_round_trips_across_eras() {
         for days in [
