@@ -9,13 +9,19 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 
 /// Name of the demo connection.
 pub const CONFIG_NAME: &str = "demo";
+/// The product owning it (jobs name it as `metadata.source`).
+pub const PRODUCT: &str = "demo";
+/// Its tenant in multi-tenant mode (tokens with `"tenantId": "demo"` see it).
+pub const MULTI_TENANT_TENANT: &str = "demo";
+/// Its file, relative to the SQLite directory.
+pub const FILE: &str = "demo.sqlite";
 
 const COUNTRIES: [&str; 5] = ["BR", "US", "PT", "DE", "JP"];
 const STATUSES: [&str; 3] = ["paid", "shipped", "refunded"];
 
-/// Creates `<data_dir>/demo.sqlite` if missing; returns its absolute path.
-pub async fn ensure_database(data_dir: &Path) -> Result<PathBuf> {
-    let path = std::path::absolute(data_dir.join("demo.sqlite"))?;
+/// Creates `<sqlite_dir>/demo.sqlite` if missing; returns its path.
+pub async fn ensure_database(sqlite_dir: &Path) -> Result<PathBuf> {
+    let path = sqlite_dir.join(FILE);
     if path.exists() {
         return Ok(path);
     }
@@ -63,14 +69,15 @@ pub async fn ensure_database(data_dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The create-connection body for the demo datasource.
-pub fn connection_body(path: &Path) -> serde_json::Value {
+/// The create-connection body for the demo datasource (its file named relative to the
+/// SQLite directory).
+pub fn connection_body() -> serde_json::Value {
     serde_json::json!({
         "configName": CONFIG_NAME,
         "type": "SQLITE",
         "host": "localhost",
         "port": 1,
-        "databaseName": path.display().to_string(),
+        "databaseName": FILE,
         "userName": "demo",
         "password": "demo",
         "metadata": {"demo": true}

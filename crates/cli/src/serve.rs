@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
-use fetcher_connectors::{HostPolicy, SqlRegistry};
+use fetcher_connectors::{HostPolicy, SqlRegistry, SqliteFiles, SqliteRoot};
 use fetcher_crypto::{KeyPurpose, KeyRing, MessageSigner};
 use fetcher_engine::Engine;
 use fetcher_service::credentials::{CipherProtector, StoredCredentials};
@@ -42,6 +42,11 @@ pub struct ServeArgs {
     /// Where data lives: database, results, events, demo key.
     #[arg(long, default_value = ".fetcher", env = "FETCHER_DATA_DIR")]
     pub data_dir: PathBuf,
+    /// SQLite datasources must be files in this directory (no `..`, no symlinks); it may
+    /// neither be nor contain the data directory. Without it SQLite datasources are
+    /// refused (FET-0414); `--demo` then uses `<data-dir>-sqlite` for its demo database.
+    #[arg(long, env = "FETCHER_SQLITE_DIR")]
+    pub sqlite_dir: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080", env = "FETCHER_LISTEN")]
     pub listen: SocketAddr,
@@ -252,9 +257,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let protector = Arc::new(CipherProtector::new(keys.clone()));
     let api_store = ApiConnectionStore::new(store.clone());
     let credentials = Arc::new(StoredCredentials::new(api_store.clone(), protector.clone()));
-    let policy = HostPolicy::for_tenancy(args.multi_tenant);
+    let sqlite_files = sqlite_files(&args)?;
+    let policy = HostPolicy::for_tenancy(args.multi_tenant).with_sqlite_files(sqlite_files.clone());
     let engine = Engine::builder()
-        .connector_registry(Arc::new(SqlRegistry::new(credentials, policy)))
+        .connector_registry(Arc::new(SqlRegistry::new(credentials, policy.clone())))
         .connection_store(api_store)
         .schema_cache(store.clone())
         .credential_protector(protector)
@@ -299,10 +305,11 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             signer: Arc::new(MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)),
             authenticator,
             probes: vec![Arc::new(DbProbe(db))],
-            host_policy: None,
+            host_policy: Some(policy),
         },
         ApiConfig {
             multi_tenant: args.multi_tenant,
+            sqlite_files: sqlite_files.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             ..ApiConfig::default()
         },
@@ -310,8 +317,11 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let router = http::router(state.clone());
 
     if args.demo {
-        let path = demo::ensure_database(&args.data_dir).await?;
-        register_demo(&router, &path).await?;
+        let SqliteFiles::Under(root) = &sqlite_files else {
+            unreachable!("--demo always has a SQLite directory")
+        };
+        demo::ensure_database(root.path()).await?;
+        register_demo(&state, args.multi_tenant).await?;
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -351,32 +361,62 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Creates the demo connection through the API itself (idempotent: 409 means it exists).
-async fn register_demo(router: &axum::Router, path: &std::path::Path) -> Result<()> {
-    use axum::body::Body;
-    use tower::ServiceExt;
-    let body = demo::connection_body(path).to_string();
-    let req = axum::http::Request::post("/v1/management/connections")
-        .header("content-type", "application/json")
-        .header("X-Product-Name", "demo")
-        .body(Body::from(body))?;
-    let res = router.clone().oneshot(req).await?;
-    let status = res.status();
-    if status.is_success() || status == axum::http::StatusCode::CONFLICT {
-        info!(
-            "demo datasource `{}` ready ({})",
-            demo::CONFIG_NAME,
-            path.display()
-        );
-        return Ok(());
-    }
-    let bytes = axum::body::to_bytes(res.into_body(), 64 * 1024)
-        .await
-        .unwrap_or_default();
-    bail!(
-        "registering the demo datasource failed: {status} {}",
-        String::from_utf8_lossy(&bytes)
+/// Where SQLite datasources may live: `--sqlite-dir`, or for `--demo` the data
+/// directory's sibling `<data-dir>-sqlite` (created); else nowhere.
+fn sqlite_files(args: &ServeArgs) -> Result<SqliteFiles> {
+    let dir = match (&args.sqlite_dir, args.demo) {
+        (Some(dir), _) => dir.clone(),
+        (None, true) => {
+            let mut name = args
+                .data_dir
+                .file_name()
+                .map(|n| n.to_os_string())
+                .unwrap_or_else(|| ".fetcher".into());
+            name.push("-sqlite");
+            let dir = args.data_dir.with_file_name(name);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            dir
+        }
+        (None, false) => return Ok(SqliteFiles::Nowhere),
+    };
+    let root = SqliteRoot::new(&dir, &[&args.data_dir]).map_err(anyhow::Error::msg)?;
+    Ok(SqliteFiles::Under(Arc::new(root)))
+}
+
+/// Registers the demo connection through the create-connection use case, not the HTTP
+/// perimeter (so it works in multi-tenant mode too, for tokens of tenant `demo`).
+/// Idempotent: an existing `demo` connection is kept.
+async fn register_demo(state: &AppState, multi_tenant: bool) -> Result<()> {
+    let tenant = fetcher_engine::TenantContext {
+        tenant_id: if multi_tenant {
+            demo::MULTI_TENANT_TENANT.to_owned()
+        } else {
+            fetcher_engine::tenant::DEFAULT_TENANT.to_owned()
+        },
+        request_id: "serve-demo".to_owned(),
+    };
+    match http::connections::register_operator_connection(
+        state,
+        &tenant,
+        demo::PRODUCT,
+        demo::connection_body(),
     )
+    .await
+    {
+        Ok(_) => {}
+        Err(e) if e.status == axum::http::StatusCode::CONFLICT => {}
+        Err(e) => bail!(
+            "registering the demo datasource failed: {} {}",
+            e.status,
+            e.body
+        ),
+    }
+    info!(
+        tenant = %tenant.tenant_id,
+        "demo datasource `{}` ready",
+        demo::CONFIG_NAME
+    );
+    Ok(())
 }
 
 async fn shutdown_signal() {

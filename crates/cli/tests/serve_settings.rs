@@ -11,9 +11,18 @@ use common::*;
 /// Runs `serve` with `args` and `env`; it must exit non-zero within 20 s. Its stderr.
 fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().unwrap();
+    refused_with(dir.path(), args, env)
+}
+
+/// [`refused`] over a given data directory.
+fn refused_in(data_dir: &std::path::Path, args: &[&str]) -> String {
+    refused_with(data_dir, args, &[])
+}
+
+fn refused_with(data_dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fetcher"));
     cmd.args(["serve", "--data-dir"])
-        .arg(dir.path())
+        .arg(data_dir)
         .args(["--listen", &format!("127.0.0.1:{}", free_port())])
         .args(args)
         .env("FETCHER_MASTER_KEY", KEY)
@@ -153,4 +162,118 @@ fn the_result_size_limit_is_a_serve_setting() {
     assert_eq!(big["status"], "completed", "{big}");
     let err = refused(&["--max-result-bytes=-1"], &[]);
     assert!(err.contains("max-result-bytes"), "{err}");
+}
+
+/// An HS256 token for `claims` (what an identity provider would issue).
+fn hs256_token(secret: &[u8], claims: &serde_json::Value) -> String {
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let input = format!(
+        "{}.{}",
+        b64(br#"{"alg":"HS256","typ":"JWT"}"#),
+        b64(claims.to_string().as_bytes())
+    );
+    let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, secret);
+    let tag = aws_lc_rs::hmac::sign(&key, input.as_bytes());
+    format!("{input}.{}", b64(tag.as_ref()))
+}
+
+#[test]
+fn the_demo_runs_in_multi_tenant_mode_for_the_demo_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = b"0123456789abcdef0123456789abcdef";
+    let secret_file = dir.path().join("secret");
+    std::fs::write(&secret_file, secret).unwrap();
+    let server = Server::start(
+        &dir.path().join("data"),
+        &[
+            "--demo",
+            "--multi-tenant",
+            "--jwt-hs256-secret-file",
+            secret_file.to_str().unwrap(),
+        ],
+    );
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let demo = format!(
+        "Bearer {}",
+        hs256_token(secret, &serde_json::json!({"tenantId": "demo", "exp": exp}))
+    );
+    let other = format!(
+        "Bearer {}",
+        hs256_token(
+            secret,
+            &serde_json::json!({"tenantId": "other", "exp": exp})
+        )
+    );
+    let body: serde_json::Value = serde_json::from_str(DEMO_JOB).unwrap();
+    let (status, created) = server.request(
+        "POST",
+        "/v1/fetcher",
+        Some(&body),
+        &[("authorization", &demo)],
+    );
+    assert_eq!(status, 202, "{created}");
+    let id = created["jobId"].as_str().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let (_, job) = server.request(
+            "GET",
+            &format!("/v1/fetcher/{id}"),
+            None,
+            &[("authorization", &demo)],
+        );
+        if matches!(job["status"].as_str(), Some("completed" | "failed"))
+            || Instant::now() > deadline
+        {
+            break job;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(job["status"], "completed", "{job}");
+    // Another tenant does not see the demo connection, and no tenant may add a SQLite one.
+    let (status, list) = server.request(
+        "GET",
+        "/v1/management/connections",
+        None,
+        &[("authorization", &other)],
+    );
+    assert_eq!(
+        (status, list["total"].clone()),
+        (200, serde_json::json!(0)),
+        "{list}"
+    );
+    let lite = serde_json::json!({"configName": "mine", "type": "SQLITE", "host": "localhost",
+        "port": 1, "databaseName": "demo.sqlite", "userName": "u", "password": "p"});
+    let (status, refused) = server.request(
+        "POST",
+        "/v1/management/connections",
+        Some(&lite),
+        &[("authorization", &other), ("x-product-name", "p")],
+    );
+    assert_eq!(
+        (status, refused["code"].clone()),
+        (400, serde_json::json!("FET-0414"))
+    );
+}
+
+#[test]
+fn a_sqlite_directory_holding_the_data_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    for sqlite_dir in [data.clone(), dir.path().to_path_buf(), data.join("inner")] {
+        std::fs::create_dir_all(&sqlite_dir).unwrap();
+        let mut cmd_args = vec!["--sqlite-dir", sqlite_dir.to_str().unwrap()];
+        cmd_args.push("--demo");
+        let err = refused_in(&data, &cmd_args);
+        assert!(
+            err.contains("data directory"),
+            "{}: {err}",
+            sqlite_dir.display()
+        );
+    }
 }

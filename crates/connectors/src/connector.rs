@@ -277,7 +277,7 @@ impl SqlConnector {
             let password = self.password.expose_str().unwrap_or_default();
             let conn = match self.dialect {
                 Dialect::Sqlite => {
-                    let o = sqlite::options(d)?;
+                    let o = sqlite::options(&self.policy.sqlite_path(d)?);
                     let fut = async { sqlite::connect(&o).await.map_err(error::connect_failed) };
                     Conn::Lite(bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?)
                 }

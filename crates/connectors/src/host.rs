@@ -12,8 +12,14 @@
 //! The guard applies only in multi-tenant mode and only to external connections (non-empty
 //! key version). Internal datasources (§5) are exempt; [`HostPolicy::single_tenant`] checks
 //! nothing (local development and tests reach 127.0.0.1).
+//!
+//! SQLite datasources name a file, not a host: [`SqliteFiles`] says which files. Hosts
+//! that take connections from an API confine them to an operator-named directory
+//! ([`SqliteRoot`]: no `..`, no symlinks, never the service's own data directory) or
+//! refuse them; multi-tenant deployments always refuse them.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,12 +55,105 @@ pub struct DialTarget {
     pub pinned: bool,
 }
 
+/// Which files a SQLite datasource may open.
+#[derive(Debug, Clone, Default)]
+pub enum SqliteFiles {
+    /// Any path the process can read: the connector used on its own (tests, tools).
+    #[default]
+    Anywhere,
+    /// None: every SQLite datasource is refused (Lambda, multi-tenant hosts, `serve`
+    /// without `--sqlite-dir`).
+    Nowhere,
+    /// Files under one operator-named directory.
+    Under(Arc<SqliteRoot>),
+}
+
+impl SqliteFiles {
+    /// The file `requested` names, if allowed (`FET-0414`, a forbidden host, otherwise).
+    pub fn resolve(&self, requested: &str) -> Result<PathBuf> {
+        if requested.trim().is_empty() {
+            return Err(error::validation(msg::SQLITE_PATH));
+        }
+        match self {
+            SqliteFiles::Anywhere => Ok(PathBuf::from(requested)),
+            SqliteFiles::Nowhere => Err(error::forbidden_host()),
+            SqliteFiles::Under(root) => root.resolve(requested),
+        }
+    }
+}
+
+/// The directory SQLite datasources must live in, canonical, and the directories they
+/// must never reach (the service's own data).
+#[derive(Debug, Clone)]
+pub struct SqliteRoot {
+    root: PathBuf,
+    deny: Vec<PathBuf>,
+}
+
+impl SqliteRoot {
+    /// `dir` must exist; it may neither lie inside nor contain any of `deny` (which
+    /// need not exist yet). The error says why, for a start-up message.
+    pub fn new(dir: &Path, deny: &[&Path]) -> std::result::Result<Self, String> {
+        let root = dir
+            .canonicalize()
+            .map_err(|e| format!("the SQLite directory {}: {e}", dir.display()))?;
+        let mut denied = Vec::new();
+        for d in deny {
+            let d = d
+                .canonicalize()
+                .or_else(|_| std::path::absolute(d))
+                .map_err(|e| format!("{}: {e}", d.display()))?;
+            if root.starts_with(&d) || d.starts_with(&root) {
+                return Err(format!(
+                    "the SQLite directory {} must neither be inside nor contain the data directory {}",
+                    root.display(),
+                    d.display()
+                ));
+            }
+            denied.push(d);
+        }
+        Ok(SqliteRoot { root, deny: denied })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// An existing file under the root, named without `..` and reached without a
+    /// symlink (its canonical path is the path as written); relative names are taken
+    /// from the root.
+    pub fn resolve(&self, requested: &str) -> Result<PathBuf> {
+        let p = Path::new(requested.trim());
+        if p.components().any(|c| matches!(c, Component::ParentDir)) {
+            return Err(error::forbidden_host());
+        }
+        let written: PathBuf = self
+            .root
+            .join(p)
+            .components()
+            .filter(|c| !matches!(c, Component::CurDir))
+            .collect();
+        let canonical = written
+            .canonicalize()
+            .map_err(|_| error::forbidden_host())?;
+        if canonical != written
+            || !canonical.starts_with(&self.root)
+            || self.deny.iter().any(|d| canonical.starts_with(d))
+            || !canonical.is_file()
+        {
+            return Err(error::forbidden_host());
+        }
+        Ok(canonical)
+    }
+}
+
 /// The host-safety policy a factory applies before dialling.
 #[derive(Clone)]
 pub struct HostPolicy {
     multi_tenant: bool,
     resolver: Arc<dyn Resolver>,
     dns_timeout: Duration,
+    sqlite: SqliteFiles,
 }
 
 impl std::fmt::Debug for HostPolicy {
@@ -73,6 +172,7 @@ impl HostPolicy {
             multi_tenant: false,
             resolver: Arc::new(SystemResolver),
             dns_timeout: Duration::from_secs(5),
+            sqlite: SqliteFiles::Anywhere,
         }
     }
 
@@ -91,6 +191,23 @@ impl HostPolicy {
         } else {
             Self::single_tenant()
         }
+    }
+
+    /// Where SQLite datasource files may live (default: anywhere).
+    pub fn with_sqlite_files(mut self, files: SqliteFiles) -> Self {
+        self.sqlite = files;
+        self
+    }
+
+    /// The file a SQLite datasource opens, checked ([`SqliteFiles::resolve`]). With the
+    /// guard on, an external connection may name a file only under an operator-named
+    /// directory (the API lets no tenant create one; `serve --demo` registers its own):
+    /// "anywhere" counts as nowhere.
+    pub fn sqlite_path(&self, d: &ConnectionDescriptor) -> Result<PathBuf> {
+        if self.applies_to(d) && matches!(self.sqlite, SqliteFiles::Anywhere) {
+            return Err(error::forbidden_host());
+        }
+        self.sqlite.resolve(&d.database_name)
     }
 
     /// Replaces the resolver (tests).
@@ -112,12 +229,11 @@ impl HostPolicy {
     /// The checks that need no network: blocked names, non-canonical numeric forms and
     /// blocked IP literals. Run by `build` (before credentials are revealed).
     pub fn precheck(&self, d: &ConnectionDescriptor) -> Result<()> {
+        if d.datasource_type == crate::SQLITE {
+            return self.sqlite_path(d).map(|_| ());
+        }
         if !self.applies_to(d) {
             return Ok(());
-        }
-        if d.datasource_type == crate::SQLITE {
-            // A file path is not a network host, but tenants may not name server files.
-            return Err(error::forbidden_host());
         }
         match classify(&d.host) {
             Literal::Blocked => Err(error::forbidden_host()),
@@ -133,6 +249,11 @@ impl HostPolicy {
             tls_name: d.host.clone(),
             pinned: false,
         };
+        if d.datasource_type == crate::SQLITE {
+            // A file, not a host: nothing to dial or pin.
+            self.precheck(d)?;
+            return Ok(configured);
+        }
         if !self.applies_to(d) {
             return Ok(configured);
         }

@@ -16,7 +16,7 @@
 //! | `pg`, `mysql`, `sqlite` | per-dialect connect options, catalog queries, producers |
 //! | [`values`] | lossless rendering: calendar, timestamps, tagged strings, UUIDs, JSON |
 //! | [`ssl`] | TLS mode allowlists ([`validate_ssl_mode`]) and the sqlx mapping |
-//! | [`host`] | host safety (SSRF): [`HostPolicy`], [`validate_host_input`], blocked ranges and names |
+//! | [`host`] | host safety (SSRF): [`HostPolicy`], [`validate_host_input`], blocked ranges and names; which files SQLite datasources may open ([`SqliteFiles`]) |
 //! | [`env`] | internal datasources from `DATASOURCE_{NAME}_*` pairs ([`parse_env`]) |
 //! | [`error`] | fixed messages, codes `FET-0413`/`FET-0414`, typed hidden causes |
 //!
@@ -185,8 +185,8 @@ pub use connector::{
 pub use env::{EnvLoad, InternalDatasource, parse_env};
 pub use error::{ForbiddenHost, InvalidSslMode};
 pub use host::{
-    DialTarget, HostPolicy, Resolver, SystemResolver, is_blocked_hostname, is_blocked_ip,
-    validate_host_input,
+    DialTarget, HostPolicy, Resolver, SqliteFiles, SqliteRoot, SystemResolver, is_blocked_hostname,
+    is_blocked_ip, validate_host_input,
 };
 pub use ssl::{SSL_ROOT_CERT_KEY, validate_ssl_mode};
 

@@ -9,24 +9,22 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
 use sqlx::{ConnectOptions, Connection, Row, TypeInfo, ValueRef};
 use tokio::sync::mpsc;
 
-use fetcher_engine::{ConnectionDescriptor, Result, Row as ERow, RowBatch, Value};
+use fetcher_engine::{Result, Row as ERow, RowBatch, Value};
 
 use crate::Dialect;
 use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo};
-use crate::error::{decode_failed, discover_failed, msg, query_failed, validation};
+use crate::error::{decode_failed, discover_failed, query_failed};
 use crate::filter::Bind;
 use crate::query::{BATCH_ROWS, Msg, TablePlan};
 use crate::values;
 
-pub fn options(d: &ConnectionDescriptor) -> Result<SqliteConnectOptions> {
-    if d.database_name.trim().is_empty() {
-        return Err(validation(msg::SQLITE_PATH));
-    }
-    Ok(SqliteConnectOptions::new()
-        .filename(&d.database_name)
+/// Options for the file the host policy resolved ([`crate::HostPolicy::sqlite_path`]).
+pub fn options(path: &std::path::Path) -> SqliteConnectOptions {
+    SqliteConnectOptions::new()
+        .filename(path)
         .read_only(true)
         .create_if_missing(false)
-        .disable_statement_logging())
+        .disable_statement_logging()
 }
 
 pub async fn connect(

@@ -707,17 +707,15 @@ async fn openapi_matches_the_router() {
 
 #[tokio::test]
 async fn a_host_without_local_files_refuses_sqlite_on_create_and_patch() {
-    // `serve` (local files) accepts a SQLite file; the same data served by a host
+    // `serve` (a SQLite directory) accepts a file in it; the same data served by a host
     // without local files (Lambda) refuses new ones and edits to stored ones.
-    let serve = harness();
+    let dir = tempfile::tempdir().unwrap();
+    let (serve, file) = sqlite_harness(dir.path());
     let lite = json!({"configName": "lite", "type": "SQLITE", "host": "localhost", "port": 1,
-        "databaseName": "/tmp/x.db", "userName": "u", "password": "p"});
+        "databaseName": file, "userName": "u", "password": "p"});
     let created = serve.create("p", lite.clone()).await;
     let id = created["id"].as_str().unwrap().to_owned();
-    let lambda = serve.reconfigured(ApiConfig {
-        local_files: false,
-        ..Default::default()
-    });
+    let lambda = serve.reconfigured(ApiConfig::default());
     let headers = [("x-product-name", "p")];
     let mut again = lite;
     again["configName"] = "lite2".into();
@@ -753,7 +751,7 @@ async fn a_host_without_local_files_refuses_sqlite_on_create_and_patch() {
             None,
         )
         .await;
-    assert_eq!(r.json()["databaseName"], "/tmp/x.db", "nothing changed");
+    assert_eq!(r.json()["databaseName"], file, "nothing changed");
     // A PostgreSQL connection is unaffected.
     let r = lambda
         .call(
@@ -899,4 +897,122 @@ async fn metrics_labels_come_from_closed_sets() {
     let added = series(&text) - before;
     assert!(added <= 60, "{added} series added by 90 requests");
     assert!(text.len() < 100_000, "{} bytes of metrics", text.len());
+}
+
+/// A single-tenant harness whose SQLite directory is `<dir>/sqlite` (holding `x.db`), with
+/// `<dir>/data` as the service's own data directory; returns it and the file's path.
+fn sqlite_harness(dir: &std::path::Path) -> (Harness, String) {
+    use fetcher_connectors::{SqliteFiles, SqliteRoot};
+    let root = dir.join("sqlite");
+    let data = dir.join("data");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(root.join("x.db"), b"").unwrap();
+    let root = SqliteRoot::new(&root, &[&data]).unwrap();
+    let file = root.path().join("x.db").display().to_string();
+    let h = harness_with(Options {
+        config: ApiConfig {
+            sqlite_files: SqliteFiles::Under(Arc::new(root)),
+            ..Default::default()
+        },
+        authenticator: Arc::new(fetcher_service::http::NoAuthentication),
+        probes: Vec::new(),
+    });
+    (h, file)
+}
+
+#[tokio::test]
+async fn sqlite_datasources_stay_inside_the_sqlite_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (h, file) = sqlite_harness(dir.path());
+    let root = std::path::Path::new(&file).parent().unwrap().to_path_buf();
+    let data = root.parent().unwrap().join("data");
+    std::fs::write(data.join("fetcher.db"), b"secret").unwrap();
+    std::fs::write(dir.path().join("outside.db"), b"").unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/y.db"), b"").unwrap();
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(data.join("fetcher.db"), root.join("link.db")).unwrap();
+        std::os::unix::fs::symlink(&data, root.join("data-link")).unwrap();
+    }
+    let body = |name: &str, db: &str| {
+        json!({"configName": name, "type": "SQLITE", "host": "localhost", "port": 1,
+            "databaseName": db, "userName": "u", "password": "p"})
+    };
+    let headers = [("x-product-name", "p")];
+    let post = |b: serde_json::Value| {
+        let h = &h;
+        async move {
+            h.call(
+                Method::POST,
+                "/v1/management/connections",
+                &headers,
+                Some(b),
+            )
+            .await
+        }
+    };
+    for (i, ok) in [
+        file.clone(),
+        "x.db".into(),
+        "sub/y.db".into(),
+        "./sub/y.db".into(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let r = post(body(&format!("ok{i}"), ok)).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{ok}: {}", r.text);
+    }
+    let outside = dir.path().join("outside.db").display().to_string();
+    let own = data.join("fetcher.db").display().to_string();
+    let dotdot = root.join("../data/fetcher.db").display().to_string();
+    for bad in [
+        own.as_str(),
+        outside.as_str(),
+        dotdot.as_str(),
+        "../outside.db",
+        "sub/../x.db",
+        "link.db",
+        "data-link/fetcher.db",
+        "missing.db",
+        "sub",
+        "/etc/passwd",
+    ] {
+        let r = post(body("bad-one", bad)).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0414")),
+            "{bad}: {}",
+            r.text
+        );
+    }
+    // PATCH cannot move a stored connection outside either.
+    let created = post(body("movable", "x.db")).await;
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    for bad in [own.as_str(), "../outside.db", "link.db"] {
+        let r = h
+            .call(
+                Method::PATCH,
+                &format!("/v1/management/connections/{id}"),
+                &headers,
+                Some(json!({"databaseName": bad})),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0414")),
+            "PATCH {bad}"
+        );
+    }
+    let r = h
+        .call(
+            Method::PATCH,
+            &format!("/v1/management/connections/{id}"),
+            &headers,
+            Some(json!({"databaseName": "sub/y.db"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
 }

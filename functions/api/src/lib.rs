@@ -53,7 +53,7 @@ pub async fn router_from_config(
         },
         ApiConfig {
             multi_tenant,
-            local_files: false,
+            // `sqlite_files` stays at its default, none: the functions share no disk.
             version: env!("CARGO_PKG_VERSION").into(),
             deployment_mode: "saas".into(),
             ..ApiConfig::default()

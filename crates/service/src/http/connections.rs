@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use fetcher_connectors::{validate_host_input, validate_ssl_mode};
 use fetcher_engine::{
     Category, ConnectionDescriptor, ConnectionInput, ConnectionPatch, Context, EngineError, Secret,
-    Timestamp,
+    TenantContext, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -412,7 +412,17 @@ fn request_rules_patch(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiErr
 /// A tenant may not point the service at a file on its own disk, nor may anyone on a
 /// host without local files (Lambda).
 fn local_file_refused(cfg: &ApiConfig, datasource_type: &str) -> bool {
-    (cfg.multi_tenant || !cfg.local_files) && datasource_type == fetcher_connectors::SQLITE
+    datasource_type == fetcher_connectors::SQLITE
+        && (cfg.multi_tenant
+            || matches!(cfg.sqlite_files, fetcher_connectors::SqliteFiles::Nowhere))
+}
+
+/// The complete record (created, or patched and merged): a SQLite file must be one the
+/// host allows (under `--sqlite-dir`, no `..`, no symlink, not the service's own data).
+fn sqlite_file_refused(cfg: &ApiConfig, r: &Record) -> bool {
+    r.datasource_type == fetcher_connectors::SQLITE
+        && (local_file_refused(cfg, &r.datasource_type)
+            || cfg.sqlite_files.resolve(&r.database_name).is_err())
 }
 
 fn ssrf_literal(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
@@ -630,6 +640,35 @@ pub async fn create_connection(
 ) -> Result<Response, ApiError> {
     let product = product_name(&headers, true)?.unwrap_or_default();
     let b: ConnectionBody = parse_json(&headers, &body)?;
+    let created = create(&st, st.config(), &scope.tenant, product, &b).await?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+/// Registers a connection the operator provides (`serve --demo`): the create use case
+/// with its validation, without the HTTP perimeter (no token is involved). Unlike a
+/// tenant, the operator may register a SQLite file in multi-tenant mode, still only one
+/// under the host's SQLite directory.
+pub async fn register_operator_connection(
+    st: &AppState,
+    tenant: &TenantContext,
+    product: &str,
+    body: Value,
+) -> Result<ConnectionResponse, ApiError> {
+    let b: ConnectionBody = serde_json::from_value(body).map_err(|_| ApiError::empty_body())?;
+    let cfg = ApiConfig {
+        multi_tenant: false,
+        ..st.config().clone()
+    };
+    create(st, &cfg, tenant, product.to_owned(), &b).await
+}
+
+async fn create(
+    st: &AppState,
+    cfg: &ApiConfig,
+    tenant: &TenantContext,
+    product: String,
+    b: &ConnectionBody,
+) -> Result<ConnectionResponse, ApiError> {
     let has_ssl = b.ssl.as_ref().is_some_and(|s| !s.is_blank());
     let any = b.config_name.is_some()
         || b.datasource_type.is_some()
@@ -644,7 +683,7 @@ pub async fn create_connection(
     if !any {
         return Err(ApiError::empty_body());
     }
-    request_rules_create(&b, st.config())?;
+    request_rules_create(b, cfg)?;
     let now = now_text();
     let record = Record {
         id: uuid::Uuid::now_v7().to_string(),
@@ -670,6 +709,9 @@ pub async fn create_connection(
         other: BTreeMap::new(),
     };
     model_rules(&record)?;
+    if sqlite_file_refused(cfg, &record) {
+        return Err(ApiError::forbidden_host());
+    }
     let d = record.descriptor();
     let input = ConnectionInput {
         config_name: d.config_name.clone(),
@@ -685,14 +727,10 @@ pub async fn create_connection(
     };
     let created = st
         .engine()
-        .create_connection(&ctx(), &scope.tenant, &input)
+        .create_connection(&ctx(), tenant, &input)
         .await
         .map_err(|e| ApiError::from_engine(&e))?;
-    Ok((
-        StatusCode::CREATED,
-        Json(Record::from_descriptor(&created).response()),
-    )
-        .into_response())
+    Ok(Record::from_descriptor(&created).response())
 }
 
 async fn load(st: &AppState, scope: &Scope, id: &str) -> Result<ConnectionDescriptor, ApiError> {
@@ -799,7 +837,7 @@ pub async fn update_connection(
     r.updated_at = now_text();
     // The merged record too: a SQLite connection stored before the host refused them
     // cannot be edited into use.
-    if local_file_refused(st.config(), &r.datasource_type) {
+    if sqlite_file_refused(st.config(), &r) {
         return Err(ApiError::forbidden_host());
     }
     model_rules(&r)?;
@@ -1235,14 +1273,19 @@ mod tests {
             "FET-0402"
         );
 
-        // A SQLite file: single-tenant `serve` only; never in multi-tenant mode nor on a
-        // host without local files (Lambda).
+        // A SQLite file: single-tenant `serve` with a SQLite directory only; never in
+        // multi-tenant mode nor on a host without local files (Lambda). (Which files the
+        // directory allows is checked on the complete record.)
         let mut v = valid();
         v["type"] = "SQLITE".into();
         v["databaseName"] = "/tmp/x.db".into();
-        assert!(request_rules_create(&body(v.clone()), &single).is_ok());
+        let serve = ApiConfig {
+            sqlite_files: fetcher_connectors::SqliteFiles::Anywhere,
+            ..ApiConfig::default()
+        };
+        assert!(request_rules_create(&body(v.clone()), &serve).is_ok());
         let lambda = ApiConfig {
-            local_files: false,
+            sqlite_files: fetcher_connectors::SqliteFiles::Nowhere,
             ..ApiConfig::default()
         };
         for cfg in [&multi, &lambda] {

@@ -124,10 +124,11 @@ pub mod attr {
 pub struct ApiConfig {
     /// `MULTI_TENANT_ENABLED`: tenant from the verified `tenantId` claim, SSRF guard on.
     pub multi_tenant: bool,
-    /// `SQLITE` file datasources may be registered (single-tenant only). `fetcher serve`
-    /// allows them; Lambda does not: its functions share no disk, and a path would name
-    /// the function's own files.
-    pub local_files: bool,
+    /// Which files `SQLITE` datasources may name (single-tenant only; anything else is
+    /// `FET-0414` at create and patch). `fetcher serve` confines them to its
+    /// `--sqlite-dir`; Lambda refuses them: its functions share no disk, and a path would
+    /// name the function's own files. Default: none.
+    pub sqlite_files: fetcher_connectors::SqliteFiles,
     /// Require a verified principal on business routes even in single-tenant mode.
     /// Multi-tenant mode always requires one.
     pub require_auth: bool,
@@ -154,7 +155,7 @@ impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             multi_tenant: false,
-            local_files: true,
+            sqlite_files: fetcher_connectors::SqliteFiles::Nowhere,
             require_auth: false,
             // api.md: request bodies up to 4 MiB.
             body_limit: 4 * 1024 * 1024,
