@@ -27,7 +27,7 @@ use fetcher_service::jobs::JobStoreActiveChecker;
 use fetcher_service::memory::StaticKeyProvider;
 use fetcher_service::model::ResultFormat;
 use fetcher_service::pipeline::{Pipeline, PipelineConfig};
-use fetcher_service::ports::{JobStore, KeyProvider};
+use fetcher_service::ports::{JobStore, KeyProvider, ObjectStore as _};
 use fetcher_service::sink::SealedResultSink;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -216,6 +216,19 @@ fn private_data_dir(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Readiness probe over the result directory: a job needs to write there.
+struct ResultsProbe(Arc<LocalDirObjectStore>);
+
+impl http::ReadinessProbe for ResultsProbe {
+    fn name(&self) -> &str {
+        "results"
+    }
+
+    fn check(&self) -> fetcher_engine::BoxFuture<'_, fetcher_service::Result<()>> {
+        self.0.check_writable()
+    }
+}
+
 /// Readiness probe over the embedded database.
 struct DbProbe(SqliteStore);
 
@@ -247,6 +260,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .context("opening the database")?;
     let store = Arc::new(db.clone());
     let objects = Arc::new(LocalDirObjectStore::new(args.data_dir.join("results")));
+    // No writer of this process exists yet: whatever a crash or an abandoned job left
+    // half-written goes now.
+    match objects.sweep_incomplete(Duration::ZERO).await {
+        Ok(0) => {}
+        Ok(n) => info!(removed = n, "removed unfinished result files"),
+        Err(e) => warn!(error = %e.log_detail(), "could not sweep unfinished result files"),
+    }
     let mut events = EventLog::new(args.data_dir.join("events.ndjson"));
     if let Some(url) = &args.events_webhook {
         events = events.with_webhook(Arc::new(crate::webhook::WebhookPublisher::new(url)?));
@@ -277,6 +297,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         })
         .build()?;
 
+    let objects_probe = objects.clone();
     let queue = InProcessQueue::new();
     let pipeline = Arc::new(Pipeline {
         engine: engine.clone(),
@@ -304,7 +325,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             rate_limiter: store.clone(),
             signer: Arc::new(MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)),
             authenticator,
-            probes: vec![Arc::new(DbProbe(db))],
+            probes: vec![Arc::new(DbProbe(db)), Arc::new(ResultsProbe(objects_probe))],
             host_policy: Some(policy),
         },
         ApiConfig {

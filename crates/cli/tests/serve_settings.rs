@@ -277,3 +277,55 @@ fn a_sqlite_directory_holding_the_data_directory_is_refused() {
         );
     }
 }
+
+#[test]
+fn every_log_line_of_a_request_and_its_job_carries_the_request_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.log");
+    let mut server = Server::start_logged(
+        &dir.path().join("data"),
+        &["--demo", "--log-json"],
+        Some(&log),
+    );
+    let ok: serde_json::Value = serde_json::from_str(DEMO_JOB).unwrap();
+    let mut bad = ok.clone();
+    bad["dataRequest"]["mappedFields"] = serde_json::json!({"demo": {"orders": ["amount"]}});
+    let mut jobs = Vec::new();
+    for (body, rid) in [(&ok, "trace-ok-41"), (&bad, "trace-bad-42")] {
+        let (status, created) =
+            server.request("POST", "/v1/fetcher", Some(body), &[("x-request-id", rid)]);
+        assert_eq!(status, 202, "{created}");
+        let id = created["jobId"].as_str().unwrap().to_owned();
+        server.wait_job(&id, Duration::from_secs(30));
+        jobs.push((id, rid));
+    }
+    server.terminate();
+    let text = std::fs::read_to_string(&log).unwrap();
+    for (id, rid) in &jobs {
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(id.as_str())).collect();
+        assert!(!lines.is_empty(), "no log line names job {id}:\n{text}");
+        for line in lines {
+            assert!(line.contains(rid), "{rid} missing from {line}");
+        }
+    }
+}
+
+#[test]
+fn readiness_probes_the_result_directory_and_start_sweeps_leftovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // What a crash left: a half-written result.
+    let leftover = data.join("results/external-data/.tmp-0000");
+    std::fs::create_dir_all(leftover.parent().unwrap()).unwrap();
+    std::fs::write(&leftover, vec![1u8; 1024]).unwrap();
+    let server = Server::start(&data, &["--demo"]);
+    assert!(!leftover.exists(), "the start sweep removes it");
+    let (status, body) = server.request("GET", "/readyz", None, &[]);
+    assert_eq!(status, 200, "{body}");
+    // The result directory becomes unusable: readiness says so.
+    std::fs::remove_dir_all(data.join("results")).unwrap();
+    std::fs::write(data.join("results"), b"not a directory").unwrap();
+    let (status, body) = server.request("GET", "/readyz", None, &[]);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.to_string().contains("results"), "{body}");
+}

@@ -213,8 +213,19 @@ pub fn failed_payload(
 }
 
 impl Pipeline {
-    /// Handles one queue message.
+    /// Handles one queue message. Every log line of it carries the job id and the
+    /// request id of the API call that created the job (`X-Request-Id`).
     pub async fn handle(&self, msg: &QueueMessage) -> Outcome {
+        let header = |k: &str| msg.headers.get(k).map(String::as_str).unwrap_or("");
+        let span = tracing::info_span!(
+            "job",
+            job_id = header(message::HEADER_JOB_ID),
+            request_id = header(message::HEADER_REQUEST_ID),
+        );
+        tracing::Instrument::instrument(self.handle_in_span(msg), span).await
+    }
+
+    async fn handle_in_span(&self, msg: &QueueMessage) -> Outcome {
         let ring = match self.keys.key_ring().await {
             Ok(r) => r,
             Err(e) => return Outcome::Retry(e),

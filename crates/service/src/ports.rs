@@ -182,6 +182,26 @@ pub trait ObjectStore: Send + Sync {
 
     /// Size in bytes, `None` when absent.
     fn head<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Option<u64>>>;
+
+    /// Removes what unfinished writes left behind (a crash, an abandoned job) that is
+    /// older than `age`; returns how many. The store owns its temporary objects: hosts
+    /// call this at start, when no writer of theirs exists. Default: nothing to sweep
+    /// (S3 leaves the job to the bucket's lifecycle rule for incomplete multipart
+    /// uploads).
+    fn sweep_incomplete(&self, age: std::time::Duration) -> BoxFuture<'_, Result<u64>> {
+        let _ = age;
+        Box::pin(async { Ok(0) })
+    }
+
+    /// Whether a write would succeed now (readiness): default, a zero-byte write that is
+    /// aborted.
+    fn check_writable(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let w = self.put(".readiness-probe").await?;
+            w.abort().await;
+            Ok(())
+        })
+    }
 }
 
 /// An object being written. Memory stays bounded whatever the object's size.

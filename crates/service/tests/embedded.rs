@@ -95,6 +95,59 @@ async fn local_dir_object_store_conforms() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+/// The `.tmp-*` files under `dir`.
+fn tmp_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name().to_string_lossy().starts_with(".tmp-") {
+                found.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn unfinished_writes_are_swept_and_finished_objects_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalDirObjectStore::new(dir.path());
+    let mut done = store.put("external-data/done.ndjson").await.unwrap();
+    done.write(b"kept").await.unwrap();
+    done.finish().await.unwrap();
+    // A crash mid-write: the writer is dropped, neither finished nor aborted.
+    for path in ["external-data/a.ndjson", "external-data/nested/b.ndjson"] {
+        let mut w = store.put(path).await.unwrap();
+        w.write(&[7u8; 4096]).await.unwrap();
+        std::mem::forget(w);
+    }
+    assert_eq!(tmp_files(dir.path()).len(), 2);
+    // Young files survive a sweep that asks for old ones (a live writer's file).
+    let hour = std::time::Duration::from_secs(3600);
+    assert_eq!(store.sweep_incomplete(hour).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .sweep_incomplete(std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(tmp_files(dir.path()).is_empty());
+    assert_eq!(
+        store.head("external-data/done.ndjson").await.unwrap(),
+        Some(4)
+    );
+    // Readiness: writable, then not (the directory replaced by a file).
+    store.check_writable().await.unwrap();
+    assert!(tmp_files(dir.path()).is_empty(), "the probe leaves nothing");
+    let broken = LocalDirObjectStore::new(dir.path().join("external-data/done.ndjson"));
+    assert!(broken.check_writable().await.is_err());
+}
+
 #[tokio::test]
 async fn sealed_result_sink_over_a_local_dir_conforms() {
     let dir = tempfile::tempdir().unwrap();

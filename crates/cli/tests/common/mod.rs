@@ -27,6 +27,11 @@ pub struct Server {
 
 impl Server {
     pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        Self::start_logged(data_dir, extra, None)
+    }
+
+    /// [`Server::start`] with its log (`FETCHER_LOG=info`) written to `log`.
+    pub fn start_logged(data_dir: &Path, extra: &[&str], log: Option<&Path>) -> Server {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fetcher"));
         cmd.args(["serve", "--data-dir"])
@@ -39,9 +44,12 @@ impl Server {
             ])
             .args(extra)
             .env("FETCHER_MASTER_KEY", KEY)
-            .env("FETCHER_LOG", "warn")
+            .env("FETCHER_LOG", if log.is_some() { "info" } else { "warn" })
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(match log {
+                Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
+                None => Stdio::inherit(),
+            });
         let child = cmd.spawn().expect("spawn fetcher serve");
         let server = Server {
             child,

@@ -1,6 +1,8 @@
 //! Result objects in a local directory. A write goes to a hidden temporary file in the
 //! target directory and is renamed into place on `finish` (atomic on POSIX), so readers
-//! never see a partial object and `abort` leaves nothing behind.
+//! never see a partial object and `abort` leaves nothing behind. What a crash or an
+//! abandoned write leaves (`.tmp-*` files) is removed by `sweep_incomplete`, which
+//! `serve` runs at start.
 
 use std::path::{Path, PathBuf};
 
@@ -89,13 +91,54 @@ impl ObjectReader for FileReader {
     }
 }
 
+/// The prefix of a write in progress.
+const TMP_PREFIX: &str = ".tmp-";
+
 impl ObjectStore for LocalDirObjectStore {
+    fn sweep_incomplete(&self, age: std::time::Duration) -> BoxFuture<'_, Result<u64>> {
+        Box::pin(async move {
+            let cutoff = std::time::SystemTime::now()
+                .checked_sub(age)
+                .unwrap_or(std::time::UNIX_EPOCH);
+            let mut removed = 0;
+            let mut dirs = vec![self.root.clone()];
+            while let Some(dir) = dirs.pop() {
+                let mut entries = match fs::read_dir(&dir).await {
+                    Ok(e) => e,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io_error(e)),
+                };
+                while let Some(entry) = entries.next_entry().await.map_err(io_error)? {
+                    let kind = entry.file_type().await.map_err(io_error)?;
+                    if kind.is_dir() {
+                        dirs.push(entry.path());
+                        continue;
+                    }
+                    let is_tmp = entry.file_name().to_string_lossy().starts_with(TMP_PREFIX);
+                    let old = entry
+                        .metadata()
+                        .await
+                        .and_then(|m| m.modified())
+                        .is_ok_and(|t| t <= cutoff);
+                    if kind.is_file() && is_tmp && old {
+                        match fs::remove_file(entry.path()).await {
+                            Ok(()) => removed += 1,
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) => return Err(io_error(e)),
+                        }
+                    }
+                }
+            }
+            Ok(removed)
+        })
+    }
+
     fn put<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Box<dyn ObjectWriter>>> {
         Box::pin(async move {
             let target = self.file(path)?;
             let dir = target.parent().expect("joined under root").to_path_buf();
             fs::create_dir_all(&dir).await.map_err(io_error)?;
-            let tmp = dir.join(format!(".tmp-{}", uuid::Uuid::new_v4()));
+            let tmp = dir.join(format!("{TMP_PREFIX}{}", uuid::Uuid::new_v4()));
             let file = fs::File::create(&tmp).await.map_err(io_error)?;
             Ok(Box::new(FileWriter {
                 tmp,

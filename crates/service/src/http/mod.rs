@@ -369,6 +369,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             record_metrics,
         ))
+        .layer(axum::middleware::from_fn(request_span))
         .layer(DefaultBodyLimit::max(limit))
         .layer(tower_http::cors::CorsLayer::permissive())
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
@@ -405,9 +406,22 @@ async fn record_metrics(State(st): State<AppState>, req: Request, next: Next) ->
     res
 }
 
+/// Every log line of a request carries its (sanitised) `X-Request-Id`.
+async fn request_span(mut req: Request, next: Next) -> Response {
+    let id = extract::request_id(req.headers());
+    let span = tracing::info_span!("request", request_id = %id);
+    req.extensions_mut().insert(RequestId(id));
+    tracing::Instrument::instrument(next.run(req), span).await
+}
+
 /// Request id → authentication → tenant, then the handler; the request id is echoed.
 async fn business_pipeline(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let request_id = extract::request_id(req.headers());
+    // The id the request span chose (one id per request, also when the client sent none).
+    let request_id = req
+        .extensions()
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_else(|| extract::request_id(req.headers()));
     let (mut parts, body) = req.into_parts();
     let mut res = match resolve_tenant(&st, &parts) {
         Ok(tenant_id) => {
