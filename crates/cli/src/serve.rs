@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// Jobs run at once.
     #[arg(long, default_value_t = 2, env = "FETCHER_WORKERS")]
     pub workers: usize,
+    /// Seconds in-flight jobs may take to finish on shutdown; then they are abandoned
+    /// and handed back (`pending`) for the next start.
+    #[arg(long, default_value_t = 60, env = "FETCHER_SHUTDOWN_GRACE")]
+    pub shutdown_grace: u64,
     /// Seconds `/readyz` answers 503 before the server stops, on shutdown.
     #[arg(long, default_value_t = 12, env = "FETCHER_DRAIN_DELAY")]
     pub drain_delay: u64,
@@ -351,6 +355,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         queue: queue.clone(),
         config: WorkerConfig {
             concurrency: args.workers.max(1),
+            shutdown_grace: Duration::from_secs(args.shutdown_grace),
             ..Default::default()
         },
     };

@@ -78,6 +78,9 @@ pub enum JobError {
     JobStore(ServiceError),
     /// The message could not be enqueued; the job is marked failed. 500 `FET-0002`.
     Publish(ServiceError),
+    /// The host is shutting down and takes no new jobs; nothing was stored. 503
+    /// `Service Unavailable`.
+    ShuttingDown,
     /// 404 `FET-1001` (job).
     NotFound,
 }
@@ -260,6 +263,10 @@ impl JobService {
             }
         }
 
+        // A host that is shutting down takes no new work: refuse before storing anything.
+        if !self.queue.is_accepting() {
+            return Err(JobError::ShuttingDown);
+        }
         // Insert (atomic per hash), then enqueue.
         let request = JobRequest {
             mapped_fields: mapped.into_iter().collect(),
@@ -282,6 +289,12 @@ impl JobService {
         let message =
             crate::message::encode(&job, &self.signer, request_id, crate::message::unix_now());
         if let Err(e) = self.queue.enqueue(message).await {
+            if !self.queue.is_accepting() {
+                // Lost the race with shutdown: the job is durable in the jobs table and
+                // the host re-enqueues pending jobs at its next start. Accepted, not failed.
+                tracing::info!(job_id = %job.id, "queue closed for shutdown; the job stays pending for the next start");
+                return Ok(Created::New(job));
+            }
             self.mark_publish_failed(&job).await;
             return Err(JobError::Publish(e));
         }

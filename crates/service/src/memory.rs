@@ -246,6 +246,10 @@ pub struct MemoryJobQueue {
     tx: mpsc::UnboundedSender<QueueMessage>,
     rx: Mutex<Option<mpsc::UnboundedReceiver<QueueMessage>>>,
     pub fail: AtomicBool,
+    /// Closed for shutdown: takes nothing, says so.
+    pub closed: AtomicBool,
+    /// Closes on the next enqueue, refusing it (a job that loses the race with shutdown).
+    pub close_on_enqueue: AtomicBool,
     sent: Mutex<Vec<QueueMessage>>,
 }
 
@@ -256,6 +260,8 @@ impl Default for MemoryJobQueue {
             tx,
             rx: Mutex::new(Some(rx)),
             fail: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            close_on_enqueue: AtomicBool::new(false),
             sent: Mutex::default(),
         }
     }
@@ -278,8 +284,15 @@ impl MemoryJobQueue {
 }
 
 impl JobQueue for MemoryJobQueue {
+    fn is_accepting(&self) -> bool {
+        !self.closed.load(Ordering::SeqCst)
+    }
+
     fn enqueue<'a>(&'a self, message: QueueMessage) -> BoxFuture<'a, Result<()>> {
-        if self.fail.load(Ordering::SeqCst) {
+        if self.close_on_enqueue.swap(false, Ordering::SeqCst) {
+            self.closed.store(true, Ordering::SeqCst);
+        }
+        if self.fail.load(Ordering::SeqCst) || self.closed.load(Ordering::SeqCst) {
             return ready(Err(ServiceError::unavailable("job queue unavailable")));
         }
         self.sent.lock().unwrap().push(message.clone());

@@ -216,16 +216,24 @@ impl Pipeline {
     /// Handles one queue message. Every log line of it carries the job id and the
     /// request id of the API call that created the job (`X-Request-Id`).
     pub async fn handle(&self, msg: &QueueMessage) -> Outcome {
+        self.handle_until(msg, &Context::background()).await
+    }
+
+    /// [`Pipeline::handle`], abandoned when `stop` is cancelled (a host's shutdown
+    /// grace has run out): the extraction stops, its claim is released explicitly (the
+    /// job is `pending` again, for the next start or another worker) and nothing is
+    /// stored.
+    pub async fn handle_until(&self, msg: &QueueMessage, stop: &Context) -> Outcome {
         let header = |k: &str| msg.headers.get(k).map(String::as_str).unwrap_or("");
         let span = tracing::info_span!(
             "job",
             job_id = header(message::HEADER_JOB_ID),
             request_id = header(message::HEADER_REQUEST_ID),
         );
-        tracing::Instrument::instrument(self.handle_in_span(msg), span).await
+        tracing::Instrument::instrument(self.handle_in_span(msg, stop), span).await
     }
 
-    async fn handle_in_span(&self, msg: &QueueMessage) -> Outcome {
+    async fn handle_in_span(&self, msg: &QueueMessage, stop: &Context) -> Outcome {
         let ring = match self.keys.key_ring().await {
             Ok(r) => r,
             Err(e) => return Outcome::Retry(e),
@@ -236,7 +244,7 @@ impl Pipeline {
         };
         let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac).with_policy(policy);
         match message::decode(msg, &signer, message::unix_now()) {
-            Ok(received) => self.process(received).await,
+            Ok(received) => self.process(received, stop).await,
             Err(Rejected::BadSignature(e)) => {
                 // Never retried. The job it names (if any, and still pending) fails, so
                 // it does not wait forever for a message that cannot be trusted.
@@ -276,7 +284,7 @@ impl Pipeline {
         }
     }
 
-    async fn process(&self, r: Received) -> Outcome {
+    async fn process(&self, r: Received, stop: &Context) -> Outcome {
         let Received {
             tenant, message: m, ..
         } = r;
@@ -308,14 +316,28 @@ impl Pipeline {
             Ok(_) => return Outcome::Skipped("job not claimable"),
             Err(e) => return Outcome::Retry(e),
         };
-        self.run_claimed(job, token).await
+        self.run_claimed(job, token, stop).await
     }
 
-    async fn run_claimed(&self, job: Job, token: u32) -> Outcome {
+    async fn run_claimed(&self, job: Job, token: u32, stop: &Context) -> Outcome {
         let started = Instant::now();
         let heartbeat = self.spawn_heartbeat(&job, token);
-        let extracted = self.extract(&job).await;
+        let extracted = self.extract(&job, stop).await;
         heartbeat.abort();
+        if extracted.is_err() && stop.is_done() {
+            // Abandoned at shutdown: hand the job back now rather than leave its lease to
+            // expire.
+            return match self.jobs.release(&job.tenant_id, &job.id, token).await {
+                Ok(()) => {
+                    info!(job_id = %job.id, "abandoned at shutdown; released for the next run");
+                    Outcome::Skipped("abandoned at shutdown")
+                }
+                Err(e) => {
+                    warn!(job_id = %job.id, error = %e.log_detail(), "could not release an abandoned job; its lease will expire");
+                    Outcome::Skipped("abandoned at shutdown")
+                }
+            };
+        }
         match extracted {
             Ok(result) => self.complete(&job, token, result, started.elapsed()).await,
             Err(e) if e.is_retryable() && job.attempts < self.config.max_attempts => {
@@ -353,8 +375,8 @@ impl Pipeline {
     }
 
     /// Plans and executes the job; returns where the sealed result is.
-    async fn extract(&self, job: &Job) -> Result<JobResult> {
-        let ctx = Context::background();
+    async fn extract(&self, job: &Job, stop: &Context) -> Result<JobResult> {
+        let ctx = stop.child();
         let tenant = TenantContext::new(&job.tenant_id)?.with_request_id(&job.id);
         let request = ExtractionRequest {
             mapped_fields: job.request.mapped_fields.clone(),

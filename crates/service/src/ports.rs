@@ -125,6 +125,14 @@ pub trait JobStore: Send + Sync {
 /// in-process worker).
 pub trait JobQueue: Send + Sync {
     fn enqueue<'a>(&'a self, message: QueueMessage) -> BoxFuture<'a, Result<()>>;
+
+    /// `false` once the host is shutting down and takes no new work (`serve`'s
+    /// in-process queue after its drain). A job submitted then is refused (503, nothing
+    /// stored); one whose enqueue loses that race stays `pending`, durable in the jobs
+    /// table, and runs on the next start. Queues that never close (SQS) keep the default.
+    fn is_accepting(&self) -> bool {
+        true
+    }
 }
 
 /// Publishes terminal events. Must fail (not drop) when the event cannot be delivered,

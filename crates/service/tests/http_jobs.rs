@@ -490,6 +490,42 @@ async fn connection_down_and_publish_failure() {
 }
 
 #[tokio::test]
+async fn a_host_shutting_down_refuses_new_jobs_and_keeps_those_that_raced_it() {
+    let h = setup().await;
+    let post = || {
+        h.call(
+            Method::POST,
+            "/v1/fetcher",
+            &[],
+            Some(job("core-pg", "reporter")),
+        )
+    };
+    let pending = || h.jobs.list_pending(fetcher_engine::Timestamp::now(), 10);
+    // Closed: 503 with the documented body, nothing stored, nothing enqueued.
+    h.queue.closed.store(true, Ordering::SeqCst);
+    let r = post().await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, json!("FET-0003"))
+    );
+    assert!(pending().await.unwrap().is_empty(), "nothing stored");
+    assert!(h.queue.sent().is_empty());
+    // The queue closes between the check and the enqueue: the job is kept pending (it
+    // runs on the next start), never failed without an event.
+    h.queue.closed.store(false, Ordering::SeqCst);
+    h.queue.close_on_enqueue.store(true, Ordering::SeqCst);
+    let r = post().await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    let id = r.json()["jobId"].as_str().unwrap().to_owned();
+    let kept = pending().await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].id, id);
+    let r = h.get(&format!("/v1/fetcher/{id}")).await;
+    assert_eq!(r.json()["status"], "pending");
+    assert!(h.jobs.list_pending_events(10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn unassigned_connection_cannot_serve_a_job() {
     let h = harness();
     let tenant = fetcher_engine::TenantContext::new("default").unwrap();

@@ -51,6 +51,10 @@ impl InProcessQueue {
 }
 
 impl JobQueue for InProcessQueue {
+    fn is_accepting(&self) -> bool {
+        *self.accepting.borrow()
+    }
+
     fn enqueue<'a>(&'a self, message: QueueMessage) -> BoxFuture<'a, Result<()>> {
         let out = if !*self.accepting.borrow() {
             Err(ServiceError::unavailable(
@@ -127,6 +131,9 @@ impl Worker {
             Err(e) => warn!(error = %e.log_detail(), "startup recovery failed"),
         }
         let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
+        // Cancelled when the shutdown grace runs out: in-flight jobs stop and release
+        // their claims.
+        let abandon = fetcher_engine::Context::background();
         let mut tasks = JoinSet::new();
         let mut repair = tokio::time::interval(self.config.repair_interval);
         let mut rx = self.queue.rx.lock().await;
@@ -135,6 +142,8 @@ impl Worker {
         };
         tokio::pin!(stop);
         loop {
+            // A message is taken only when a slot is free, so waiting for a slot never
+            // keeps the loop from seeing the stop signal.
             tokio::select! {
                 _ = &mut stop => break,
                 _ = repair.tick() => {
@@ -142,12 +151,12 @@ impl Worker {
                         warn!(error = %e.log_detail(), "event repair pass failed");
                     }
                 }
-                Some(msg) = rx.recv() => {
-                    let permit = permits.clone().acquire_owned().await.expect("never closed");
-                    let (pipeline, queue, config) = (self.pipeline.clone(), self.queue.clone(), self.config.clone());
+                Some(msg) = rx.recv(), if permits.available_permits() > 0 => {
+                    let permit = permits.clone().try_acquire_owned().expect("a free slot");
+                    let (pipeline, queue, config, abandon) = (self.pipeline.clone(), self.queue.clone(), self.config.clone(), abandon.clone());
                     tasks.spawn(async move {
                         let _permit = permit;
-                        handle_with_retry(&pipeline, &queue, &config, msg, 0).await;
+                        handle_with_retry(&pipeline, &queue, &config, &abandon, msg, 0).await;
                     });
                 }
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
@@ -163,9 +172,21 @@ impl Worker {
         if drained.is_err() {
             warn!(
                 abandoned = tasks.len(),
-                "shutdown grace elapsed; abandoned jobs re-run after their lease expires"
+                "shutdown grace elapsed; abandoning in-flight jobs"
             );
-            tasks.abort_all();
+            abandon.cancel();
+            // They release their claims; bounded, then whatever is left is dropped.
+            let released = tokio::time::timeout(Duration::from_secs(5), async {
+                while tasks.join_next().await.is_some() {}
+            })
+            .await;
+            if released.is_err() {
+                warn!(
+                    left = tasks.len(),
+                    "jobs did not stop; their leases will expire"
+                );
+                tasks.abort_all();
+            }
         }
     }
 }
@@ -176,11 +197,12 @@ fn handle_with_retry<'a>(
     pipeline: &'a Pipeline,
     queue: &'a InProcessQueue,
     config: &'a WorkerConfig,
+    abandon: &'a fetcher_engine::Context,
     msg: QueueMessage,
     attempt: u32,
 ) -> BoxFuture<'a, ()> {
     Box::pin(async move {
-        match pipeline.handle(&msg).await {
+        match pipeline.handle_until(&msg, abandon).await {
             Outcome::Retry(e) => {
                 let delay = config
                     .retry_delay
@@ -191,7 +213,7 @@ fn handle_with_retry<'a>(
                 if !*queue.accepting.borrow() {
                     return; // shutting down: the jobs table brings it back on the next start
                 }
-                handle_with_retry(pipeline, queue, config, msg, attempt + 1).await;
+                handle_with_retry(pipeline, queue, config, abandon, msg, attempt + 1).await;
             }
             // The pipeline logs completions and failures itself.
             Outcome::Completed { .. } | Outcome::Failed { .. } => {}
