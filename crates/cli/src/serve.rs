@@ -76,6 +76,11 @@ pub struct ServeArgs {
     /// Jobs run at once.
     #[arg(long, default_value_t = 2, env = "FETCHER_WORKERS")]
     pub workers: usize,
+    /// Seconds after its creation a job's retryable failures (a datasource restarting,
+    /// a failover) are retried, with exponential back-off and jitter (1 s doubling to
+    /// 15 s).
+    #[arg(long, default_value_t = 60, env = "FETCHER_RETRY_BUDGET")]
+    pub retry_budget: u64,
     /// Seconds in-flight jobs may take to finish on shutdown; then they are abandoned
     /// and handed back (`pending`) for the next start.
     #[arg(long, default_value_t = 60, env = "FETCHER_SHUTDOWN_GRACE")]
@@ -312,6 +317,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         // Short leases: after a crash the next start takes orphaned jobs over quickly.
         config: PipelineConfig {
             lease: Duration::from_secs(30),
+            retry_budget: Duration::from_secs(args.retry_budget),
             default_format: if args.result_format == "v1" {
                 ResultFormat::V1
             } else {

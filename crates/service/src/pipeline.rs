@@ -15,7 +15,8 @@
 //! skipped, a pending marker is republished verbatim, and every transition is
 //! conditional on the claim token. Errors are classified: retryable failures (a database
 //! or dependency that may come back) release the claim and return
-//! [`Outcome::Retry`] until `max_attempts`; everything else fails the job now.
+//! [`Outcome::Retry`] while the job is inside its retry budget (and under
+//! `max_attempts`); everything else fails the job now.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,8 +40,13 @@ pub struct PipelineConfig {
     /// Must exceed the time a crashed worker takes to be noticed, and is the delay after
     /// which another worker may take the job over.
     pub lease: Duration,
-    /// Claims after which a retryable failure fails the job instead of retrying.
+    /// Claims after which a retryable failure fails the job instead of retrying (a cap;
+    /// `retry_budget` usually ends the retries first).
     pub max_attempts: u32,
+    /// How long after its creation a job's retryable failures (a datasource restarting,
+    /// a failover) are retried; past it, the next one fails the job. Bounded by the
+    /// message's maximum age.
+    pub retry_budget: Duration,
     /// Result format when the job does not ask for one.
     pub default_format: ResultFormat,
     /// Envelope freshness. Queue redeliveries arrive later than the reference's 5
@@ -57,7 +63,8 @@ impl Default for PipelineConfig {
     fn default() -> Self {
         PipelineConfig {
             lease: Duration::from_secs(15 * 60),
-            max_attempts: 3,
+            max_attempts: 10,
+            retry_budget: Duration::from_secs(60),
             default_format: ResultFormat::V2,
             max_message_age: Duration::from_secs(6 * 3600),
             v1_max_result_bytes: fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES,
@@ -340,7 +347,7 @@ impl Pipeline {
         }
         match extracted {
             Ok(result) => self.complete(&job, token, result, started.elapsed()).await,
-            Err(e) if e.is_retryable() && job.attempts < self.config.max_attempts => {
+            Err(e) if e.is_retryable() && self.may_retry(&job) => {
                 warn!(job_id = %job.id, attempt = job.attempts, error = %e.log_detail(), "extraction failed, will retry");
                 if let Err(release) = self.jobs.release(&job.tenant_id, &job.id, token).await {
                     warn!(job_id = %job.id, error = %release.log_detail(), "could not release the claim; the lease will expire");
@@ -352,6 +359,14 @@ impl Pipeline {
                 self.fail_claimed(&job, token, &text).await
             }
         }
+    }
+
+    /// Whether a retryable failure of `job` may be retried: attempts left and the job
+    /// still inside its retry budget.
+    fn may_retry(&self, job: &Job) -> bool {
+        let age_nanos = Timestamp::now().unix_nanos() - job.created_at.unix_nanos();
+        job.attempts < self.config.max_attempts
+            && age_nanos < self.config.retry_budget.as_nanos() as i128
     }
 
     fn spawn_heartbeat(&self, job: &Job, token: u32) -> tokio::task::JoinHandle<()> {

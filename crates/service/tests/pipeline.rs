@@ -306,7 +306,8 @@ async fn a_failing_extraction_fails_the_job_with_a_sanitised_error() {
 
 #[tokio::test]
 async fn retryable_failures_release_the_claim_then_fail_after_max_attempts() {
-    let w = world().await;
+    let mut w = world().await;
+    w.pipeline.config.max_attempts = 3;
     w.factory.behaviour.lock().unwrap().fail_query = true;
     let (job, msg) = submit(&w, None).await;
     for attempt in 1..=2 {
@@ -517,4 +518,27 @@ async fn unusable_messages() {
         w.pipeline.handle(&garbage).await,
         Outcome::Skipped(_)
     ));
+}
+
+#[tokio::test]
+async fn retryable_failures_are_retried_within_the_budget_only() {
+    let mut w = world().await;
+    w.factory.behaviour.lock().unwrap().fail_query = true;
+    // Inside the budget: retried, far beyond the reference's three attempts.
+    let (job, msg) = submit(&w, None).await;
+    for attempt in 1..=6 {
+        let outcome = w.pipeline.handle(&msg).await;
+        assert!(outcome.should_retry(), "attempt {attempt}: {outcome:?}");
+        let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+        assert_eq!((j.status, j.attempts), (JobStatus::Pending, attempt));
+    }
+    // Past the budget: the next retryable failure fails the job, with its event.
+    w.pipeline.config.retry_budget = Duration::ZERO;
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Failed { .. }
+    ));
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Failed);
+    assert_eq!(w.events.events().len(), 1);
 }

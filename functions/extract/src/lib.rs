@@ -53,6 +53,11 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
             keys: host.keys,
             config: PipelineConfig {
                 lease,
+                // SQS redelivers a retried message after the queue's visibility timeout
+                // (minutes), so here the attempt cap bounds retries, not a time budget;
+                // the message's maximum age bounds the whole.
+                max_attempts: 3,
+                retry_budget: PipelineConfig::default().max_message_age,
                 ..Default::default()
             },
         }),
