@@ -66,34 +66,11 @@
 //! `FET-0413 - Invalid SSL mode. …` with cause [`InvalidSslMode`]. Query failures are
 //! `unavailable` / `failed to query datasource`; undecodable values `internal`.
 //!
-//! ## Value encodings (spec §8.7)
+//! ## Value encodings
 //!
-//! | source type | value | NDJSON |
-//! |---|---|---|
-//! | integers (PG `int2/4/8`, `oid`; MySQL `TINYINT`…`BIGINT`, `YEAR`; SQLite INTEGER) | `Int` | exact integer, also beyond 2^53 |
-//! | MySQL unsigned integers | `UInt` | exact, up to 2^64−1 |
-//! | MySQL `BIT(n)` | `UInt` | the bits as an integer |
-//! | `numeric`/`DECIMAL` | `String` | exact digits, declared scale kept (`"1500.00"`); PG `NaN`, `Infinity`, `-Infinity` as those strings |
-//! | SQLite `DECIMAL`/`NUMERIC` affinity | `String` | the stored number's text (SQLite stores it as INTEGER/REAL) |
-//! | `double precision`, `DOUBLE`, SQLite REAL | `Float` | shortest round-trip; NaN/±Infinity as `"NaN"`, `"Infinity"`, `"-Infinity"` |
-//! | `real`, MySQL `FLOAT` | `Float` | the 4-byte float's own shortest form (`89.99`) |
-//! | `boolean`, SQLite `BOOL*` | `Bool` | `true`/`false`; MySQL `TINYINT(1)` stays `0`/`1` |
-//! | text types, enums, `citext`, `inet`, `money` and other PG types without a binary decoder | `String` | the text (never Base64); invalid UTF-8 is kept as `Bytes` |
-//! | `char(n)` | `String` | space-padded as stored |
-//! | `json`, `jsonb`, MySQL `JSON`, MariaDB `json_valid` LONGTEXT, SQLite `JSON` | nested value | objects/arrays/scalars embedded; integers exact to 64 bits, other numbers as f64 |
-//! | `uuid` (PG, MariaDB), SQLite `UUID` 16-byte blobs | `String` | canonical lower-case hyphenated |
-//! | `bytea`, BLOB/BINARY types | `Bytes` | standard Base64 (by the engine) |
-//! | `date` | `String` | `YYYY-MM-DDT00:00:00.000000Z` |
-//! | `timestamp`, `DATETIME` (no zone) | `String` | `YYYY-MM-DDTHH:MM:SS.ffffffZ` (wall time labelled UTC) |
-//! | `timestamptz`, MySQL `TIMESTAMP` | `String` | the instant in UTC, `…ffffffZ` (sessions run with time zone UTC) |
-//! | `time` / `timetz` / MySQL `TIME` | `String` | `HH:MM:SS.ffffff` / `HH:MM:SS.ffffff+05:30` / `-838:59:59.000000` |
-//! | `interval` | `String` | ISO 8601 duration `P1Y2M3DT4H5M6.000007S` |
-//! | arrays of decodable types | `List` | nested lists for n dimensions |
-//! | PG `infinity` / `-infinity` (date, timestamp, interval) | `String` | `"infinity"` / `"-infinity"` |
-//! | years outside 0000–9999 | `String` | ISO 8601 expanded year with sign: `+12345-06-07T…Z`; BC years astronomical: 44 BC = `-0043-…` |
-//! | MySQL zero dates | `String` | as stored, `0000-00-00` |
-//! | SQLite values | by storage class | INTEGER → `Int`, REAL → `Float`, TEXT → `String`, BLOB → `Bytes`, refined by the declared type as above |
-//! | NULL | `Null` | `null` |
+//! How each source type becomes a JSON value, and where that differs from the reference
+//! on purpose, is the table in `docs/encodings.md` (kept with the tests that pin it:
+//! `tests/encodings.rs`, the fixtures in `tests/postgres.rs` and `tests/mysql_sqlite.rs`).
 //!
 //! ## TLS
 //!

@@ -179,7 +179,7 @@ fn temporal(kind: Kind, b: &[u8]) -> Option<String> {
         if binary {
             let len = b[0] as usize;
             if len == 0 {
-                return Some("00:00:00.000000".into());
+                return Some("00:00:00".into());
             }
             let p = b.get(1..=len)?;
             let neg = p[0] == 1;
@@ -190,10 +190,9 @@ fn temporal(kind: Kind, b: &[u8]) -> Option<String> {
             } else {
                 0
             };
-            return Some(format!(
-                "{}{h:02}:{m:02}:{s:02}.{us:06}",
-                if neg { "-" } else { "" }
-            ));
+            let mut out = format!("{}{h:02}:{m:02}:{s:02}", if neg { "-" } else { "" });
+            values::push_fraction(&mut out, us);
+            return Some(out);
         }
         let t = std::str::from_utf8(b).ok()?;
         let (neg, t) = match t.strip_prefix('-') {
@@ -201,12 +200,9 @@ fn temporal(kind: Kind, b: &[u8]) -> Option<String> {
             None => ("", t),
         };
         let (hms, frac) = t.split_once('.').unwrap_or((t, ""));
-        let mut f = frac.to_owned();
-        f.truncate(6);
-        while f.len() < 6 {
-            f.push('0');
-        }
-        return Some(format!("{neg}{hms}.{f}"));
+        let mut out = format!("{neg}{hms}");
+        values::push_fraction(&mut out, micros_of(frac)?);
+        return Some(out);
     }
     let (y, mo, d, h, mi, s, us) = if binary {
         let len = b[0] as usize;
@@ -231,11 +227,6 @@ fn temporal(kind: Kind, b: &[u8]) -> Option<String> {
         let t = std::str::from_utf8(b).ok()?;
         let n = |r: std::ops::Range<usize>| t.get(r).and_then(|x| x.parse::<u32>().ok());
         let frac = t.get(20..).unwrap_or("");
-        let mut f = frac.to_owned();
-        f.truncate(6);
-        while f.len() < 6 {
-            f.push('0');
-        }
         let time = t.len() >= 19;
         (
             n(0..4)?,
@@ -244,16 +235,35 @@ fn temporal(kind: Kind, b: &[u8]) -> Option<String> {
             if time { n(11..13)? as u8 } else { 0 },
             if time { n(14..16)? as u8 } else { 0 },
             if time { n(17..19)? as u8 } else { 0 },
-            f.parse().ok()?,
+            micros_of(frac)?,
         )
     };
     if mo == 0 || d == 0 {
-        // MySQL zero dates ('0000-00-00', '2024-00-00') have no calendar meaning.
-        return Some(format!("{y:04}-{mo:02}-{d:02}"));
+        // MySQL zero dates ('0000-00-00', '2024-00-15 10:20:30.5') have no calendar
+        // meaning: kept as MySQL prints them, the time of a DATETIME included.
+        let mut out = format!("{y:04}-{mo:02}-{d:02}");
+        if kind != Kind::Date {
+            out.push_str(&format!(" {h:02}:{mi:02}:{s:02}"));
+            values::push_fraction(&mut out, us);
+        }
+        return Some(out);
     }
-    Some(format!(
-        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{us:06}Z"
-    ))
+    let mut out = format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}");
+    values::push_fraction(&mut out, us);
+    out.push('Z');
+    Some(out)
+}
+
+/// Microseconds of a fraction's digits (`"5"` → 500000); more than six digits are cut.
+fn micros_of(frac: &str) -> Option<u32> {
+    let digits: String = frac.chars().take(6).collect();
+    if digits.is_empty() {
+        return Some(0);
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(digits.parse::<u32>().ok()? * 10u32.pow(6 - digits.len() as u32))
 }
 
 fn decode_value(row: &MySqlRow, i: usize, c: &ColumnInfo) -> Result<Value> {
@@ -349,13 +359,22 @@ mod tests {
     fn temporals_from_both_formats() {
         assert_eq!(
             temporal(Kind::Timestamp, b"2024-04-05 09:00:00.5").unwrap(),
-            "2024-04-05T09:00:00.500000Z"
+            "2024-04-05T09:00:00.5Z"
         );
         assert_eq!(
             temporal(Kind::Date, b"2024-04-05").unwrap(),
-            "2024-04-05T00:00:00.000000Z"
+            "2024-04-05T00:00:00Z"
         );
         assert_eq!(temporal(Kind::Date, b"0000-00-00").unwrap(), "0000-00-00");
+        // Zero-in-date DATETIMEs keep their time (as MySQL prints them).
+        assert_eq!(
+            temporal(Kind::Timestamp, b"2024-00-15 10:20:30.5").unwrap(),
+            "2024-00-15 10:20:30.5"
+        );
+        assert_eq!(
+            temporal(Kind::Timestamp, b"0000-00-00 00:00:00").unwrap(),
+            "0000-00-00 00:00:00"
+        );
         let mut bin = vec![11u8];
         bin.extend(2024u16.to_le_bytes());
         bin.extend([4, 5, 9, 0, 1]);
@@ -364,13 +383,10 @@ mod tests {
             temporal(Kind::Timestamp, &bin).unwrap(),
             "2024-04-05T09:00:01.000007Z"
         );
-        assert_eq!(
-            temporal(Kind::Time, b"-838:59:59").unwrap(),
-            "-838:59:59.000000"
-        );
+        assert_eq!(temporal(Kind::Time, b"-838:59:59").unwrap(), "-838:59:59");
         let mut t = vec![8u8, 1];
         t.extend(1u32.to_le_bytes());
         t.extend([2, 3, 4]);
-        assert_eq!(temporal(Kind::Time, &t).unwrap(), "-26:03:04.000000");
+        assert_eq!(temporal(Kind::Time, &t).unwrap(), "-26:03:04");
     }
 }

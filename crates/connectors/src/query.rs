@@ -35,7 +35,25 @@ pub struct TablePlan {
 fn column_expr(dialect: Dialect, c: &ColumnInfo) -> String {
     let q = quote_ident(dialect, &c.name);
     if dialect == Dialect::Postgres && c.pg_text_cast {
-        format!("CAST({q} AS text)")
+        if c.type_name == "inet" {
+            // PostgreSQL's own text of an inet (its output function) omits a full-length
+            // mask (`10.0.0.1`, not `10.0.0.1/32`); CAST(… AS text) would add it.
+            format!("CASE WHEN {q} IS NULL THEN NULL ELSE format('%s', {q}) END")
+        } else {
+            format!("CAST({q} AS text)")
+        }
+    } else if dialect == Dialect::MySql
+        && matches!(
+            c.kind,
+            crate::catalog::Kind::Date
+                | crate::catalog::Kind::Timestamp
+                | crate::catalog::Kind::TimestampTz
+                | crate::catalog::Kind::Time
+        )
+    {
+        // As text: the driver reports a zero date ('0000-00-00') as NULL, and a zero
+        // date is a value, not a missing one (docs/encodings.md).
+        format!("CAST({q} AS CHAR)")
     } else {
         q
     }

@@ -49,7 +49,23 @@ fn write_year(out: &mut String, y: i64) {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.ffffffZ` from microseconds since the Unix epoch (UTC).
+/// `.f…` for a sub-second part in microseconds, as RFC 3339 with nanoseconds prints
+/// it (the reference's format): trailing zeros trimmed, nothing when zero.
+pub fn push_fraction(s: &mut String, micros: u32) {
+    if micros == 0 {
+        return;
+    }
+    let mut digits = 6;
+    let mut m = micros;
+    while m % 10 == 0 {
+        m /= 10;
+        digits -= 1;
+    }
+    s.push('.');
+    push_digits(s, u64::from(m), digits);
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.f…]Z` from microseconds since the Unix epoch (UTC).
 pub fn timestamp_from_unix_micros(us: i64) -> String {
     let days = us.div_euclid(86_400_000_000);
     let rem = us.rem_euclid(86_400_000_000);
@@ -61,11 +77,11 @@ pub fn timestamp_from_unix_micros(us: i64) -> String {
     s
 }
 
-/// A calendar date as midnight UTC: `YYYY-MM-DDT00:00:00.000000Z`.
+/// A calendar date as midnight UTC: `YYYY-MM-DDT00:00:00Z`.
 pub fn date_from_unix_days(days: i64) -> String {
-    let mut s = String::with_capacity(27);
+    let mut s = String::with_capacity(20);
     write_date(&mut s, days);
-    s.push_str("T00:00:00.000000Z");
+    s.push_str("T00:00:00Z");
     s
 }
 
@@ -93,7 +109,7 @@ pub fn write_date(s: &mut String, days: i64) {
     push_digits(s, d as u64, 2);
 }
 
-/// `HH:MM:SS.ffffff` from microseconds since midnight.
+/// `HH:MM:SS[.f…]` from microseconds since midnight.
 pub fn write_time_of_day(s: &mut String, us: i64) {
     let secs = us.div_euclid(1_000_000);
     let micros = us.rem_euclid(1_000_000);
@@ -107,8 +123,7 @@ pub fn write_time_of_day(s: &mut String, us: i64) {
     push_digits(s, ((secs / 60) % 60) as u64, 2);
     s.push(':');
     push_digits(s, (secs % 60) as u64, 2);
-    s.push('.');
-    push_digits(s, micros as u64, 6);
+    push_fraction(s, micros as u32);
 }
 
 /// `+HH:MM` / `-HH:MM` for an offset east of UTC in seconds.
@@ -253,22 +268,30 @@ mod tests {
 
     #[test]
     fn timestamps_and_years() {
-        assert_eq!(timestamp_from_unix_micros(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(timestamp_from_unix_micros(0), "1970-01-01T00:00:00Z");
         assert_eq!(
             timestamp_from_unix_micros(-1),
             "1969-12-31T23:59:59.999999Z"
         );
         assert_eq!(
+            timestamp_from_unix_micros(500_000),
+            "1970-01-01T00:00:00.5Z"
+        );
+        assert_eq!(
+            timestamp_from_unix_micros(120),
+            "1970-01-01T00:00:00.00012Z"
+        );
+        assert_eq!(
             date_from_unix_days(days_from_civil(12345, 6, 7)),
-            "+12345-06-07T00:00:00.000000Z"
+            "+12345-06-07T00:00:00Z"
         );
         assert_eq!(
             date_from_unix_days(days_from_civil(-43, 3, 15)),
-            "-0043-03-15T00:00:00.000000Z"
+            "-0043-03-15T00:00:00Z"
         );
         assert_eq!(
             date_from_unix_days(days_from_civil(0, 1, 1)),
-            "0000-01-01T00:00:00.000000Z"
+            "0000-01-01T00:00:00Z"
         );
     }
 

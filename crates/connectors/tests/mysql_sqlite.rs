@@ -123,9 +123,9 @@ async fn mysql_fixture_values_and_determinism() {
     };
     assert_eq!(j["b"], Value::List(vec![Value::Int(1), Value::Int(2)]));
     assert_eq!(v("dt"), Value::from("2024-04-05T09:00:00.123456Z"));
-    assert_eq!(v("ts"), Value::from("2024-04-05T09:00:00.500000Z"));
-    assert_eq!(v("da"), Value::from("2024-04-05T00:00:00.000000Z"));
-    assert_eq!(v("tm"), Value::from("-838:59:59.000000"));
+    assert_eq!(v("ts"), Value::from("2024-04-05T09:00:00.5Z"));
+    assert_eq!(v("da"), Value::from("2024-04-05T00:00:00Z"));
+    assert_eq!(v("tm"), Value::from("-838:59:59"));
     assert_eq!(v("y"), Value::Int(2024));
     assert_eq!(v("bl"), Value::Bytes(vec![0, 255]));
     assert_eq!(v("bt"), Value::UInt(5));

@@ -288,7 +288,7 @@ async fn lossless_values_and_quoted_identifiers() {
         assert_eq!(v("ts"), Value::from("-infinity"));
         assert_eq!(v("tz"), Value::from("2024-01-05T07:00:00.123456Z"));
         assert_eq!(v("tm"), Value::from("23:59:59.999999"));
-        assert_eq!(v("ttz"), Value::from("10:00:00.000000+05:30"));
+        assert_eq!(v("ttz"), Value::from("10:00:00+05:30"));
         assert_eq!(v("iv"), Value::from("P1Y2M3DT4H5M6.000007S"));
         assert_eq!(
             v("ia"),
@@ -311,16 +311,10 @@ async fn lossless_values_and_quoted_identifiers() {
             "top-level JSON scalars embed"
         );
         assert_eq!(r3.get("jb"), Some(&Value::from("s")));
-        assert_eq!(
-            r3.get("dt"),
-            Some(&Value::from("-0043-03-15T00:00:00.000000Z"))
-        );
-        assert_eq!(
-            r3.get("ts"),
-            Some(&Value::from("+12345-06-07T00:00:00.000000Z"))
-        );
+        assert_eq!(r3.get("dt"), Some(&Value::from("-0043-03-15T00:00:00Z")));
+        assert_eq!(r3.get("ts"), Some(&Value::from("+12345-06-07T00:00:00Z")));
         assert_eq!(r3.get("tz"), Some(&Value::from("infinity")));
-        assert_eq!(r3.get("ttz"), Some(&Value::from("00:00:00.000000-01:00")));
+        assert_eq!(r3.get("ttz"), Some(&Value::from("00:00:00-01:00")));
         assert_eq!(r3.get("iv"), Some(&Value::from("PT-1S")));
         assert_eq!(r3.get("ia"), Some(&Value::List(vec![])));
         assert_eq!(

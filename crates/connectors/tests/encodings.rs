@@ -1,0 +1,74 @@
+//! Encoding conventions shared with the reference (docs/encodings.md): timestamps and
+//! times print like RFC 3339 with nanoseconds (trailing zeros trimmed, no fraction when
+//! zero), and PostgreSQL `inet` as PostgreSQL's own text (no `/32` or `/128`).
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn postgres_timestamps_times_and_inet_print_like_the_reference() {
+    let db = PgDb::create(
+        "CREATE TABLE enc (id int PRIMARY KEY, ts timestamptz, t timestamp, d date, tm time, ip inet, net cidr);
+         INSERT INTO enc VALUES
+           (1, '2024-01-31 00:00:00+00', '2024-01-31 10:20:30.5', '2024-01-31', '10:20:30', '10.0.0.1', '10.0.0.0/8'),
+           (2, '2024-01-31 00:00:00.120000+00', '2024-01-31 10:20:30.000001', '0044-03-15 BC', '23:59:59.999999', '10.0.0.1/8', '::1/128'),
+           (3, NULL, NULL, NULL, NULL, '::1', NULL),
+           (4, NULL, NULL, NULL, NULL, 'fe80::1/64', NULL);",
+    )
+    .await;
+    let h = harness(&[db.descriptor("pg")]).await;
+    let out = h
+        .store_ndjson(
+            json!({"mappedFields": {"pg": {"enc": ["id", "ts", "t", "d", "tm", "ip", "net"]}}}),
+        )
+        .await
+        .unwrap();
+    let rows = rows_of(&out, "enc");
+    let want = [
+        json!({"id": 1, "ts": "2024-01-31T00:00:00Z", "t": "2024-01-31T10:20:30.5Z", "d": "2024-01-31T00:00:00Z", "tm": "10:20:30", "ip": "10.0.0.1", "net": "10.0.0.0/8"}),
+        json!({"id": 2, "ts": "2024-01-31T00:00:00.12Z", "t": "2024-01-31T10:20:30.000001Z", "d": "-0043-03-15T00:00:00Z", "tm": "23:59:59.999999", "ip": "10.0.0.1/8", "net": "::1/128"}),
+        json!({"id": 3, "ts": null, "t": null, "d": null, "tm": null, "ip": "::1", "net": null}),
+        json!({"id": 4, "ts": null, "t": null, "d": null, "tm": null, "ip": "fe80::1/64", "net": null}),
+    ];
+    assert_eq!(rows, want);
+    // The inet text is PostgreSQL's own (its output function).
+    let mut admin = pg_admin(&db.name).await;
+    let own: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT format('%s', ip) FROM enc ORDER BY id")
+            .fetch_all(&mut admin)
+            .await
+            .unwrap();
+    let ours: Vec<Option<String>> = rows
+        .iter()
+        .map(|r| r["ip"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(ours, own);
+    drop(admin);
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn mysql_temporals_print_like_the_reference() {
+    let db = MyDb::create(&[
+        "SET SESSION sql_mode = ''",
+        "CREATE TABLE enc (id int PRIMARY KEY, dt datetime(6), ts timestamp(6) NULL, d date, tm time(6))",
+        "INSERT INTO enc VALUES (1, '2024-01-31 00:00:00', '2024-01-31 00:00:00.5', '2024-01-31', '-838:59:59'), \
+         (2, '2024-00-15 10:20:30.5', NULL, '0000-00-00', '10:20:30.000100')",
+    ])
+    .await;
+    let h = harness(&[db.descriptor("my")]).await;
+    let out = h
+        .store_ndjson(json!({"mappedFields": {"my": {"enc": ["id", "dt", "ts", "d", "tm"]}}}))
+        .await
+        .unwrap();
+    assert_eq!(
+        rows_of(&out, "enc"),
+        [
+            json!({"id": 1, "dt": "2024-01-31T00:00:00Z", "ts": "2024-01-31T00:00:00.5Z", "d": "2024-01-31T00:00:00Z", "tm": "-838:59:59"}),
+            json!({"id": 2, "dt": "2024-00-15 10:20:30.5", "ts": null, "d": "0000-00-00", "tm": "10:20:30.0001"}),
+        ]
+    );
+    db.drop_db().await;
+}
