@@ -868,6 +868,9 @@ impl SchemaCache for DynamoSchemaCache {
 // ---------------------------------------------------------------------------------------
 
 impl RateLimiter for DynamoStore {
+    /// A token bucket per key (the shared GCRA arithmetic): a consistent read of the
+    /// key's `tat`, then a write conditioned on it being unchanged, retried on a lost
+    /// race. A refusal writes nothing.
     fn hit<'a>(
         &'a self,
         key_: &'a str,
@@ -875,69 +878,32 @@ impl RateLimiter for DynamoStore {
         window: Duration,
     ) -> BoxFuture<'a, Result<RateDecision>> {
         Box::pin(async move {
-            let window_ms = window.as_millis().max(1) as i128;
-            let k = key(format!("RATE#{key_}"), "R");
+            let k = key(format!("BUCKET#{key_}"), "B");
             for _ in 0..MAX_RETRIES {
-                let now = epoch_millis();
-                // Count a hit in the current window (atomic ADD), if one is open.
-                let res = self
-                    .client
-                    .update_item()
-                    .table_name(&self.table)
-                    .set_key(Some(k.clone()))
-                    .update_expression("ADD hits :one")
-                    .condition_expression("attribute_exists(pk) AND windowStart > :cutoff")
-                    .expression_attribute_values(":one", n(1))
-                    .expression_attribute_values(":cutoff", n(now - window_ms))
-                    .return_values(ReturnValue::AllNew)
-                    .send()
-                    .await;
-                match res {
-                    Ok(out) => {
-                        let attrs = out.attributes.unwrap_or_default();
-                        let hits = get_n(&attrs, "hits").unwrap_or(1);
-                        let start = get_n(&attrs, "windowStart").unwrap_or(now);
-                        let allowed = hits <= limit as i128;
-                        let retry_after = if allowed {
-                            Duration::ZERO
-                        } else {
-                            let left = (start + window_ms - now).clamp(1, window_ms);
-                            Duration::from_millis(left as u64)
-                        };
-                        return Ok(RateDecision {
-                            allowed,
-                            retry_after,
-                        });
-                    }
-                    Err(e) if is_conditional(&e) => {}
-                    Err(e) => {
-                        return Err(
-                            ServiceError::unavailable("rate limiter unavailable").with_cause(e)
-                        );
-                    }
-                }
-                // No open window: start one with this hit, unless someone else just did.
+                let stored = self.get_item(k.clone()).await?;
+                let tat = stored.as_ref().and_then(|item| get_n(item, "tat"));
+                let now = epoch_millis() * 1_000_000;
+                let (decision, next) = fetcher_service::ports::gcra(tat, now, limit, window);
+                let Some(next) = next else {
+                    return Ok(decision);
+                };
                 let mut item = k.clone();
-                item.insert("hits".into(), n(1));
-                item.insert("windowStart".into(), n(now));
+                item.insert("tat".into(), n(next));
                 item.insert(TTL_ATTR.into(), n(epoch_secs() + window.as_secs() + 60));
-                let res = self
+                let put = self
                     .client
                     .put_item()
                     .table_name(&self.table)
-                    .set_item(Some(item))
-                    .condition_expression("attribute_not_exists(pk) OR windowStart <= :cutoff")
-                    .expression_attribute_values(":cutoff", n(now - window_ms))
-                    .send()
-                    .await;
-                match res {
-                    Ok(_) => {
-                        return Ok(RateDecision {
-                            allowed: limit >= 1,
-                            retry_after: if limit >= 1 { Duration::ZERO } else { window },
-                        });
-                    }
-                    Err(e) if is_conditional(&e) => continue,
+                    .set_item(Some(item));
+                let put = match tat {
+                    Some(old) => put
+                        .condition_expression("tat = :old")
+                        .expression_attribute_values(":old", n(old)),
+                    None => put.condition_expression("attribute_not_exists(pk)"),
+                };
+                match put.send().await {
+                    Ok(_) => return Ok(decision),
+                    Err(e) if is_conditional(&e) => continue, // another hit won: re-read
                     Err(e) => {
                         return Err(
                             ServiceError::unavailable("rate limiter unavailable").with_cause(e)

@@ -332,10 +332,12 @@ impl EventPublisher for MemoryEventPublisher {
     }
 }
 
-/// Fixed-window counters in a map.
+/// Token buckets in a map.
 #[derive(Default)]
 pub struct MemoryRateLimiter {
-    windows: Mutex<HashMap<String, (Instant, u32)>>,
+    /// Theoretical arrival time per key, in nanoseconds since this limiter's epoch.
+    buckets: Mutex<HashMap<String, i128>>,
+    epoch: std::sync::OnceLock<Instant>,
 }
 
 impl MemoryRateLimiter {
@@ -351,23 +353,14 @@ impl RateLimiter for MemoryRateLimiter {
         limit: u32,
         window: Duration,
     ) -> BoxFuture<'a, Result<RateDecision>> {
-        let now = Instant::now();
-        let mut windows = self.windows.lock().unwrap();
-        let entry = windows.entry(key.to_owned()).or_insert((now, 0));
-        if now.duration_since(entry.0) >= window {
-            *entry = (now, 0);
+        let epoch = *self.epoch.get_or_init(Instant::now);
+        let now = epoch.elapsed().as_nanos() as i128;
+        let mut buckets = self.buckets.lock().unwrap();
+        let (decision, tat) = gcra(buckets.get(key).copied(), now, limit, window);
+        if let Some(tat) = tat {
+            buckets.insert(key.to_owned(), tat);
         }
-        entry.1 += 1;
-        let allowed = entry.1 <= limit;
-        let retry_after = if allowed {
-            Duration::ZERO
-        } else {
-            window.saturating_sub(now.duration_since(entry.0))
-        };
-        ready(Ok(RateDecision {
-            allowed,
-            retry_after,
-        }))
+        ready(Ok(decision))
     }
 }
 

@@ -158,11 +158,50 @@ pub trait EventPublisher: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateDecision {
     pub allowed: bool,
-    /// How long until the window frees a slot (when not allowed).
+    /// How long until a token is back (when not allowed).
     pub retry_after: Duration,
 }
 
-/// Fixed-window counters: at most `limit` hits per `window` per key.
+/// One hit on a token bucket of `limit` tokens refilled at `limit` per `window`, in
+/// nanoseconds: `tat` is the key's stored theoretical arrival time (`None`: a new key).
+/// Returns the decision and, when allowed, the new `tat` to store (a refusal stores
+/// nothing).
+pub fn gcra(
+    tat: Option<i128>,
+    now: i128,
+    limit: u32,
+    window: Duration,
+) -> (RateDecision, Option<i128>) {
+    let window = window.as_nanos() as i128;
+    if limit == 0 {
+        let refused = RateDecision {
+            allowed: false,
+            retry_after: Duration::from_nanos(window.max(1) as u64),
+        };
+        return (refused, None);
+    }
+    let interval = (window / i128::from(limit)).max(1);
+    let next = tat.unwrap_or(now).max(now) + interval;
+    if next - now <= window {
+        let allowed = RateDecision {
+            allowed: true,
+            retry_after: Duration::ZERO,
+        };
+        (allowed, Some(next))
+    } else {
+        let wait = (next - now - window).max(1);
+        let refused = RateDecision {
+            allowed: false,
+            retry_after: Duration::from_nanos(wait as u64),
+        };
+        (refused, None)
+    }
+}
+
+/// Token buckets (api.md's test-connection limit): per key, a bucket of `limit` tokens
+/// that refills one token every `window / limit`; a hit takes a token or is refused with
+/// the time until the next one. Kept as one "theoretical arrival time" per key (GCRA),
+/// updated atomically by each store. The arithmetic is [`gcra`], shared by them all.
 pub trait RateLimiter: Send + Sync {
     fn hit<'a>(
         &'a self,

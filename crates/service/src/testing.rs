@@ -460,30 +460,55 @@ pub async fn object_store(store: &Arc<dyn ObjectStore>) {
 /// The [`RateLimiter`] obligations: `limit` hits per window per key, then refusals with a
 /// positive `retry_after`; keys are independent; the window resets.
 pub async fn rate_limiter(limiter: &Arc<dyn RateLimiter>) {
+    // A bucket of 4 tokens, one back every 500 ms.
     let key = format!("test:{}", unique_tenant("rl").tenant_id);
-    let window = Duration::from_secs(2);
-    for i in 0..3 {
-        let d = limiter.hit(&key, 3, window).await.unwrap();
+    let (limit, window) = (4, Duration::from_secs(2));
+    let interval = window / limit;
+    for i in 0..limit {
+        let d = limiter.hit(&key, limit, window).await.unwrap();
         assert!(d.allowed, "hit {i} allowed");
     }
-    let d = limiter.hit(&key, 3, window).await.unwrap();
-    assert!(!d.allowed);
+    let d = limiter.hit(&key, limit, window).await.unwrap();
+    assert!(!d.allowed, "the bucket is empty");
+    // The next token is back within one interval, not at the end of a window.
     assert!(
-        d.retry_after > Duration::ZERO && d.retry_after <= window,
+        d.retry_after > Duration::ZERO && d.retry_after <= interval,
         "{:?}",
         d.retry_after
     );
     assert!(
         limiter
-            .hit(&format!("{key}-other"), 3, window)
+            .hit(&format!("{key}-other"), limit, window)
+            .await
+            .unwrap()
+            .allowed,
+        "keys are independent"
+    );
+    tokio::time::sleep(d.retry_after + Duration::from_millis(50)).await;
+    assert!(
+        limiter.hit(&key, limit, window).await.unwrap().allowed,
+        "one token came back"
+    );
+    let d = limiter.hit(&key, limit, window).await.unwrap();
+    assert!(!d.allowed, "only one");
+    // Concurrent hits on a fresh key: exactly `limit` are allowed.
+    let fresh = format!("{key}-race");
+    let hits = (0..limit * 2).map(|_| {
+        let (limiter, fresh) = (limiter.clone(), fresh.clone());
+        tokio::spawn(async move { limiter.hit(&fresh, limit, window).await.unwrap().allowed })
+    });
+    let mut allowed = 0;
+    for h in hits {
+        allowed += u32::from(h.await.unwrap());
+    }
+    assert_eq!(allowed, limit, "atomic: no token handed out twice");
+    // A zero limit refuses everything.
+    assert!(
+        !limiter
+            .hit(&format!("{key}-zero"), 0, window)
             .await
             .unwrap()
             .allowed
-    );
-    tokio::time::sleep(window + Duration::from_millis(100)).await;
-    assert!(
-        limiter.hit(&key, 3, window).await.unwrap().allowed,
-        "window reset"
     );
 }
 

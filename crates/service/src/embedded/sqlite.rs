@@ -80,6 +80,11 @@ CREATE TABLE IF NOT EXISTS rate_limits (
     window_start INTEGER NOT NULL,
     hits INTEGER NOT NULL
 );
+-- Token buckets (GCRA): the theoretical arrival time per key, in Unix nanoseconds.
+CREATE TABLE IF NOT EXISTS rate_buckets (
+    key TEXT PRIMARY KEY,
+    tat INTEGER NOT NULL
+);
 "#;
 
 /// The embedded store. Cheap to clone.
@@ -807,33 +812,33 @@ impl RateLimiter for SqliteStore {
         window: Duration,
     ) -> BoxFuture<'a, Result<RateDecision>> {
         Box::pin(async move {
-            let now = nanos(Timestamp::now());
-            let window_ns = window.as_nanos() as i64;
-            // One statement: start a new window when the old one is over, else count.
-            let row = sqlx::query(
-                "INSERT INTO rate_limits (key, window_start, hits) VALUES (?1, ?2, 1) \
-                 ON CONFLICT(key) DO UPDATE SET \
-                   hits = CASE WHEN ?2 - window_start >= ?3 THEN 1 ELSE hits + 1 END, \
-                   window_start = CASE WHEN ?2 - window_start >= ?3 THEN ?2 ELSE window_start END \
-                 RETURNING window_start, hits",
-            )
-            .bind(key)
-            .bind(now)
-            .bind(window_ns)
-            .fetch_one(&self.write)
-            .await
-            .map_err(db_error)?;
-            let (start, hits): (i64, i64) = (row.get(0), row.get(1));
-            let allowed = hits <= i64::from(limit);
-            let retry_after = if allowed {
-                Duration::ZERO
-            } else {
-                Duration::from_nanos((start + window_ns - now).max(1) as u64)
-            };
-            Ok(RateDecision {
-                allowed,
-                retry_after,
-            })
+            // Read and write in one immediate transaction: hits on one key serialise.
+            let mut tx = self
+                .write
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(db_error)?;
+            let tat: Option<i64> =
+                sqlx::query_scalar("SELECT tat FROM rate_buckets WHERE key = ?1")
+                    .bind(key)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+            let now = i128::from(nanos(Timestamp::now()));
+            let (decision, next) = gcra(tat.map(i128::from), now, limit, window);
+            if let Some(next) = next {
+                sqlx::query(
+                    "INSERT INTO rate_buckets (key, tat) VALUES (?1, ?2) \
+                     ON CONFLICT(key) DO UPDATE SET tat = excluded.tat",
+                )
+                .bind(key)
+                .bind(next as i64)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            }
+            tx.commit().await.map_err(db_error)?;
+            Ok(decision)
         })
     }
 }
