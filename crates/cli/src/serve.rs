@@ -378,15 +378,14 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let drain = Duration::from_secs(args.drain_delay);
     let shutdown_state = state.clone();
     let shutdown_queue = queue.clone();
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            info!(?drain, "shutting down: draining");
-            shutdown_state.start_draining();
-            tokio::time::sleep(drain).await;
-            shutdown_queue.close();
-        })
-        .await?;
+    crate::http_server::serve(listener, router, async move {
+        shutdown_signal().await;
+        info!(?drain, "shutting down: draining");
+        shutdown_state.start_draining();
+        tokio::time::sleep(drain).await;
+        shutdown_queue.close();
+    })
+    .await;
     let _ = stop_tx.send(true);
     worker_task.await?;
     info!("fetcher serve stopped");

@@ -329,3 +329,20 @@ fn readiness_probes_the_result_directory_and_start_sweeps_leftovers() {
     assert_eq!(status, 503, "{body}");
     assert!(body.to_string().contains("results"), "{body}");
 }
+
+#[test]
+fn oversized_request_heads_get_the_documented_error_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    let big = "x".repeat(1024 * 1024);
+    let (status, body) = server.request("GET", "/v1/fetcher/abc", None, &[("x-padding", &big)]);
+    assert_eq!(status, 431, "{body}");
+    assert_eq!(
+        body,
+        serde_json::json!({"code": 431, "title": "request_failed", "message": "Request Header Fields Too Large"})
+    );
+    let many: Vec<(String, String)> = (0..300).map(|i| (format!("x-h{i}"), "v".into())).collect();
+    let refs: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (status, _) = server.request("GET", "/health", None, &refs);
+    assert_eq!(status, 200, "300 header lines are fine");
+}

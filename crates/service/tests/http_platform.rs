@@ -1016,3 +1016,34 @@ async fn sqlite_datasources_stay_inside_the_sqlite_directory() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
 }
+
+#[tokio::test]
+async fn oversized_heads_are_431_with_the_error_shape() {
+    let h = harness();
+    let big = "y".repeat(fetcher_service::http::MAX_HEADER_BYTES + 1);
+    let r = h
+        .call(
+            Method::GET,
+            "/v1/management/connections",
+            &[("x-big", big.as_str())],
+            None,
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            json!({"code": 431, "title": "request_failed", "message": "Request Header Fields Too Large"})
+        )
+    );
+    let fine = "y".repeat(8 * 1024);
+    let r = h
+        .call(
+            Method::GET,
+            "/v1/management/connections",
+            &[("x-big", fine.as_str())],
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+}

@@ -370,6 +370,7 @@ pub fn router(state: AppState) -> Router {
             record_metrics,
         ))
         .layer(axum::middleware::from_fn(request_span))
+        .layer(axum::middleware::from_fn(header_limit))
         .layer(DefaultBodyLimit::max(limit))
         .layer(tower_http::cors::CorsLayer::permissive())
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
@@ -404,6 +405,29 @@ async fn record_metrics(State(st): State<AppState>, req: Request, next: Next) ->
     st.metrics()
         .record_request(&method, &route, res.status().as_u16(), started.elapsed());
     res
+}
+
+/// The largest request head (header names and values) the API reads: 64 KiB.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Oversized request heads get the documented error shape (431), like every other
+/// rejection the server makes itself. Hosts give their HTTP server a larger buffer than
+/// this (`fetcher serve`: 4 MiB), so such heads reach the router instead of getting the
+/// server's own body-less 431.
+async fn header_limit(req: Request, next: Next) -> Response {
+    let size: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    if size > MAX_HEADER_BYTES {
+        return ApiError::framework(
+            axum::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "Request Header Fields Too Large",
+        )
+        .into_response();
+    }
+    next.run(req).await
 }
 
 /// Every log line of a request carries its (sanitised) `X-Request-Id`.
