@@ -76,6 +76,13 @@ pub struct ServeArgs {
     /// Jobs run at once.
     #[arg(long, default_value_t = 2, env = "FETCHER_WORKERS")]
     pub workers: usize,
+    /// Connections one tenant may hold (0 = no cap).
+    #[arg(
+        long,
+        default_value_t = 1000,
+        env = "FETCHER_MAX_CONNECTIONS_PER_TENANT"
+    )]
+    pub max_connections_per_tenant: usize,
     /// Seconds after its creation a job's retryable failures (a datasource restarting,
     /// a failover) are retried, with exponential back-off and jitter (1 s doubling to
     /// 15 s).
@@ -341,6 +348,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         ApiConfig {
             multi_tenant: args.multi_tenant,
             sqlite_files: sqlite_files.clone(),
+            max_connections_per_tenant: args.max_connections_per_tenant,
             version: env!("CARGO_PKG_VERSION").into(),
             ..ApiConfig::default()
         },

@@ -3,6 +3,7 @@
 mod http_support;
 
 use axum::http::{Method, StatusCode};
+use fetcher_service::http::ApiConfig;
 use http_support::*;
 use serde_json::{Value, json};
 
@@ -906,4 +907,93 @@ async fn validate_schema() {
         r.json()["errors"],
         json!([{"type": "DATA_SOURCE_DOWN", "dataSourceId": "pg-down"}])
     );
+}
+
+#[tokio::test]
+async fn metadata_and_connection_count_are_capped() {
+    let h = harness_with(Options {
+        config: ApiConfig {
+            max_connections_per_tenant: 3,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let headers = [("x-product-name", "p")];
+    let body = |name: &str, meta: serde_json::Value| {
+        json!({"configName": name, "type": "POSTGRESQL", "host": "db.example.com", "port": 5432,
+            "databaseName": "d", "userName": "u", "password": "p", "metadata": meta})
+    };
+    // 16 KiB of metadata is fine; one byte more is a clear 400, on create and on patch.
+    let at_cap = "m".repeat(16 * 1024 - r#"{"k":""}"#.len());
+    let r = h
+        .call(
+            Method::POST,
+            BASE,
+            &headers,
+            Some(body("at-cap", json!({"k": at_cap}))),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let over = json!({"k": format!("{at_cap}m")});
+    let r = h
+        .call(
+            Method::POST,
+            BASE,
+            &headers,
+            Some(body("over", over.clone())),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, json!("FET-0411")),
+        "{}",
+        r.text
+    );
+    let r = h
+        .call(
+            Method::PATCH,
+            &format!("{BASE}/{id}"),
+            &headers,
+            Some(json!({"metadata": over})),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, json!("FET-0411"))
+    );
+    // Three connections per tenant here: the fourth is refused until one is deleted.
+    for name in ["second", "third"] {
+        let r = h
+            .call(Method::POST, BASE, &headers, Some(body(name, json!({}))))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    }
+    let r = h
+        .call(
+            Method::POST,
+            BASE,
+            &headers,
+            Some(body("fourth", json!({}))),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, json!("FET-1022")),
+        "{}",
+        r.text
+    );
+    let r = h
+        .call(Method::DELETE, &format!("{BASE}/{id}"), &headers, None)
+        .await;
+    assert!(r.status.is_success(), "{}", r.text);
+    let r = h
+        .call(
+            Method::POST,
+            BASE,
+            &headers,
+            Some(body("fourth", json!({}))),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
 }

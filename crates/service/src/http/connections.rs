@@ -409,6 +409,18 @@ fn request_rules_patch(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiErr
     ApiError::field_buckets(missing, invalid, false).map_or(Ok(()), Err)
 }
 
+/// Connection metadata is stored and echoed: capped, JSON-encoded (api.md "Limits").
+fn metadata_size(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
+    let size = b
+        .metadata
+        .as_ref()
+        .map_or(0, |m| serde_json::to_vec(m).map_or(usize::MAX, |v| v.len()));
+    if size > cfg.max_metadata_bytes {
+        return Err(ApiError::metadata_too_large(cfg.max_metadata_bytes));
+    }
+    Ok(())
+}
+
 /// A tenant may not point the service at a file on its own disk, nor may anyone on a
 /// host without local files (Lambda).
 fn local_file_refused(cfg: &ApiConfig, datasource_type: &str) -> bool {
@@ -630,8 +642,8 @@ fn page_of(
 /// Create a connection for the product of `X-Product-Name`.
 #[utoipa::path(post, path = "/v1/management/connections", tag = "connections", request_body = ConnectionBody,
     params(("X-Product-Name" = String, Header, description = "Owning product (required)")),
-    responses((status = 201, body = ConnectionResponse), (status = 400, description = "FET-0001, FET-0402, FET-0403, FET-0414"),
-        (status = 409, description = "FET-1002 duplicate configName"), (status = 413, description = "Body too large")))]
+    responses((status = 201, body = ConnectionResponse), (status = 400, description = "FET-0001, FET-0402, FET-0403, FET-0411 metadata over 16 KiB, FET-0414"),
+        (status = 409, description = "FET-1002 duplicate configName, FET-1022 connection quota reached"), (status = 413, description = "Body too large")))]
 pub async fn create_connection(
     State(st): State<AppState>,
     scope: Scope,
@@ -684,6 +696,19 @@ async fn create(
         return Err(ApiError::empty_body());
     }
     request_rules_create(b, cfg)?;
+    metadata_size(b, cfg)?;
+    if cfg.max_connections_per_tenant > 0 {
+        // A soft cap: two creates racing at the limit may both pass.
+        let held = st
+            .engine()
+            .list_connections(&ctx(), tenant)
+            .await
+            .map_err(|e| ApiError::from_engine(&e))?
+            .len();
+        if held >= cfg.max_connections_per_tenant {
+            return Err(ApiError::connection_quota(cfg.max_connections_per_tenant));
+        }
+    }
     let now = now_text();
     let record = Record {
         id: uuid::Uuid::now_v7().to_string(),
@@ -800,6 +825,7 @@ pub async fn update_connection(
         return Err(ApiError::empty_body());
     }
     request_rules_patch(&b, st.config())?;
+    metadata_size(&b, st.config())?;
     let current = load(&st, &scope, &id).await?;
     gate(&st, &scope, &current.config_name, "update").await?;
     let mut r = Record::from_descriptor(&current);

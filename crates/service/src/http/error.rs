@@ -40,6 +40,7 @@ pub mod code {
     pub const SORT_ORDER: &str = "FET-0407";
     pub const DATE_FORMAT: &str = "FET-0408";
     pub const FINAL_DATE: &str = "FET-0409";
+    pub const METADATA_TOO_LARGE: &str = "FET-0411";
     pub const SSL_MODE: &str = "FET-0413";
     pub const FORBIDDEN_HOST: &str = "FET-0414";
     pub const ENTITY_NOT_FOUND: &str = "FET-1001";
@@ -49,6 +50,8 @@ pub mod code {
     pub const PRODUCT_MISMATCH: &str = "FET-1016";
     pub const NO_CONNECTIONS: &str = "FET-1020";
     pub const JOB_IN_PROGRESS: &str = "FET-1021";
+    /// Beyond the reference: the tenant holds its maximum number of connections.
+    pub const CONNECTION_QUOTA: &str = "FET-1022";
     pub const CONNECTION_DOWN: &str = "FET-1040";
     pub const SCHEMA_INVALID: &str = "FET-1060";
     pub const VALIDATION_LIMIT: &str = "FET-1061";
@@ -214,6 +217,26 @@ impl ApiError {
     pub fn internal_with(cause: &dyn std::fmt::Debug) -> Self {
         tracing::error!(error = ?cause, "internal error");
         Self::internal()
+    }
+
+    /// 400 `FET-0411`: connection metadata over the size cap.
+    pub fn metadata_too_large(max: usize) -> Self {
+        Self::business(
+            StatusCode::BAD_REQUEST,
+            code::METADATA_TOO_LARGE,
+            "Metadata Value Length Exceeded",
+            format!("metadata must be at most {max} bytes when JSON-encoded"),
+        )
+    }
+
+    /// 409 `FET-1022`: the tenant's connection quota is used up.
+    pub fn connection_quota(max: usize) -> Self {
+        Self::business(
+            StatusCode::CONFLICT,
+            code::CONNECTION_QUOTA,
+            "Connection Limit Reached",
+            format!("a tenant may hold at most {max} connections; delete one first"),
+        )
     }
 
     pub fn unavailable() -> Self {

@@ -134,6 +134,10 @@ pub struct ApiConfig {
     pub require_auth: bool,
     /// Maximum request body (bytes).
     pub body_limit: usize,
+    /// Largest connection `metadata`, JSON-encoded (bytes): 400 `FET-0411` above it.
+    pub max_metadata_bytes: usize,
+    /// Connections one tenant may hold: 409 `FET-1022` at create beyond it (0 = no cap).
+    pub max_connections_per_tenant: usize,
     /// `/version` and `/readyz` `version`.
     pub version: String,
     /// `local` | `saas` | `byoc`.
@@ -159,6 +163,8 @@ impl Default for ApiConfig {
             require_auth: false,
             // api.md: request bodies up to 4 MiB.
             body_limit: 4 * 1024 * 1024,
+            max_metadata_bytes: 16 * 1024,
+            max_connections_per_tenant: 1000,
             version: "0.0.0".into(),
             deployment_mode: "local".into(),
             paging: paging::PagingConfig::default(),
