@@ -136,7 +136,13 @@ pub fn decode(type_oid: u32, b: &[u8]) -> R<Value> {
             Value::String(s)
         }
         INTERVAL => Value::String(interval(b)?),
-        CHAR | NAME | TEXT | BPCHAR | VARCHAR => values::text(b),
+        // `"char"` is one byte; a high-bit one is no UTF-8 text: PostgreSQL's own text
+        // for it is an octal escape (`\303`), always a string, never bytes.
+        CHAR => match b {
+            [byte] if *byte >= 0x80 => Value::String(format!("\\{byte:03o}")),
+            _ => values::text(b),
+        },
+        NAME | TEXT | BPCHAR | VARCHAR => values::text(b),
         a if is_array(a) => array(b)?,
         _ => values::text(b),
     })

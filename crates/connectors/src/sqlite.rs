@@ -136,7 +136,9 @@ fn decode_value(row: &SqliteRow, i: usize, c: &ColumnInfo) -> Result<Value> {
         "INTEGER" => {
             let v = row.try_get_unchecked::<i64, _>(i).map_err(bad)?;
             match c.kind {
-                Kind::Bool => Value::Bool(v != 0),
+                // SQLite has no boolean: a BOOLEAN column holds integers (2, -1, …
+                // too), so it stays the integer it holds, like MySQL's TINYINT(1)
+                // (docs/encodings.md).
                 Kind::Decimal => Value::String(v.to_string()),
                 _ => Value::Int(v),
             }
@@ -149,10 +151,12 @@ fn decode_value(row: &SqliteRow, i: usize, c: &ColumnInfo) -> Result<Value> {
             }
         }
         "TEXT" => {
-            let s = row.try_get_unchecked::<String, _>(i).map_err(bad)?;
-            match c.kind {
-                Kind::Json => values::json(&s),
-                _ => Value::String(s),
+            // Read as bytes: SQLite does not check that TEXT is UTF-8, and one value
+            // that is not must not make the table unextractable (kept as bytes).
+            let b = row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?;
+            match (c.kind, std::str::from_utf8(b)) {
+                (Kind::Json, Ok(s)) => values::json(s),
+                _ => values::text(b),
             }
         }
         _ => {

@@ -72,3 +72,63 @@ async fn mysql_temporals_print_like_the_reference() {
     );
     db.drop_db().await;
 }
+
+#[tokio::test]
+async fn sqlite_values_arrive_as_stored_even_when_odd() {
+    // SQLite checks neither that TEXT is UTF-8 nor that a BOOLEAN holds 0 or 1.
+    let db = LiteDb::create(
+        "CREATE TABLE odd (id INTEGER PRIMARY KEY, flag BOOLEAN, t TEXT);
+         INSERT INTO odd VALUES (1, 0, 'fine'), (2, 1, CAST(X'C328' AS TEXT)), (3, 2, CAST(X'FF' AS TEXT)),
+                                (4, -1, NULL), (5, 865, 'ok');",
+    )
+    .await;
+    let h = harness(&[db.descriptor("lite")]).await;
+    let out = h
+        .store_ndjson(json!({"mappedFields": {"lite": {"odd": ["id", "flag", "t"]}}}))
+        .await
+        .expect("one odd value never makes the table unextractable");
+    assert_eq!(
+        rows_of(&out, "odd"),
+        [
+            json!({"id": 1, "flag": 0, "t": "fine"}),
+            json!({"id": 2, "flag": 1, "t": "wyg="}),
+            json!({"id": 3, "flag": 2, "t": "/w=="}),
+            json!({"id": 4, "flag": -1, "t": null}),
+            json!({"id": 5, "flag": 865, "t": "ok"}),
+        ]
+    );
+    // Booleans still filter it (true is 1).
+    let out = h
+        .store_ndjson(json!({"mappedFields": {"lite": {"odd": ["id"]}}, "filters": {"lite": {"odd": {"flag": {"eq": [true]}}}}}))
+        .await
+        .unwrap();
+    assert_eq!(rows_of(&out, "odd"), [json!({"id": 2})]);
+    db.remove();
+}
+
+#[tokio::test]
+async fn postgres_char_with_a_high_byte_is_postgres_text_not_base64() {
+    let db = PgDb::create(
+        r#"CREATE TABLE c (id int PRIMARY KEY, ch "char");
+           INSERT INTO c VALUES (1, 'a'), (2, '\303'::"char"), (3, NULL);"#,
+    )
+    .await;
+    let h = harness(&[db.descriptor("pg")]).await;
+    let out = h
+        .store_ndjson(json!({"mappedFields": {"pg": {"c": ["id", "ch"]}}}))
+        .await
+        .unwrap();
+    let rows = rows_of(&out, "c");
+    let mut admin = pg_admin(&db.name).await;
+    let own: Vec<Option<String>> = sqlx::query_scalar(r#"SELECT ch::text FROM c ORDER BY id"#)
+        .fetch_all(&mut admin)
+        .await
+        .unwrap();
+    let ours: Vec<Option<String>> = rows
+        .iter()
+        .map(|r| r["ch"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(ours, own, "{rows:?}");
+    drop(admin);
+    db.drop_db().await;
+}

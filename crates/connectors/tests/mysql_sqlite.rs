@@ -293,7 +293,11 @@ async fn sqlite_fixture_values_and_determinism() {
     .await
     .unwrap();
     assert_eq!(rows[0].get("Id"), Some(&Value::Int(1)));
-    assert_eq!(rows[0].get("ok"), Some(&Value::Bool(true)));
+    assert_eq!(
+        rows[0].get("ok"),
+        Some(&Value::Int(1)),
+        "SQLite BOOLEAN: the integer held"
+    );
     let Value::Map(doc) = rows[0].get("doc").unwrap() else {
         panic!("json")
     };
