@@ -69,7 +69,6 @@ pub fn pg_supported(o: u32) -> bool {
 }
 
 /// Microseconds between 1970-01-01 and PostgreSQL's epoch 2000-01-01.
-const PG_EPOCH_US: i64 = 946_684_800_000_000;
 const PG_EPOCH_DAYS: i64 = 10_957;
 
 #[derive(Debug)]
@@ -240,8 +239,9 @@ pub fn timestamp(us: i64) -> String {
     match us {
         i64::MAX => INFINITY.into(),
         i64::MIN => NEG_INFINITY.into(),
-        // PostgreSQL timestamps stay far inside the i64 range after the shift.
-        t => values::timestamp_from_unix_micros(t.saturating_add(PG_EPOCH_US)),
+        // Split at the PostgreSQL epoch, not shifted to the Unix one: the shift would
+        // overflow i64 for timestamps past year 294247, which PostgreSQL allows.
+        t => values::timestamp_from_epoch_days(PG_EPOCH_DAYS, t),
     }
 }
 

@@ -67,7 +67,13 @@ pub fn push_fraction(s: &mut String, micros: u32) {
 
 /// `YYYY-MM-DDTHH:MM:SS[.f…]Z` from microseconds since the Unix epoch (UTC).
 pub fn timestamp_from_unix_micros(us: i64) -> String {
-    let days = us.div_euclid(86_400_000_000);
+    timestamp_from_epoch_days(0, us)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.f…]Z` from microseconds since an epoch `epoch_days` days after
+/// the Unix one (PostgreSQL counts from 2000-01-01); no shift of `us`, so no overflow.
+pub fn timestamp_from_epoch_days(epoch_days: i64, us: i64) -> String {
+    let days = us.div_euclid(86_400_000_000) + epoch_days;
     let rem = us.rem_euclid(86_400_000_000);
     let mut s = String::with_capacity(27);
     write_date(&mut s, days);
