@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, Delete, GlobalSecondaryIndex,
-    KeySchemaElement, KeyType, Projection, ProjectionType, Put, ReturnValue, ScalarAttributeType,
+    KeySchemaElement, KeyType, Projection, ProjectionType, Put, ScalarAttributeType,
     TimeToLiveSpecification, TransactWriteItem,
 };
 use fetcher_engine::ports::{ConnectionStore, ExecutionStore, SchemaCache};

@@ -32,7 +32,7 @@ struct Cli {
 enum Command {
     /// Run the API and the extraction worker on embedded adapters (SQLite, a local result
     /// directory, an in-process queue, an event log).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Sealed results.
     #[command(subcommand)]
     Result(result::ResultCommand),
@@ -50,7 +50,7 @@ pub fn run() -> ExitCode {
         .expect("tokio runtime");
     let out = rt.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve::serve(args).await,
+            Command::Serve(args) => serve::serve(*args).await,
             Command::Result(cmd) => result::run(cmd).await,
             Command::Keys(cmd) => keys::run(cmd),
         }

@@ -57,7 +57,7 @@ pub fn push_fraction(s: &mut String, micros: u32) {
     }
     let mut digits = 6;
     let mut m = micros;
-    while m % 10 == 0 {
+    while m.is_multiple_of(10) {
         m /= 10;
         digits -= 1;
     }
