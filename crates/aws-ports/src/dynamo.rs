@@ -1257,11 +1257,14 @@ impl JobStore for DynamoStore {
         tenant: &'a str,
         id: &'a str,
         token: u32,
+        error: Option<&'a str>,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            self.transition(tenant, id, |job| job.release(token).map(|()| ((), true)))
-                .await?
-                .ok_or_else(job_not_found)
+            self.transition(tenant, id, |job| {
+                job.release(token, error).map(|()| ((), true))
+            })
+            .await?
+            .ok_or_else(job_not_found)
         })
     }
 

@@ -172,8 +172,9 @@ impl JobStore for MemoryJobStore {
         tenant: &'a str,
         id: &'a str,
         token: u32,
+        error: Option<&'a str>,
     ) -> BoxFuture<'a, Result<()>> {
-        ready(self.with_job(tenant, id, |job| job.release(token)))
+        ready(self.with_job(tenant, id, |job| job.release(token, error)))
     }
 
     fn clear_pending_event<'a>(

@@ -131,6 +131,11 @@ pub struct Job {
     pub attempts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_event: Option<PendingEvent>,
+    /// The sanitised error of the first attempt that failed retryably, kept across
+    /// attempts: when the retries run out, the job fails with it (the first meaningful
+    /// category: "could not connect", not what a later attempt met on the way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
 }
 
 impl Job {
@@ -149,6 +154,7 @@ impl Job {
             lease_expires_at: None,
             attempts: 0,
             pending_event: None,
+            first_error: None,
         }
     }
 
@@ -270,10 +276,15 @@ impl Job {
         Ok(())
     }
 
-    pub fn release(&mut self, token: u32) -> crate::Result<()> {
+    /// `processing → pending`; `error` is why (a retryable failure), kept if it is the
+    /// first.
+    pub fn release(&mut self, token: u32, error: Option<&str>) -> crate::Result<()> {
         self.check_claim(token)?;
         self.status = JobStatus::Pending;
         self.lease_expires_at = None;
+        if self.first_error.is_none() {
+            self.first_error = error.map(str::to_owned);
+        }
         Ok(())
     }
 }

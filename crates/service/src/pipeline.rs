@@ -334,7 +334,11 @@ impl Pipeline {
         if extracted.is_err() && stop.is_done() {
             // Abandoned at shutdown: hand the job back now rather than leave its lease to
             // expire.
-            return match self.jobs.release(&job.tenant_id, &job.id, token).await {
+            return match self
+                .jobs
+                .release(&job.tenant_id, &job.id, token, None)
+                .await
+            {
                 Ok(()) => {
                     info!(job_id = %job.id, "abandoned at shutdown; released for the next run");
                     Outcome::Skipped("abandoned at shutdown")
@@ -349,13 +353,22 @@ impl Pipeline {
             Ok(result) => self.complete(&job, token, result, started.elapsed()).await,
             Err(e) if e.is_retryable() && self.may_retry(&job) => {
                 warn!(job_id = %job.id, attempt = job.attempts, error = %e.log_detail(), "extraction failed, will retry");
-                if let Err(release) = self.jobs.release(&job.tenant_id, &job.id, token).await {
+                let text = sanitize(e.message());
+                if let Err(release) = self
+                    .jobs
+                    .release(&job.tenant_id, &job.id, token, Some(&text))
+                    .await
+                {
                     warn!(job_id = %job.id, error = %release.log_detail(), "could not release the claim; the lease will expire");
                 }
                 Outcome::Retry(e)
             }
             Err(e) => {
-                let text = sanitize(e.message());
+                // Out of retries: the first retryable failure says what went wrong.
+                let text = match (&job.first_error, e.is_retryable()) {
+                    (Some(first), true) => first.clone(),
+                    _ => sanitize(e.message()),
+                };
                 self.fail_claimed(&job, token, &text).await
             }
         }

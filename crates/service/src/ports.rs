@@ -97,9 +97,15 @@ pub trait JobStore: Send + Sync {
         at: Timestamp,
     ) -> BoxFuture<'a, Result<()>>;
 
-    /// `processing → pending`, giving a claim back (graceful shutdown).
-    fn release<'a>(&'a self, tenant: &'a str, id: &'a str, token: u32)
-    -> BoxFuture<'a, Result<()>>;
+    /// `processing → pending`, giving a claim back (a retryable failure, whose
+    /// sanitised `error` the job keeps if it is its first; graceful shutdown: `None`).
+    fn release<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: u32,
+        error: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<()>>;
 
     /// Removes the pending-event marker once the event is published.
     fn clear_pending_event<'a>(&'a self, tenant: &'a str, id: &'a str)

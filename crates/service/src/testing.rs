@@ -231,10 +231,21 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     ));
 
     // Release gives the job back; it can be claimed again.
-    store.release(t, &a.id, token2).await.unwrap();
+    store
+        .release(
+            t,
+            &a.id,
+            token2,
+            Some("engine: [connect] failed to connect to datasource"),
+        )
+        .await
+        .unwrap();
+    let released = store.get(t, &a.id).await.unwrap().unwrap();
+    assert_eq!(released.status, JobStatus::Pending);
     assert_eq!(
-        store.get(t, &a.id).await.unwrap().unwrap().status,
-        JobStatus::Pending
+        released.first_error.as_deref(),
+        Some("engine: [connect] failed to connect to datasource"),
+        "the first retryable error is kept"
     );
     let ClaimOutcome::Claimed { token: token3, .. } = store
         .claim(t, &a.id, later, Duration::from_secs(60))

@@ -542,3 +542,35 @@ async fn retryable_failures_are_retried_within_the_budget_only() {
     assert_eq!(j.status, JobStatus::Failed);
     assert_eq!(w.events.events().len(), 1);
 }
+
+#[tokio::test]
+async fn a_job_out_of_retries_fails_with_its_first_error() {
+    let mut w = world().await;
+    let (job, msg) = submit(&w, None).await;
+    // First the datasource cannot be reached, then it answers but queries fail.
+    w.factory.behaviour.lock().unwrap().fail_discover = Some(fetcher_engine::Category::Connect);
+    assert!(w.pipeline.handle(&msg).await.should_retry());
+    let first = w
+        .jobs
+        .get("acme", &job.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .first_error;
+    let first = first.expect("the first error is kept");
+    {
+        let mut b = w.factory.behaviour.lock().unwrap();
+        b.fail_discover = None;
+        b.fail_query = true;
+    }
+    assert!(w.pipeline.handle(&msg).await.should_retry());
+    w.pipeline.config.retry_budget = Duration::ZERO;
+    let Outcome::Failed { error, .. } = w.pipeline.handle(&msg).await else {
+        panic!("out of retries")
+    };
+    assert_eq!(
+        error, first,
+        "the first meaningful category, not the last attempt's"
+    );
+    assert!(error.contains("[connect]"), "{error}");
+}

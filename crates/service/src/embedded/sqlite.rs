@@ -742,8 +742,9 @@ impl JobStore for SqliteStore {
         tenant: &'a str,
         id: &'a str,
         token: u32,
+        error: Option<&'a str>,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.transition(tenant, id, move |job| job.release(token)))
+        Box::pin(self.transition(tenant, id, move |job| job.release(token, error)))
     }
 
     fn clear_pending_event<'a>(
