@@ -193,6 +193,9 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
     create_connection(&w, "pg-down", forwarder.port);
     let down_job = create_job(&w, "pg-down", "accounts", "e2e-down");
     drop(forwarder);
+    // Before any job has run, no schema is cached: a bad table is queued and fails in
+    // the worker (below); afterwards the same mapping is refused at creation.
+    let bad_table_job = create_job(&w, "pg-main", "no_such_table", "e2e-bad-table");
 
     // --- The happy path -----------------------------------------------------------------
     let job = create_job(&w, "pg-main", "accounts", "e2e-ok");
@@ -268,15 +271,22 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
         "no second event"
     );
 
+    // The happy path's planning cached pg-main's schema (in DynamoDB): a mapping it
+    // refutes is now a 422 at creation, nothing queued.
+    let (status, v) = w.api(
+        "POST",
+        "/v1/fetcher",
+        Some(&json!({"dataRequest": {"mappedFields": {"pg-main": {"no_such_table": ["id"]}}}, "metadata": {"source": "e2e", "case": "cached"}})),
+    );
+    assert_eq!(status, 422, "cached schema refutes the mapping: {v}");
+    assert_eq!(v["errors"][0]["type"], "TABLE_NOT_FOUND", "{v}");
+
     // --- Failure paths: bad table, unreachable datasource --------------------------------
-    for (config, table, source) in [
-        ("pg-main", "no_such_table", "e2e-bad-table"),
-        ("pg-down", "accounts", "e2e-down"),
-    ] {
+    for (config, source) in [("pg-main", "e2e-bad-table"), ("pg-down", "e2e-down")] {
         let job = if config == "pg-down" {
             down_job.clone()
         } else {
-            create_job(&w, config, table, source)
+            bad_table_job.clone()
         };
         let msg = job_message(&c, &r, &job).await;
         // An unreachable datasource is retryable: the message comes back (as SQS would

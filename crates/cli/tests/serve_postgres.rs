@@ -115,14 +115,13 @@ fn serve_extracts_from_postgres_and_the_result_opens() {
     let mut bad = job_body("reporter");
     bad["dataRequest"]["mappedFields"] = json!({"ledger": {"missing_table": ["id"]}});
     bad["dataRequest"]["filters"] = json!({});
-    let (status, accepted) = server.request("POST", "/v1/fetcher", Some(&bad), &[]);
-    assert_eq!(status, 202, "{accepted}");
-    let failed = server.wait_job(accepted["jobId"].as_str().unwrap(), Duration::from_secs(60));
-    assert_eq!(failed["status"], "failed");
-    let error = failed["metadata"]["error"].as_str().unwrap();
+    // The job above cached the schema: a mapping it refutes is refused at creation, with
+    // validate-schema's body, instead of queueing a job that must fail.
+    let (status, refused) = server.request("POST", "/v1/fetcher", Some(&bad), &[]);
+    assert_eq!(status, 422, "{refused}");
     assert_eq!(
-        error,
-        "engine: [validation] extraction request failed schema validation: unknown table 'ledger.missing_table'"
+        refused["errors"],
+        json!([{"type": "TABLE_NOT_FOUND", "dataSourceId": "ledger", "table": "missing_table"}])
     );
 }
 

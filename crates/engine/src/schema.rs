@@ -87,6 +87,17 @@ impl Engine {
         Ok(snapshot)
     }
 
+    /// The cached schema of a connection, if the cache holds one; never discovers.
+    pub async fn cached_schema(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        config_name: &str,
+    ) -> Option<SchemaSnapshot> {
+        let cache = self.inner.schema_cache.as_ref()?;
+        cache.get(ctx, tenant, config_name).await.ok().flatten()
+    }
+
     /// Checks that the requested tables, fields and filter fields exist, within the
     /// engine's configured limits. Source failures are errors, not report entries.
     pub async fn validate_schema(
@@ -239,10 +250,7 @@ fn count_limit_failures(request: &ValidationRequest, limits: &Limits) -> Vec<Val
 
 /// A name matches a field exactly, or as the parent object of a dotted field.
 pub(crate) fn field_matches(table: &TableSnapshot, name: &str) -> bool {
-    table.fields.iter().any(|f| {
-        f == name
-            || (f.len() > name.len() && f.starts_with(name) && f.as_bytes()[name.len()] == b'.')
-    })
+    table.has_field(name)
 }
 
 fn failure(kind: &str, config: &str, table: &str, field: &str, detail: &str) -> ValidationFailure {

@@ -333,6 +333,44 @@ impl SchemaSnapshot {
         self.table(requested)
             .or_else(|| self.table(&normalize_table_name(datasource_type, requested)))
     }
+
+    /// What of `selection` (table → fields, as a caller names them) this schema lacks:
+    /// `(table, None)` for an unknown table, `(table, Some(field))` for an unknown field
+    /// of a known one. A field matches a column exactly or as the parent object of a
+    /// dotted one; Oracle names compare upper-cased. The one rule validate-schema, job
+    /// creation and planning share.
+    pub fn missing<'a>(
+        &self,
+        datasource_type: &str,
+        selection: impl IntoIterator<Item = (&'a String, &'a Vec<String>)>,
+    ) -> Vec<(String, Option<String>)> {
+        let oracle = datasource_type == "ORACLE";
+        let mut out = Vec::new();
+        for (table, fields) in selection {
+            let Some(found) = self.find_table(datasource_type, table) else {
+                out.push((table.clone(), None));
+                continue;
+            };
+            for f in fields {
+                let name = if oracle { f.to_uppercase() } else { f.clone() };
+                if !found.has_field(&name) {
+                    out.push((table.clone(), Some(f.clone())));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl TableSnapshot {
+    /// `name` is a column, or the parent object of a dotted one (`address` of
+    /// `address.city`).
+    pub fn has_field(&self, name: &str) -> bool {
+        self.fields.iter().any(|f| {
+            f == name
+                || (f.len() > name.len() && f.starts_with(name) && f.as_bytes()[name.len()] == b'.')
+        })
+    }
 }
 
 /// Spec §6.5 table naming: a name has one, two or three dot-separated parts

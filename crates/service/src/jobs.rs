@@ -78,6 +78,9 @@ pub enum JobError {
     JobStore(ServiceError),
     /// The message could not be enqueued; the job is marked failed. 500 `FET-0002`.
     Publish(ServiceError),
+    /// The mapping names tables or fields the datasource's schema lacks:
+    /// `(datasource, table, field)`. 422 `FET-1060`, validate-schema's body.
+    SchemaInvalid(Vec<(String, String, Option<String>)>),
     /// The host is shutting down and takes no new jobs; nothing was stored. 503
     /// `Service Unavailable`.
     ShuttingDown,
@@ -261,6 +264,37 @@ impl JobService {
                 }
                 _ => return Err(JobError::ConnectionDown(d.config_name.clone())),
             }
+        }
+
+        // A mapping the cached schema refutes (confirmed by a fresh discovery, so a stale
+        // cache refuses nothing) is refused now, with validate-schema's 422, instead of
+        // queueing a job that must fail.
+        let mut unknown = Vec::new();
+        for d in &resolved {
+            let Some(cached) = self
+                .engine
+                .cached_schema(&ctx, tenant, &d.config_name)
+                .await
+            else {
+                continue;
+            };
+            let selection = &mapped[&d.config_name];
+            if cached.missing(&d.datasource_type, selection).is_empty() {
+                continue;
+            }
+            let ctx = Context::background().with_timeout(self.settings.test_timeout);
+            if let Ok(fresh) = self
+                .engine
+                .discover_schema_fresh(&ctx, tenant, &d.config_name)
+                .await
+            {
+                for (table, field) in fresh.missing(&d.datasource_type, selection) {
+                    unknown.push((d.config_name.clone(), table, field));
+                }
+            }
+        }
+        if !unknown.is_empty() {
+            return Err(JobError::SchemaInvalid(unknown));
         }
 
         // A host that is shutting down takes no new work: refuse before storing anything.

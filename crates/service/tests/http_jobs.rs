@@ -562,3 +562,66 @@ async fn unassigned_connection_cannot_serve_a_job() {
         "Connection 'legacy-pg' has no product assigned. Use the migration endpoint to assign it first."
     );
 }
+
+#[tokio::test]
+async fn a_mapping_the_cached_schema_refutes_is_refused_at_creation() {
+    let h = harness();
+    h.create("reporter", connection("core-pg")).await;
+    let bad = json!({"dataRequest": {"mappedFields": {"core-pg": {"users": ["id", "amount"], "ghost": ["x"]}}},
+        "metadata": {"source": "reporter"}});
+    // Nothing cached yet: the job is queued (and will fail naming what is unknown).
+    let r = h
+        .call(Method::POST, "/v1/fetcher", &[], Some(bad.clone()))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    let sent = h.queue.sent().len();
+    // A cache-first discovery (validate-schema; a job's planning does the same) caches
+    // the schema; now the same mapping is refused at once, with validate-schema's body,
+    // and nothing is stored or queued.
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/management/connections/validate-schema",
+            &[],
+            Some(json!({"mappedFields": {"core-pg": {"users": ["id"]}}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let mut bad2 = bad.clone();
+    bad2["metadata"]["n"] = json!(2); // not a duplicate of the first
+    let r = h.call(Method::POST, "/v1/fetcher", &[], Some(bad2)).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["code"], "FET-1060");
+    assert_eq!(
+        v["errors"],
+        json!([
+            {"type": "TABLE_NOT_FOUND", "dataSourceId": "core-pg", "table": "ghost"},
+            {"type": "FIELD_NOT_FOUND", "dataSourceId": "core-pg", "table": "users", "field": "amount"}
+        ])
+    );
+    assert_eq!(h.queue.sent().len(), sent, "nothing queued");
+    // The same body as validate-schema's for that mapping.
+    let vs = h
+        .call(
+            Method::POST,
+            "/v1/management/connections/validate-schema",
+            &[],
+            Some(json!({"mappedFields": bad["dataRequest"]["mappedFields"]})),
+        )
+        .await;
+    assert_eq!(
+        (vs.status, vs.json()),
+        (StatusCode::UNPROCESSABLE_ENTITY, v)
+    );
+    // A mapping the schema has is accepted.
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/fetcher",
+            &[],
+            Some(job("core-pg", "reporter")),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+}

@@ -1163,25 +1163,10 @@ pub async fn validate_schema(
                 continue;
             }
         };
-        let oracle = d.datasource_type == "ORACLE";
-        for (table, fields) in tables {
-            let Some(found) = snapshot.find_table(&d.datasource_type, table) else {
-                errors.push(entry("TABLE_NOT_FOUND", Some(table), None));
-                continue;
-            };
-            for f in fields {
-                let f2 = if oracle { f.to_uppercase() } else { f.clone() };
-                let ok = found.fields.iter().any(|c| {
-                    *c == f2
-                        || (c.len() > f2.len()
-                            && c.starts_with(&f2)
-                            && c.as_bytes()[f2.len()] == b'.')
-                });
-                if !ok {
-                    errors.push(entry("FIELD_NOT_FOUND", Some(table), Some(f)));
-                }
-            }
-        }
+        errors.extend(schema_problems(
+            name,
+            &snapshot.missing(&d.datasource_type, tables),
+        ));
     }
     if errors.is_empty() {
         return Ok(Json(SchemaValidationResponse {
@@ -1190,13 +1175,42 @@ pub async fn validate_schema(
         })
         .into_response());
     }
+    Err(schema_invalid(errors))
+}
+
+/// validate-schema's entries for what one datasource's schema lacks.
+pub(crate) fn schema_problems(
+    datasource: &str,
+    missing: &[(String, Option<String>)],
+) -> Vec<SchemaValidationError> {
+    missing
+        .iter()
+        .map(|(table, field)| SchemaValidationError {
+            error_type: if field.is_some() {
+                "FIELD_NOT_FOUND"
+            } else {
+                "TABLE_NOT_FOUND"
+            },
+            data_source_id: datasource.to_owned(),
+            table: Some(table.clone()),
+            field: field.clone(),
+        })
+        .collect()
+}
+
+/// The 422 `FET-1060` body (validate-schema, and job creation over a cached schema).
+pub(crate) fn schema_invalid(errors: Vec<SchemaValidationError>) -> ApiError {
     let body = SchemaValidationErrorResponse {
         title: "Schema validation failed",
         code: super::error::code::SCHEMA_INVALID,
         message: "Schema validation found inconsistencies.",
         errors,
     };
-    Ok((StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response())
+    ApiError {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        body: serde_json::to_value(body).unwrap_or(Value::Null),
+        retry_after: None,
+    }
 }
 
 fn validation_limits(

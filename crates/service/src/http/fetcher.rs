@@ -235,6 +235,16 @@ fn error_of(e: JobError) -> ApiError {
         }
         JobError::NotFound => ApiError::not_found("job"),
         JobError::ShuttingDown => ApiError::unavailable(),
+        JobError::SchemaInvalid(unknown) => {
+            let mut errors = Vec::new();
+            for (datasource, table, field) in unknown {
+                errors.extend(super::connections::schema_problems(
+                    &datasource,
+                    &[(table, field)],
+                ));
+            }
+            super::connections::schema_invalid(errors)
+        }
     }
 }
 
@@ -242,7 +252,7 @@ fn error_of(e: JobError) -> ApiError {
 #[utoipa::path(post, path = "/v1/fetcher", tag = "fetcher", request_body = FetcherRequest,
     responses((status = 202, body = FetcherResponse, description = "New job"), (status = 200, body = FetcherResponse, description = "Duplicate of an existing job"),
         (status = 400, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 413, description = "Body too large"),
-        (status = 500, description = "FET-0002"), (status = 503, description = "FET-0003: shutting down, nothing stored")))]
+        (status = 422, description = "FET-1060: the cached schema lacks a mapped table or field (validate-schema's body)"), (status = 500, description = "FET-0002"), (status = 503, description = "FET-0003: shutting down, nothing stored")))]
 pub async fn create_job(
     State(st): State<AppState>,
     scope: Scope,

@@ -9,8 +9,8 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use fetcher_crypto::{KeyPurpose, KeyRing, MessageSigner};
 use fetcher_engine::memory::{
-    MemoryConnectionStore, MemoryCredentialProtector, MemoryRegistry, TemplateBehaviour,
-    TemplateFactory,
+    MemoryConnectionStore, MemoryCredentialProtector, MemoryRegistry, MemorySchemaCache,
+    TemplateBehaviour, TemplateFactory,
 };
 use fetcher_engine::{Engine, SchemaSnapshot, TableSnapshot};
 use fetcher_service::http::{
@@ -90,6 +90,7 @@ pub fn harness_with(opts: Options) -> Harness {
         .credential_protector(MemoryCredentialProtector::new())
         .encrypted_persistence(true)
         .connection_store(ApiConnectionStore::new(connections.clone()))
+        .schema_cache(MemorySchemaCache::new())
         .active_execution_checker(Arc::new(JobStoreActiveChecker(jobs.clone())))
         .build()
         .unwrap();
