@@ -1047,3 +1047,257 @@ async fn oversized_heads_are_431_with_the_error_shape() {
         .await;
     assert_eq!(r.status, StatusCode::OK);
 }
+
+/// The schema a documented response names: `paths[path][method].responses[status]`'s
+/// JSON content, with a `$ref` resolved. `None` when the status is not documented.
+fn documented_schema(
+    doc: &serde_json::Value,
+    method: &str,
+    path: &str,
+    status: u16,
+) -> Option<serde_json::Value> {
+    let response = doc["paths"][path][method]["responses"].get(status.to_string())?;
+    let schema = &response["content"]["application/json"]["schema"];
+    Some(match schema["$ref"].as_str() {
+        Some(r) => doc["components"]["schemas"][r.rsplit('/').next().unwrap()].clone(),
+        None => schema.clone(),
+    })
+}
+
+/// A shallow check of `body` against an object schema: required properties present,
+/// present properties of the declared JSON type (a `oneOf` accepts any of its types).
+fn conforms(schema: &serde_json::Value, body: &serde_json::Value) -> Result<(), String> {
+    if schema.is_null() {
+        return Ok(()); // no JSON content documented (e.g. 204)
+    }
+    let obj = body
+        .as_object()
+        .ok_or_else(|| format!("not an object: {body}"))?;
+    for key in schema["required"].as_array().into_iter().flatten() {
+        let key = key.as_str().unwrap();
+        if !obj.contains_key(key) {
+            return Err(format!("missing required `{key}` in {body}"));
+        }
+    }
+    for (key, value) in obj {
+        let Some(prop) = schema["properties"].get(key) else {
+            continue;
+        };
+        let types: Vec<String> = match (&prop["type"], &prop["oneOf"]) {
+            (serde_json::Value::String(t), _) => vec![t.clone()],
+            (serde_json::Value::Array(ts), _) => {
+                ts.iter().map(|t| t.as_str().unwrap().to_owned()).collect()
+            }
+            (_, serde_json::Value::Array(items)) => items
+                .iter()
+                .filter_map(|i| i["type"].as_str().map(str::to_owned))
+                .collect(),
+            _ => continue, // a $ref or free-form
+        };
+        let actual = match value {
+            serde_json::Value::Null => "null",
+            serde_json::Value::Bool(_) => "boolean",
+            serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+            serde_json::Value::Number(_) => "number",
+            serde_json::Value::String(_) => "string",
+            serde_json::Value::Array(_) => "array",
+            serde_json::Value::Object(_) => "object",
+        };
+        let ok = types
+            .iter()
+            .any(|t| t == actual || (t == "number" && actual == "integer"));
+        if !ok {
+            return Err(format!("`{key}` is {actual}, documented {types:?}"));
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn documented_responses_match_what_the_routes_return() {
+    let h = harness();
+    let doc = h.get("/openapi.json").await.json();
+    // Every documented error response has a schema: a generated client can decode it.
+    let mut responses = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, response) in op["responses"].as_object().unwrap() {
+                responses += 1;
+                if status.starts_with('4') || status.starts_with('5') {
+                    assert!(
+                        response["content"]["application/json"]["schema"].is_object(),
+                        "{method} {path} {status} has no schema"
+                    );
+                }
+            }
+        }
+    }
+    assert!(responses > 60, "{responses} documented responses");
+    // Real calls, each answer checked against what is documented for it.
+    let product = [("x-product-name", "reporter")];
+    let created = h.create("reporter", connection("core-pg")).await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let conn = format!("/v1/management/connections/{id}");
+    let unknown = "0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b";
+    type Call = (
+        &'static str,
+        &'static str,
+        String,
+        Option<serde_json::Value>,
+    );
+    let calls: Vec<Call> = vec![
+        (
+            "post",
+            "/v1/management/connections",
+            "/v1/management/connections".into(),
+            Some(connection("second")),
+        ),
+        (
+            "post",
+            "/v1/management/connections",
+            "/v1/management/connections".into(),
+            Some(connection("second")),
+        ),
+        (
+            "post",
+            "/v1/management/connections",
+            "/v1/management/connections".into(),
+            Some(json!({"configName": "x"})),
+        ),
+        (
+            "get",
+            "/v1/management/connections",
+            "/v1/management/connections".into(),
+            None,
+        ),
+        (
+            "get",
+            "/v1/management/connections",
+            "/v1/management/connections?limit=abc".into(),
+            None,
+        ),
+        (
+            "get",
+            "/v1/management/connections/unassigned",
+            "/v1/management/connections/unassigned".into(),
+            None,
+        ),
+        ("get", "/v1/management/connections/{id}", conn.clone(), None),
+        (
+            "get",
+            "/v1/management/connections/{id}",
+            "/v1/management/connections/not-a-uuid".into(),
+            None,
+        ),
+        (
+            "get",
+            "/v1/management/connections/{id}",
+            format!("/v1/management/connections/{unknown}"),
+            None,
+        ),
+        (
+            "patch",
+            "/v1/management/connections/{id}",
+            conn.clone(),
+            Some(json!({"port": 5433})),
+        ),
+        (
+            "patch",
+            "/v1/management/connections/{id}",
+            conn.clone(),
+            Some(json!({"port": 0})),
+        ),
+        (
+            "post",
+            "/v1/management/connections/{id}/test",
+            format!("{conn}/test"),
+            None,
+        ),
+        (
+            "get",
+            "/v1/management/connections/{id}/schema",
+            format!("{conn}/schema"),
+            None,
+        ),
+        (
+            "post",
+            "/v1/management/connections/{id}/assign",
+            format!("{conn}/assign"),
+            None,
+        ),
+        (
+            "post",
+            "/v1/management/connections/validate-schema",
+            "/v1/management/connections/validate-schema".into(),
+            Some(json!({"mappedFields": {"core-pg": {"users": ["id"]}}})),
+        ),
+        (
+            "post",
+            "/v1/management/connections/validate-schema",
+            "/v1/management/connections/validate-schema".into(),
+            Some(json!({"mappedFields": {"core-pg": {"users": ["nope"]}}})),
+        ),
+        (
+            "post",
+            "/v1/fetcher",
+            "/v1/fetcher".into(),
+            Some(job("core-pg", "reporter")),
+        ),
+        (
+            "post",
+            "/v1/fetcher",
+            "/v1/fetcher".into(),
+            Some(job("core-pg", "reporter")),
+        ),
+        ("post", "/v1/fetcher", "/v1/fetcher".into(), Some(json!({}))),
+        (
+            "get",
+            "/v1/fetcher/{id}",
+            "/v1/fetcher/not-a-uuid".into(),
+            None,
+        ),
+        (
+            "get",
+            "/v1/fetcher/{id}",
+            format!("/v1/fetcher/{unknown}"),
+            None,
+        ),
+        (
+            "delete",
+            "/v1/management/connections/{id}",
+            format!("/v1/management/connections/{unknown}"),
+            None,
+        ),
+        ("get", "/health", "/health".into(), None),
+        ("get", "/readyz", "/readyz".into(), None),
+        (
+            "get",
+            "/readyz/tenant/{id}",
+            "/readyz/tenant/t1".into(),
+            None,
+        ),
+        ("get", "/version", "/version".into(), None),
+    ];
+    let mut statuses = std::collections::BTreeSet::new();
+    for (method, template, uri, body) in calls {
+        let r = h
+            .call(method.to_uppercase().parse().unwrap(), &uri, &product, body)
+            .await;
+        let status = r.status.as_u16();
+        statuses.insert(status);
+        let schema = documented_schema(&doc, method, template, status)
+            .unwrap_or_else(|| panic!("{method} {uri}: {status} is not documented: {}", r.text));
+        let body = if r.text.is_empty() {
+            serde_json::Value::Null
+        } else {
+            r.json()
+        };
+        if !schema.is_null() {
+            conforms(&schema, &body).unwrap_or_else(|e| panic!("{method} {uri} {status}: {e}"));
+        }
+    }
+    // The calls reached successes and failures alike.
+    for s in [200, 201, 202, 400, 404, 409, 422] {
+        assert!(statuses.contains(&s), "no call answered {s}: {statuses:?}");
+    }
+}

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::error::{ApiError, is_forbidden_host};
+use super::error::{ApiError, ErrorBody, is_forbidden_host};
 use super::extract::{RawBody, parse_id, parse_json, product_name};
 use super::paging::{self, Page};
 use super::{ApiConfig, AppState, Scope, attr};
@@ -74,10 +74,18 @@ impl SslInput {
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConnectionBody {
+    /// Required on create.
+    #[schema(min_length = 3, max_length = 100)]
     pub config_name: Option<String>,
+    /// Required on create.
     #[serde(rename = "type")]
+    #[schema(value_type = Option<DatasourceType>)]
     pub datasource_type: Option<String>,
+    /// Required on create: a host name (RFC 952) or an IP literal.
+    #[schema(max_length = 255)]
     pub host: Option<String>,
+    /// Required on create.
+    #[schema(minimum = 1, maximum = 65535)]
     pub port: Option<i64>,
     pub database_name: Option<String>,
     pub schema: Option<String>,
@@ -87,6 +95,18 @@ pub struct ConnectionBody {
     pub ssl: Option<SslInput>,
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
+}
+
+/// A connection's database type.
+#[derive(ToSchema)]
+#[allow(dead_code, clippy::upper_case_acronyms, non_camel_case_types)]
+pub enum DatasourceType {
+    POSTGRESQL,
+    MYSQL,
+    SQLITE,
+    ORACLE,
+    SQL_SERVER,
+    MONGODB,
 }
 
 /// `ssl` in responses: only the mode.
@@ -100,11 +120,13 @@ pub struct SslOutput {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConnectionResponse {
+    #[schema(format = Uuid)]
     pub id: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub product_name: String,
     pub config_name: String,
     #[serde(rename = "type")]
+    #[schema(value_type = DatasourceType)]
     pub datasource_type: String,
     pub host: String,
     pub port: u16,
@@ -117,7 +139,9 @@ pub struct ConnectionResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
 }
 
@@ -554,7 +578,7 @@ fn ctx() -> Context {
     params(("X-Product-Name" = Option<String>, Header, description = "Product filter"),
         ("page" = Option<u64>, Query), ("limit" = Option<u64>, Query), ("sortOrder" = Option<String>, Query),
         ("startDate" = Option<String>, Query), ("endDate" = Option<String>, Query), ("type" = Option<String>, Query)),
-    responses((status = 200, body = Page<ConnectionResponse>), (status = 400, description = "FET-0403, FET-0405..FET-0409")))]
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = Page<ConnectionResponse>), (status = 400, body = ErrorBody, description = "FET-0403, FET-0405..FET-0409")))]
 pub async fn list_connections(
     State(st): State<AppState>,
     scope: Scope,
@@ -589,7 +613,7 @@ pub async fn list_connections(
 #[utoipa::path(get, path = "/v1/management/connections/unassigned", tag = "connections",
     params(("page" = Option<u64>, Query), ("limit" = Option<u64>, Query), ("sortOrder" = Option<String>, Query),
         ("startDate" = Option<String>, Query), ("endDate" = Option<String>, Query)),
-    responses((status = 200, body = Page<ConnectionResponse>), (status = 400, description = "FET-0405..FET-0409")))]
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = Page<ConnectionResponse>), (status = 400, body = ErrorBody, description = "FET-0405..FET-0409")))]
 pub async fn list_unassigned(
     State(st): State<AppState>,
     scope: Scope,
@@ -642,8 +666,8 @@ fn page_of(
 /// Create a connection for the product of `X-Product-Name`.
 #[utoipa::path(post, path = "/v1/management/connections", tag = "connections", request_body = ConnectionBody,
     params(("X-Product-Name" = String, Header, description = "Owning product (required)")),
-    responses((status = 201, body = ConnectionResponse), (status = 400, description = "FET-0001, FET-0402, FET-0403, FET-0411 metadata over 16 KiB, FET-0414"),
-        (status = 409, description = "FET-1002 duplicate configName, FET-1022 connection quota reached"), (status = 413, description = "Body too large")))]
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 201, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0001, FET-0402, FET-0403, FET-0411 metadata over 16 KiB, FET-0414"),
+        (status = 409, body = ErrorBody, description = "FET-1002 duplicate configName, FET-1022 connection quota reached"), (status = 413, body = ErrorBody, description = "Body too large")))]
 pub async fn create_connection(
     State(st): State<AppState>,
     scope: Scope,
@@ -766,8 +790,8 @@ async fn load(st: &AppState, scope: &Scope, id: &str) -> Result<ConnectionDescri
 }
 
 /// Get one connection.
-#[utoipa::path(get, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = String, Path)),
-    responses((status = 200, body = ConnectionResponse), (status = 400, description = "FET-0404"), (status = 404, description = "FET-1001")))]
+#[utoipa::path(get, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001")))]
 pub async fn get_connection(
     State(st): State<AppState>,
     scope: Scope,
@@ -798,9 +822,9 @@ async fn gate(
 }
 
 /// Partially update a connection.
-#[utoipa::path(patch, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = String, Path)), request_body = ConnectionBody,
-    responses((status = 200, body = ConnectionResponse), (status = 400, description = "FET-0001, FET-0402, FET-0404, FET-0414"),
-        (status = 404, description = "FET-1001"), (status = 409, description = "FET-1002, FET-1021")))]
+#[utoipa::path(patch, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path)), request_body = ConnectionBody,
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0001, FET-0402, FET-0404, FET-0414"),
+        (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1002, FET-1021")))]
 pub async fn update_connection(
     State(st): State<AppState>,
     scope: Scope,
@@ -899,8 +923,8 @@ pub async fn update_connection(
 }
 
 /// Soft-delete a connection.
-#[utoipa::path(delete, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = String, Path)),
-    responses((status = 204, description = "Deleted"), (status = 400, description = "FET-0404"), (status = 404, description = "FET-1001"), (status = 409, description = "FET-1021")))]
+#[utoipa::path(delete, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 204, description = "Deleted"), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1021")))]
 pub async fn delete_connection(
     State(st): State<AppState>,
     scope: Scope,
@@ -926,8 +950,8 @@ pub async fn delete_connection(
 
 /// Assign a product to a legacy connection (once).
 #[utoipa::path(post, path = "/v1/management/connections/{id}/assign", tag = "connections",
-    params(("id" = String, Path), ("X-Product-Name" = String, Header, description = "Product to assign (required)")),
-    responses((status = 200, body = ConnectionResponse), (status = 400, description = "FET-0403, FET-0404"), (status = 404, description = "FET-1001"), (status = 409, description = "FET-1015")))]
+    params(("id" = uuid::Uuid, Path), ("X-Product-Name" = String, Header, description = "Product to assign (required)")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1015")))]
 pub async fn assign_connection(
     State(st): State<AppState>,
     scope: Scope,
@@ -966,9 +990,9 @@ pub async fn assign_connection(
 }
 
 /// Test connectivity (rate limited per connection).
-#[utoipa::path(post, path = "/v1/management/connections/{id}/test", tag = "connections", params(("id" = String, Path)),
-    responses((status = 200, body = ConnectionTestResponse), (status = 400, description = "FET-0404, FET-0414"), (status = 404, description = "FET-1001"),
-        (status = 429, description = "Rate Limit Exceeded (integer code), with Retry-After"), (status = 500, description = "Database Connection Error (integer code)")))]
+#[utoipa::path(post, path = "/v1/management/connections/{id}/test", tag = "connections", params(("id" = uuid::Uuid, Path)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionTestResponse), (status = 400, body = ErrorBody, description = "FET-0404, FET-0414"), (status = 404, body = ErrorBody, description = "FET-1001"),
+        (status = 429, body = ErrorBody, description = "Rate Limit Exceeded (integer code), with Retry-After"), (status = 500, body = ErrorBody, description = "Database Connection Error (integer code)")))]
 pub async fn test_connection(
     State(st): State<AppState>,
     scope: Scope,
@@ -1030,9 +1054,9 @@ pub async fn test_connection(
 }
 
 /// Discover a connection's schema (always live).
-#[utoipa::path(get, path = "/v1/management/connections/{id}/schema", tag = "connections", params(("id" = String, Path)),
-    responses((status = 200, body = ConnectionSchemaResponse), (status = 400, description = "FET-0404, FET-0414"), (status = 404, description = "FET-1001"),
-        (status = 500, description = "Database Connection Error / Schema Retrieval Error (integer code)")))]
+#[utoipa::path(get, path = "/v1/management/connections/{id}/schema", tag = "connections", params(("id" = uuid::Uuid, Path)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionSchemaResponse), (status = 400, body = ErrorBody, description = "FET-0404, FET-0414"), (status = 404, body = ErrorBody, description = "FET-1001"),
+        (status = 500, body = ErrorBody, description = "Database Connection Error / Schema Retrieval Error (integer code)")))]
 pub async fn get_schema(
     State(st): State<AppState>,
     scope: Scope,
@@ -1096,7 +1120,7 @@ fn schema_error(e: &EngineError) -> ApiError {
 
 /// Check that tables and fields of a mapping exist.
 #[utoipa::path(post, path = "/v1/management/connections/validate-schema", tag = "connections", request_body = SchemaValidationRequest,
-    responses((status = 200, body = SchemaValidationResponse), (status = 400, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1061, FET-1062"),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = SchemaValidationResponse), (status = 400, body = ErrorBody, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1061, FET-1062"),
         (status = 422, body = SchemaValidationErrorResponse)))]
 pub async fn validate_schema(
     State(st): State<AppState>,

@@ -488,3 +488,33 @@ impl From<std::convert::Infallible> for ApiError {
         match e {}
     }
 }
+
+/// The body of every error the API answers (docs/api.md "Errors"), for the OpenAPI
+/// document: never built, [`ApiError`] renders it.
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub struct ErrorBody {
+    /// A business code (`FET-0414`), a perimeter code (`MISSING_TOKEN`), or, for the
+    /// framework's own rejections, the HTTP status (`431`).
+    #[schema(schema_with = error_code_schema)]
+    code: String,
+    title: String,
+    message: String,
+    /// Shape B (field validation): each offending field and why.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
+    fields: Option<()>,
+    /// Model-rule validation failures: the entity (`connection`).
+    #[schema(value_type = Option<String>)]
+    entity_type: Option<()>,
+}
+
+fn error_code_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::String))
+            .item(ObjectBuilder::new().schema_type(Type::Integer))
+            .build(),
+    )
+}

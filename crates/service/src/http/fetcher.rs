@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::error::{ApiError, code};
+use super::error::{ApiError, ErrorBody, code};
 use super::extract::{RawBody, parse_id, parse_json};
 use super::{AppState, Scope};
 use crate::dedup::{Filters, MappedFields, OPERATORS};
@@ -72,8 +72,9 @@ pub type FilterInput = BTreeMap<String, BTreeMap<String, BTreeMap<String, Condit
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DataRequest {
-    /// `configName → table → [field]`.
-    #[schema(value_type = Option<Object>)]
+    /// `configName → table → [field]`: at most 10 datasources, each table with at least
+    /// one field.
+    #[schema(value_type = std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<String>>>, required = true)]
     pub mapped_fields: Option<MappedFields>,
     /// `configName → table → field → condition`.
     #[schema(value_type = Option<Object>)]
@@ -84,9 +85,10 @@ pub struct DataRequest {
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FetcherRequest {
+    #[schema(required = true)]
     pub data_request: Option<DataRequest>,
     /// Must contain a non-empty string `source`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Object, required = true)]
     pub metadata: Option<Map<String, Value>>,
     /// Beyond the reference: the result format (`v1` = the reference's sealed JSON, `v2` =
     /// framed NDJSON). Absent: the deployment's default. Part of the dedup hash when set.
@@ -98,16 +100,31 @@ pub struct FetcherRequest {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FetcherResponse {
+    #[schema(format = Uuid)]
     pub job_id: String,
+    #[schema(value_type = JobState)]
     pub status: String,
+    #[schema(format = DateTime)]
     pub created_at: String,
     pub message: &'static str,
+}
+
+/// A job's status.
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum JobState {
+    Pending,
+    Processing,
+    Completed,
+    Failed,
 }
 
 /// A job as returned by `GET /v1/fetcher/{id}`.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobResponse {
+    #[schema(format = Uuid)]
     pub id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -117,6 +134,7 @@ pub struct JobResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub filters: Option<Value>,
+    #[schema(value_type = JobState)]
     pub status: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result_path: Option<String>,
@@ -127,8 +145,10 @@ pub struct JobResponse {
     pub result_format: Option<String>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub request_hash: String,
+    #[schema(format = DateTime)]
     pub created_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub completed_at: Option<String>,
 }
 
@@ -250,9 +270,9 @@ fn error_of(e: JobError) -> ApiError {
 
 /// Create an extraction job (de-duplicated by content).
 #[utoipa::path(post, path = "/v1/fetcher", tag = "fetcher", request_body = FetcherRequest,
-    responses((status = 202, body = FetcherResponse, description = "New job"), (status = 200, body = FetcherResponse, description = "Duplicate of an existing job"),
-        (status = 400, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 413, description = "Body too large"),
-        (status = 422, description = "FET-1060: the cached schema lacks a mapped table or field (validate-schema's body)"), (status = 500, description = "FET-0002"), (status = 503, description = "FET-0003: shutting down, nothing stored")))]
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 202, body = FetcherResponse, description = "New job"), (status = 200, body = FetcherResponse, description = "Duplicate of an existing job"),
+        (status = 400, body = ErrorBody, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 413, body = ErrorBody, description = "Body too large"),
+        (status = 422, body = super::connections::SchemaValidationErrorResponse, description = "FET-1060: the cached schema lacks a mapped table or field (validate-schema's body)"), (status = 500, body = ErrorBody, description = "FET-0002"), (status = 503, body = ErrorBody, description = "FET-0003: shutting down, nothing stored")))]
 pub async fn create_job(
     State(st): State<AppState>,
     scope: Scope,
@@ -313,8 +333,8 @@ pub async fn create_job(
 }
 
 /// Get a job.
-#[utoipa::path(get, path = "/v1/fetcher/{id}", tag = "fetcher", params(("id" = String, Path)),
-    responses((status = 200, body = JobResponse), (status = 400, description = "FET-0404"), (status = 404, description = "FET-1001"), (status = 500, description = "FET-0002")))]
+#[utoipa::path(get, path = "/v1/fetcher/{id}", tag = "fetcher", params(("id" = uuid::Uuid, Path)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = JobResponse), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 500, body = ErrorBody, description = "FET-0002")))]
 pub async fn get_job(
     State(st): State<AppState>,
     scope: Scope,

@@ -329,7 +329,25 @@ fn draining(st: &AppState) -> Response {
 
 /// Liveness: the start-up self-probe (run once, on the first call if the host did not run
 /// it with [`AppState::self_probe`]).
-#[utoipa::path(get, path = "/health", tag = "probes", responses((status = 200, description = "healthy"), (status = 503, description = "self-probe failed")))]
+/// `/health`'s body.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct HealthBody {
+    /// `healthy` or `unhealthy`.
+    status: String,
+    /// Why, when unhealthy.
+    reason: Option<String>,
+}
+
+/// `/readyz/tenant/{id}`'s 400 body.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct ProbeErrorBody {
+    error: String,
+    tenant_id: Option<String>,
+}
+
+#[utoipa::path(get, path = "/health", tag = "probes", responses((status = 200, body = HealthBody, description = "healthy"), (status = 503, body = HealthBody, description = "self-probe failed")))]
 pub async fn health(State(st): State<AppState>) -> Response {
     if st.self_probe().await {
         Json(json!({"status": "healthy"})).into_response()
@@ -364,8 +382,8 @@ pub async fn readyz(State(st): State<AppState>) -> Response {
 
 /// Per-tenant readiness (multi-tenant only). Tenants share the deployment's dependencies
 /// here, so the tenant's body is the global checks plus `tenant_id`.
-#[utoipa::path(get, path = "/readyz/tenant/{id}", tag = "probes", params(("id" = String, Path)),
-    responses((status = 200, body = ReadinessResponse), (status = 400, description = "single-tenant mode or invalid id"), (status = 503, body = ReadinessResponse)))]
+#[utoipa::path(get, path = "/readyz/tenant/{id}", tag = "probes", params(("id" = String, Path, description = "Tenant id")),
+    responses((status = 200, body = ReadinessResponse), (status = 400, body = ProbeErrorBody, description = "single-tenant mode or invalid id"), (status = 503, body = ReadinessResponse)))]
 pub async fn readyz_tenant(State(st): State<AppState>, Path(id): Path<String>) -> Response {
     if !st.config().multi_tenant {
         return (
