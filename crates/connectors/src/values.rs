@@ -204,12 +204,230 @@ pub fn parse_uuid(s: &str) -> Option<String> {
     Some(uuid(&out))
 }
 
-/// A JSON document embedded as nested values. Text that is not JSON stays a string.
+/// A JSON document embedded as nested values, exactly: a document a tree cannot hold as
+/// written (a number beyond any double, a repeated key, a lone surrogate escape, nesting
+/// past 128 levels) is kept as its own text, compacted ([`Value::Json`]), so every
+/// document stays a JSON document. Text that is not JSON at all stays a string.
 pub fn json(text: &str) -> Value {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(v) => Value::from(v),
-        Err(_) => Value::String(text.to_owned()),
+    match serde_json::from_str::<StrictJson>(text) {
+        Ok(StrictJson(v)) => Value::from(v),
+        Err(_) => match compact_json(text) {
+            Some(compact) => Value::Json(compact.into_boxed_str()),
+            None => Value::String(text.to_owned()),
+        },
     }
+}
+
+/// A JSON value parsed with a repeated object key as an error (serde_json keeps the last).
+struct StrictJson(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for StrictJson {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(StrictJson)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(serde_json::Value::Number)
+            .ok_or_else(|| E::custom("not a finite number"))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(StrictJson(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let StrictJson(v) = map.next_value()?;
+            if out.insert(key, v).is_some() {
+                return Err(serde::de::Error::custom("repeated key"));
+            }
+        }
+        Ok(serde_json::Value::Object(out))
+    }
+}
+
+/// `text` without insignificant whitespace, if it is exactly one JSON value (RFC 8259).
+/// Strings and numbers are copied as written; checked with an explicit stack, so any
+/// depth is fine.
+pub fn compact_json(text: &str) -> Option<String> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Want {
+        Value,
+        ValueOrClose,
+        Key,
+        KeyOrClose,
+        Colon,
+        CommaOrClose,
+    }
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut stack: Vec<u8> = Vec::new();
+    let mut want = Want::Value;
+    let mut i = 0;
+    let skip_ws = |mut i: usize| {
+        while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
+            i += 1;
+        }
+        i
+    };
+    loop {
+        i = skip_ws(i);
+        if want == Want::CommaOrClose && stack.is_empty() {
+            return (i == b.len()).then_some(out);
+        }
+        let c = *b.get(i)?;
+        match want {
+            Want::Colon => {
+                if c != b':' {
+                    return None;
+                }
+                out.push(':');
+                i += 1;
+                want = Want::Value;
+            }
+            Want::CommaOrClose => {
+                match (c, stack.last()) {
+                    (b',', Some(b'{')) => want = Want::Key,
+                    (b',', Some(b'[')) => want = Want::Value,
+                    (b'}', Some(b'{')) | (b']', Some(b'[')) => {
+                        stack.pop();
+                    }
+                    _ => return None,
+                }
+                out.push(c as char);
+                i += 1;
+            }
+            Want::Key | Want::KeyOrClose if c == b'}' && want == Want::KeyOrClose => {
+                stack.pop();
+                out.push('}');
+                i += 1;
+                want = Want::CommaOrClose;
+            }
+            Want::Key | Want::KeyOrClose => {
+                if c != b'"' {
+                    return None;
+                }
+                i = copy_string(text, i, &mut out)?;
+                want = Want::Colon;
+            }
+            Want::Value | Want::ValueOrClose if c == b']' && want == Want::ValueOrClose => {
+                stack.pop();
+                out.push(']');
+                i += 1;
+                want = Want::CommaOrClose;
+            }
+            Want::Value | Want::ValueOrClose => {
+                match c {
+                    b'{' | b'[' => {
+                        stack.push(c);
+                        out.push(c as char);
+                        i += 1;
+                        want = if c == b'{' {
+                            Want::KeyOrClose
+                        } else {
+                            Want::ValueOrClose
+                        };
+                        continue;
+                    }
+                    b'"' => i = copy_string(text, i, &mut out)?,
+                    b't' | b'f' | b'n' => {
+                        let word = ["true", "false", "null"]
+                            .into_iter()
+                            .find(|w| text[i..].starts_with(w))?;
+                        out.push_str(word);
+                        i += word.len();
+                    }
+                    b'-' | b'0'..=b'9' => i = copy_number(text, i, &mut out)?,
+                    _ => return None,
+                }
+                want = Want::CommaOrClose;
+            }
+        }
+    }
+}
+
+/// Copies the string starting at `text[i] == '"'`; returns the index after it.
+fn copy_string(text: &str, start: usize, out: &mut String) -> Option<usize> {
+    let b = text.as_bytes();
+    let mut i = start + 1;
+    loop {
+        match *b.get(i)? {
+            b'"' => break,
+            b'\\' => match *b.get(i + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                b'u' if b.get(i + 2..i + 6)?.iter().all(u8::is_ascii_hexdigit) => i += 6,
+                _ => return None,
+            },
+            c if c < 0x20 => return None,
+            _ => i += 1,
+        }
+    }
+    out.push_str(&text[start..=i]);
+    Some(i + 1)
+}
+
+/// Copies the number starting at `text[i]`; returns the index after it.
+fn copy_number(text: &str, start: usize, out: &mut String) -> Option<usize> {
+    let b = text.as_bytes();
+    let digits = |mut i: usize| {
+        let from = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        (i > from).then_some(i)
+    };
+    let mut i = start;
+    if b[i] == b'-' {
+        i += 1;
+    }
+    i = if b.get(i) == Some(&b'0') {
+        i + 1
+    } else {
+        digits(i)?
+    };
+    if b.get(i) == Some(&b'.') {
+        i = digits(i + 1)?;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        i = digits(i)?;
+    }
+    out.push_str(&text[start..i]);
+    Some(i)
 }
 
 /// Text from bytes; invalid UTF-8 is kept losslessly as bytes.
@@ -223,6 +441,46 @@ pub fn text(b: &[u8]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_documents_arrive_exactly() {
+        // Ordinary documents: a tree, keys sorted (the reference's convention).
+        assert!(matches!(json(r#"{"b":1,"a":[true,null]}"#), Value::Map(_)));
+        // What a tree cannot hold as written is kept as its compacted text.
+        for (text, kept) in [
+            (r#"{"a": 1, "big": 1e400}"#, r#"{"a":1,"big":1e400}"#),
+            (r#"{"k": 1, "k": 2}"#, r#"{"k":1,"k":2}"#),
+            (r#"{"x": {"k": 1, "k": [2]}}"#, r#"{"x":{"k":1,"k":[2]}}"#),
+            (r#"[ "\ud800" ]"#, r#"["\ud800"]"#),
+        ] {
+            assert_eq!(json(text), Value::Json(kept.into()), "{text}");
+        }
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(json(&deep), Value::Json(deep.clone().into()));
+        // Not JSON at all: a string, as before.
+        for text in [
+            "quoted",
+            "{\"a\":}",
+            "[1,]",
+            "01",
+            "1.",
+            "\"\\x\"",
+            "[1] 2",
+            "{\"a\" 1}",
+            "",
+        ] {
+            assert_eq!(json(text), Value::String(text.into()), "{text}");
+        }
+        assert_eq!(
+            compact_json(" { \"a b\" : [ 1 , 2.5e+3 , \"x\\\" y\" ] } "),
+            Some(r#"{"a b":[1,2.5e+3,"x\" y"]}"#.into())
+        );
+        assert_eq!(compact_json("{}"), Some("{}".into()));
+        assert_eq!(compact_json("[]"), Some("[]".into()));
+        assert_eq!(compact_json("[}"), None);
+        assert_eq!(compact_json("{\"a\":1,}"), None);
+        assert_eq!(compact_json("\"ctl\u{1}\""), None);
+    }
 
     /// Numbers inside JSON documents are doubles: each must parse to the very double its
     /// shortest text names (seeded sweep over bit patterns, plus a case the default

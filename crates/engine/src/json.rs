@@ -261,6 +261,7 @@ impl<'a> Encoder<'a> {
                 self.container(b'[', b']', items.len(), |e, i| e.value(&items[i]))?
             }
             Value::Map(m) => self.map(m, |e, v| e.value(v))?,
+            Value::Json(text) => self.out.extend_from_slice(text.as_bytes()),
         }
         Ok(())
     }

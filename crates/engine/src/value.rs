@@ -27,6 +27,11 @@ pub enum Value {
     List(Vec<Value>),
     /// Keys are kept sorted, as the canonical encoding requires.
     Map(BTreeMap<String, Value>),
+    /// A JSON document kept as its text (compact, valid JSON), written verbatim: for
+    /// documents a tree cannot hold exactly (a number beyond any double, a repeated key,
+    /// a lone surrogate escape, very deep nesting). Connectors build it only from text
+    /// they have checked is JSON.
+    Json(Box<str>),
 }
 
 impl From<&str> for Value {
@@ -106,6 +111,9 @@ impl Serialize for Value {
             Value::Bytes(b) => s.serialize_str(&crate::json::base64(b)),
             Value::List(l) => l.serialize(s),
             Value::Map(m) => m.serialize(s),
+            Value::Json(text) => serde_json::value::RawValue::from_string(text.to_string())
+                .map_err(serde::ser::Error::custom)?
+                .serialize(s),
         }
     }
 }
