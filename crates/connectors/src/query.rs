@@ -68,6 +68,16 @@ fn order_expr(dialect: Dialect, c: &ColumnInfo) -> String {
     }
 }
 
+/// A column's printed form, compared byte-wise.
+fn tie_break_expr(dialect: Dialect, c: &ColumnInfo) -> String {
+    let q = quote_ident(dialect, &c.name);
+    match dialect {
+        Dialect::Postgres => format!("CAST({q} AS text) COLLATE \"C\""),
+        Dialect::MySql => format!("CAST({q} AS BINARY)"),
+        Dialect::Sqlite => format!("quote({q})"),
+    }
+}
+
 /// `SELECT cols FROM table [WHERE …] ORDER BY pk | selected columns`.
 pub fn select_sql(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &Where) -> String {
     let cols: Vec<String> = selected.iter().map(|c| column_expr(dialect, c)).collect();
@@ -80,7 +90,14 @@ pub fn select_sql(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &
         Dialect::MySql | Dialect::Sqlite => quote_ident(dialect, &t.name),
     };
     let order: Vec<String> = if t.primary_key.is_empty() {
-        selected.iter().map(|c| order_expr(dialect, c)).collect()
+        // Without a key, the selected columns' natural order, then their printed forms
+        // byte-wise: values that compare equal but print differently (numeric `1.0` and
+        // `1.00`, `-0` and `0`, `1 day` and `24 hours`, `a` and `A` under a
+        // case-insensitive collation) get one order, so the same data gives the same
+        // bytes whatever its physical order (docs/encodings.md).
+        let natural = selected.iter().map(|c| order_expr(dialect, c));
+        let printed = selected.iter().map(|c| tie_break_expr(dialect, c));
+        natural.chain(printed).collect()
     } else {
         t.primary_key
             .iter()

@@ -265,3 +265,77 @@ fn line_id(line: &str) -> i64 {
     let rest = &line[line.find(key).expect("row.id first") + key.len()..];
     rest[..rest.find(',').unwrap()].parse().unwrap()
 }
+
+/// Rows that compare equal but print differently, in `order` (a permutation of 0..n).
+fn permuted(rows: &[&str], order: &[usize]) -> String {
+    order
+        .iter()
+        .map(|&i| rows[i])
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[tokio::test]
+async fn tables_without_a_key_give_the_same_bytes_whatever_their_physical_order() {
+    let pg_rows = [
+        "(1.0, 0::float8, '1 day'::interval)",
+        "(1.00, '-0'::float8, '24 hours'::interval)",
+        "(1.000, 0::float8, '1 day'::interval)",
+    ];
+    let my_rows = ["('a', 0e0)", "('A', -0e0)", "('a', -0e0)"];
+    let lite_rows = ["(1, 'a')", "(1.0, 'A')", "('1', 'a')"];
+    let h_for = |descriptors: Vec<fetcher_engine::ConnectionDescriptor>| async move {
+        harness(&descriptors).await
+    };
+    let mut outputs: Vec<Vec<Vec<u8>>> = vec![Vec::new(), Vec::new(), Vec::new()];
+    for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
+        let pg = PgDb::create(&format!(
+            "CREATE TABLE nk (n numeric, f float8, i interval); INSERT INTO nk VALUES {};",
+            permuted(&pg_rows, &order)
+        ))
+        .await;
+        let create =
+            "CREATE TABLE nk (t varchar(5) COLLATE utf8mb4_general_ci, d double)".to_owned();
+        let insert = format!("INSERT INTO nk VALUES {}", permuted(&my_rows, &order));
+        let my = MyDb::create(&[&create, &insert]).await;
+        let lite = LiteDb::create(&format!(
+            "CREATE TABLE nk (v, t TEXT COLLATE NOCASE); INSERT INTO nk VALUES {};",
+            permuted(&lite_rows, &order)
+        ))
+        .await;
+        let h = h_for(vec![
+            pg.descriptor("pg"),
+            my.descriptor("my"),
+            lite.descriptor("lite"),
+        ])
+        .await;
+        for (k, (ds, fields)) in [
+            ("pg", json!(["n", "f", "i"])),
+            ("my", json!(["t", "d"])),
+            ("lite", json!(["v", "t"])),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let out = h
+                .store_ndjson(json!({"mappedFields": {ds: {"nk": fields}}}))
+                .await
+                .unwrap();
+            outputs[k].push(out);
+        }
+        pg.drop_db().await;
+        my.drop_db().await;
+        lite.remove();
+    }
+    for (k, ds) in ["pg", "my", "lite"].iter().enumerate() {
+        let first = &outputs[k][0];
+        assert_eq!(raw_rows(first).len(), 3, "{ds}");
+        for other in &outputs[k][1..] {
+            assert_eq!(
+                String::from_utf8_lossy(other),
+                String::from_utf8_lossy(first),
+                "{ds}: another physical order, other bytes"
+            );
+        }
+    }
+}
