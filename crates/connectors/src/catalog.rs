@@ -45,6 +45,10 @@ pub struct ColumnInfo {
     pub pg_oid: u32,
     /// PostgreSQL: the column is selected as `col::text`.
     pub pg_text_cast: bool,
+    /// PostgreSQL `SQL_ASCII` databases: the column's text is selected as its stored
+    /// bytes (the server refuses to convert high-bit bytes to UTF-8), decoded as text
+    /// when they are UTF-8 and kept as bytes otherwise.
+    pub pg_raw_bytes: bool,
     /// Whether `ORDER BY col` works natively (PG `json`, `xml`, … do not).
     pub orderable: bool,
 }

@@ -487,6 +487,7 @@ mod tests {
             type_name: String::new(),
             pg_oid: 0,
             pg_text_cast: false,
+            pg_raw_bytes: false,
             orderable: true,
         };
         TableInfo {

@@ -141,6 +141,7 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
             type_name: column_type,
             pg_oid: 0,
             pg_text_cast: false,
+            pg_raw_bytes: false,
             orderable: true,
         });
     }

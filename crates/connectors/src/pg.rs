@@ -84,6 +84,12 @@ fn kind_of(o: u32) -> Kind {
 /// Every table of every non-system schema the user may `SELECT` from (regular and
 /// partitioned tables, partitions included, temporary tables excluded).
 pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
+    // A `SQL_ASCII` database stores bytes it never checked: its text is read as bytes.
+    let encoding: String = sqlx::query_scalar("SHOW server_encoding")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(discover_failed)?;
+    let sql_ascii = encoding.eq_ignore_ascii_case("SQL_ASCII");
     let rows = sqlx::query(CATALOG_SQL)
         .fetch_all(&mut *conn)
         .await
@@ -122,6 +128,21 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
             type_name,
             pg_oid: effective,
             pg_text_cast: !supported,
+            // Everything PostgreSQL renders as text, when the database cannot convert it.
+            pg_raw_bytes: sql_ascii
+                && !matches!(
+                    kind,
+                    Kind::Int
+                        | Kind::Float
+                        | Kind::Decimal
+                        | Kind::Bool
+                        | Kind::Uuid
+                        | Kind::Date
+                        | Kind::Timestamp
+                        | Kind::TimestampTz
+                        | Kind::Time
+                        | Kind::Bytes
+                ),
             orderable: effective != oid::JSON && category != "A",
         };
         let same = matches!(&current, Some((t, _)) if t.schema == schema && t.name == table);

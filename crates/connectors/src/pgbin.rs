@@ -36,6 +36,11 @@ pub mod oid {
     pub const NUMERIC: u32 = 1700;
     pub const UUID: u32 = 2950;
     pub const JSONB: u32 = 3802;
+    /// Not PostgreSQL OIDs: decoders for a `SQL_ASCII` database's text, selected as its
+    /// stored bytes (`bytea`): text when the bytes are UTF-8, else kept as bytes; JSON
+    /// documents likewise.
+    pub const RAW_TEXT: u32 = u32::MAX;
+    pub const RAW_JSON: u32 = u32::MAX - 1;
 }
 
 /// Whether values of this (base) type OID are decoded from binary here.
@@ -110,6 +115,11 @@ pub fn decode(type_oid: u32, b: &[u8]) -> R<Value> {
         NUMERIC => Value::String(numeric(b)?),
         UUID => Value::String(values::uuid(&exact::<16>(b)?)),
         BYTEA => Value::Bytes(b.to_vec()),
+        RAW_TEXT => values::text(b),
+        RAW_JSON => match std::str::from_utf8(b) {
+            Ok(s) => values::json(s),
+            Err(_) => Value::Bytes(b.to_vec()),
+        },
         JSON => values::json(std::str::from_utf8(b).map_err(|_| DecodeError)?),
         JSONB => {
             let (&version, rest) = b.split_first().ok_or(DecodeError)?;

@@ -34,7 +34,9 @@ pub struct TablePlan {
 
 fn column_expr(dialect: Dialect, c: &ColumnInfo) -> String {
     let q = quote_ident(dialect, &c.name);
-    if dialect == Dialect::Postgres && c.pg_text_cast {
+    if dialect == Dialect::Postgres && c.pg_raw_bytes {
+        format!("CAST(CAST({q} AS text) AS bytea)")
+    } else if dialect == Dialect::Postgres && c.pg_text_cast {
         if c.type_name == "inet" {
             // PostgreSQL's own text of an inet (its output function) omits a full-length
             // mask (`10.0.0.1`, not `10.0.0.1/32`); CAST(… AS text) would add it.
@@ -174,7 +176,12 @@ pub fn plan(
 pub fn pg_decoders(plan: &TablePlan) -> Vec<u32> {
     plan.selected
         .iter()
-        .map(|c| if c.pg_text_cast { oid::TEXT } else { c.pg_oid })
+        .map(|c| match (c.pg_raw_bytes, c.kind) {
+            (true, crate::catalog::Kind::Json) => oid::RAW_JSON,
+            (true, _) => oid::RAW_TEXT,
+            (false, _) if c.pg_text_cast => oid::TEXT,
+            (false, _) => c.pg_oid,
+        })
         .collect()
 }
 

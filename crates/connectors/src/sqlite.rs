@@ -99,6 +99,7 @@ pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
                         type_name: ty,
                         pg_oid: 0,
                         pg_text_cast: false,
+                        pg_raw_bytes: false,
                         orderable: true,
                     })
                     .collect(),

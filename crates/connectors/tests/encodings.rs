@@ -339,3 +339,46 @@ async fn tables_without_a_key_give_the_same_bytes_whatever_their_physical_order(
         }
     }
 }
+
+#[tokio::test]
+async fn a_sql_ascii_database_with_high_bit_bytes_is_extractable() {
+    use sqlx::Executor as _;
+    let name = format!("fx_ascii_{}", std::process::id());
+    let mut admin = pg_admin("postgres").await;
+    admin
+        .execute(
+            format!("CREATE DATABASE {name} ENCODING 'SQL_ASCII' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
+                .as_str(),
+        )
+        .await
+        .unwrap();
+    let db = PgDb { name };
+    // Written as the bytes an old application stored (the server checks nothing).
+    db.exec(
+        r#"CREATE TABLE t (id int PRIMARY KEY, s text, v varchar(20), j json, n int);
+           INSERT INTO t VALUES (1, convert_from('\x636166e9'::bytea, 'SQL_ASCII'), 'plain', '{"a": 1}', 7),
+                                (2, convert_from('\xc3a92075746638'::bytea, 'SQL_ASCII'), convert_from('\xff'::bytea, 'SQL_ASCII'), NULL, NULL);"#,
+    )
+    .await;
+    let h = harness(&[db.descriptor("pg")]).await;
+    let want = [
+        json!({"id": 1, "s": "Y2Fm6Q==", "v": "plain", "j": {"a": 1}, "n": 7}),
+        json!({"id": 2, "s": "é utf8", "v": "/w==", "j": null, "n": null}),
+    ];
+    // Both paths: COPY (no filter) and the query (a filter on a text column).
+    let copy = h
+        .store_ndjson(json!({"mappedFields": {"pg": {"t": ["id", "s", "v", "j", "n"]}}}))
+        .await
+        .expect("a SQL_ASCII table is extractable");
+    assert_eq!(rows_of(&copy, "t"), want);
+    let query = h
+        .store_ndjson(
+            json!({"mappedFields": {"pg": {"t": ["id", "s", "v", "j", "n"]}},
+            "filters": {"pg": {"t": {"v": {"ne": ["nothing"]}}}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows_of(&query, "t"), want);
+    drop(admin);
+    db.drop_db().await;
+}
