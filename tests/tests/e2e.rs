@@ -172,6 +172,10 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
         ("FETCHER_EVENT_BUS", r.bus_name.clone()),
         ("FETCHER_EVENT_SOURCE", r.event_source.clone()),
         ("FETCHER_LOG", "info".into()),
+        // A private test deployment: PostgreSQL on 127.0.0.1, no authorizer in front of
+        // the function URL (the template sets neither; both default to secure).
+        ("FETCHER_ALLOW_PRIVATE_HOSTS", "true".into()),
+        ("FETCHER_ALLOW_UNAUTHENTICATED", "true".into()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

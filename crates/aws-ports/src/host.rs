@@ -11,7 +11,9 @@
 //! | `FETCHER_MASTER_KEY_SECRET` | the secret holding the KMS-encrypted master key (required) |
 //! | `FETCHER_EVENT_BUS` | the EventBridge bus (required by the extract function, which refuses to start without it) |
 //! | `FETCHER_EVENT_SOURCE` | the events' `Source` (default `fetcher.worker`) |
-//! | `FETCHER_MULTI_TENANT` | `true`: tenants from the JWT authorizer's `tenantId` claim, SSRF guard on |
+//! | `FETCHER_MULTI_TENANT` | `true`: tenants from the JWT authorizer's `tenantId` claim |
+//! | `FETCHER_ALLOW_UNAUTHENTICATED` | `true`: the API serves calls without verified claims (a private test deployment). Default `false`: a call the authorizer did not verify is 401, in every mode |
+//! | `FETCHER_ALLOW_PRIVATE_HOSTS` | `true`: API-supplied hosts may be private, loopback or metadata addresses (tests against a local database). Default `false`: host safety (SSRF) is on for every API-supplied host, in every mode |
 //! | `FETCHER_SCHEMA_CACHE_TTL_SECS` | schema cache TTL (default 300) |
 //! | `FETCHER_LEASE_SECS` | job lease (default 900, the Lambda maximum) |
 //! | `FETCHER_EXTRACTION_TIMEOUT_SECS` | bound on one extraction (default 300, the reference's; `0` = none); keep it about 30 s under the function's timeout so a slow job fails cleanly with `timeout` and its event goes out (the template does) |
@@ -48,6 +50,12 @@ pub struct HostConfig {
     pub lease: Duration,
     pub extraction_timeout: Duration,
     pub max_result_bytes: i64,
+    /// The API refuses calls without verified claims (default; off only through
+    /// `FETCHER_ALLOW_UNAUTHENTICATED=true`).
+    pub require_auth: bool,
+    /// Host safety on every API-supplied host (default; off only through
+    /// `FETCHER_ALLOW_PRIVATE_HOSTS=true`).
+    pub guard_hosts: bool,
 }
 
 impl HostConfig {
@@ -59,6 +67,7 @@ impl HostConfig {
     /// What the template's environment would say for resources made by
     /// [`crate::bootstrap`] (tests, benches, local runs); other settings at their defaults.
     pub fn for_resources(r: &crate::bootstrap::Resources) -> HostConfig {
+        let true_ = "true".to_owned();
         let vars = [
             ("FETCHER_TABLE", &r.table),
             ("FETCHER_BUCKET", &r.bucket),
@@ -66,6 +75,9 @@ impl HostConfig {
             ("FETCHER_MASTER_KEY_SECRET", &r.secret_id),
             ("FETCHER_EVENT_BUS", &r.bus_name),
             ("FETCHER_EVENT_SOURCE", &r.event_source),
+            // Tests reach PostgreSQL on 127.0.0.1, without an authorizer in front.
+            ("FETCHER_ALLOW_PRIVATE_HOSTS", &true_),
+            ("FETCHER_ALLOW_UNAUTHENTICATED", &true_),
         ];
         Self::from_lookup(|k| {
             vars.iter()
@@ -83,6 +95,12 @@ impl HostConfig {
                 .filter(|v| !v.is_empty())
         };
         let required = |k: &str| get(k).ok_or_else(|| format!("{k} is not set"));
+        // Fail closed: only the exact words; anything else stops the cold start.
+        let flag = |k: &str| match get(k).as_deref() {
+            None | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(_) => Err(format!("{k} must be true or false")),
+        };
         let secs = |k: &str, default: u64| -> Result<Duration, String> {
             match get(k) {
                 None => Ok(Duration::from_secs(default)),
@@ -116,6 +134,8 @@ impl HostConfig {
                     .filter(|n| *n >= 0)
                     .ok_or("FETCHER_MAX_RESULT_BYTES must be a byte count (0 = unbounded)")?,
             },
+            require_auth: !flag("FETCHER_ALLOW_UNAUTHENTICATED")?,
+            guard_hosts: !flag("FETCHER_ALLOW_PRIVATE_HOSTS")?,
         })
     }
 }
@@ -130,6 +150,8 @@ pub struct Host {
     pub keys: Arc<dyn KeyProvider>,
     pub engine: Engine,
     pub probes: Vec<Arc<dyn ReadinessProbe>>,
+    /// The host-safety policy the connectors apply (the API checks with it too).
+    pub policy: HostPolicy,
 }
 
 impl Host {
@@ -152,9 +174,16 @@ impl Host {
         let protector = Arc::new(CipherProtector::new(keys.clone()));
         let api_store = ApiConnectionStore::new(Arc::new(store.clone()));
         let credentials = Arc::new(StoredCredentials::new(api_store.clone(), protector.clone()));
-        let policy = HostPolicy::for_tenancy(config.multi_tenant);
+        let policy = if config.guard_hosts {
+            HostPolicy::multi_tenant()
+        } else {
+            HostPolicy::for_tenancy(config.multi_tenant)
+        };
         let engine = Engine::builder()
-            .connector_registry(Arc::new(SqlRegistry::servers_only(credentials, policy)))
+            .connector_registry(Arc::new(SqlRegistry::servers_only(
+                credentials,
+                policy.clone(),
+            )))
             .connection_store(api_store)
             .schema_cache(Arc::new(DynamoSchemaCache::new(
                 store.clone(),
@@ -188,6 +217,7 @@ impl Host {
             keys,
             engine,
             probes,
+            policy,
         })
     }
 }

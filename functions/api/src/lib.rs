@@ -5,7 +5,10 @@
 //! context `authorizer.jwt.claims`) are handed to the router as
 //! [`VerifiedClaims`](fetcher_service::http::VerifiedClaims), read by
 //! [`ClaimsAuthenticator`](fetcher_service::http::ClaimsAuthenticator). In multi-tenant
-//! mode the tenant is the `tenantId` claim. Nothing is parsed from headers.
+//! mode the tenant is the `tenantId` claim. Nothing is parsed from headers. A call without
+//! verified claims is 401 unless the deployment opts out (`FETCHER_ALLOW_UNAUTHENTICATED`),
+//! and every API-supplied host passes host safety unless it opts out
+//! (`FETCHER_ALLOW_PRIVATE_HOSTS`); the template sets neither.
 
 use std::sync::Arc;
 
@@ -30,6 +33,8 @@ pub async fn router_from_config(
         .clone()
         .ok_or_else(|| "FETCHER_QUEUE_URL is not set".to_owned())?;
     let multi_tenant = config.multi_tenant;
+    let require_auth = config.require_auth;
+    let guard_hosts = config.guard_hosts;
     let host = Host::build(config, sdk)?;
     let ring = host
         .keys
@@ -49,10 +54,13 @@ pub async fn router_from_config(
             signer: Arc::new(MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)),
             authenticator: Arc::new(http::ClaimsAuthenticator),
             probes,
-            host_policy: None,
+            host_policy: Some(host.policy.clone()),
         },
         ApiConfig {
             multi_tenant,
+            // Secure by default: no verified claims, no service (docs/api.md).
+            require_auth,
+            guard_hosts,
             // `sqlite_files` stays at its default, none: the functions share no disk.
             version: env!("CARGO_PKG_VERSION").into(),
             deployment_mode: "saas".into(),

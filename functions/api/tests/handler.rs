@@ -134,3 +134,71 @@ async fn a_sqlite_file_is_not_a_datasource_on_lambda() {
     let (_, v) = call(&r, event("GET", "/v1/management/connections", None, None)).await;
     assert!(!v.to_string().contains(&name), "nothing stored: {v}");
 }
+
+#[tokio::test]
+async fn the_deployed_defaults_require_claims_and_guard_every_host() {
+    // What the template's environment says: neither opt-out set.
+    let r = resources().await;
+    let defaults = HostConfig::from_lookup(|k| {
+        let for_tests = HostConfig::for_resources(&r);
+        match k {
+            "FETCHER_TABLE" => Some(for_tests.table),
+            "FETCHER_BUCKET" => Some(for_tests.bucket),
+            "FETCHER_QUEUE_URL" => for_tests.queue_url,
+            "FETCHER_MASTER_KEY_SECRET" => Some(for_tests.master_key_secret),
+            _ => None,
+        }
+    })
+    .unwrap();
+    assert!(defaults.require_auth && defaults.guard_hosts);
+    let router = router_from_config(defaults, &config().await).await.unwrap();
+    // Single-tenant, and still no service without verified claims.
+    let (status, v) = call(
+        &router,
+        event("GET", "/v1/management/connections", None, None),
+    )
+    .await;
+    assert_eq!(
+        (status, v["code"].clone()),
+        (401, json!("MISSING_TOKEN")),
+        "{v}"
+    );
+    let (status, _) = call(&router, event("GET", "/health", None, None)).await;
+    assert_eq!(status, 200, "probes stay open");
+    // With claims: private, loopback and metadata hosts are refused.
+    let tenant = format!("t{}", uuid_like());
+    for host in [
+        "127.0.0.1",
+        "10.0.0.5",
+        "169.254.169.254",
+        "::ffff:0:7f00:1",
+    ] {
+        let body = json!({"configName": format!("db-{}", uuid_like()), "type": "POSTGRESQL", "host": host,
+            "port": 5432, "databaseName": "d", "userName": "u", "password": "p"});
+        let (status, v) = call(
+            &router,
+            event(
+                "POST",
+                "/v1/management/connections",
+                Some(body),
+                Some(&tenant),
+            ),
+        )
+        .await;
+        assert_eq!(
+            (status, v["code"].clone()),
+            (400, json!("FET-0414")),
+            "{host}: {v}"
+        );
+    }
+    // A setting that is neither true nor false stops the cold start.
+    let bad = HostConfig::from_lookup(|k| match k {
+        "FETCHER_ALLOW_PRIVATE_HOSTS" => Some("yes".into()),
+        "FETCHER_TABLE" | "FETCHER_BUCKET" | "FETCHER_MASTER_KEY_SECRET" => Some("x".into()),
+        _ => None,
+    });
+    assert_eq!(
+        bad.unwrap_err(),
+        "FETCHER_ALLOW_PRIVATE_HOSTS must be true or false"
+    );
+}

@@ -462,14 +462,14 @@ fn sqlite_file_refused(cfg: &ApiConfig, r: &Record) -> bool {
 }
 
 fn ssrf_literal(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
-    let multi_tenant = cfg.multi_tenant;
+    let guard = cfg.multi_tenant || cfg.guard_hosts;
     if b.datasource_type
         .as_deref()
         .is_some_and(|t| local_file_refused(cfg, t))
     {
         return Err(ApiError::forbidden_host());
     }
-    if multi_tenant
+    if guard
         && let Some(h) = b.host.as_deref()
         && let Err(e) = validate_host_input(h, true)
         && is_forbidden_host(&e)

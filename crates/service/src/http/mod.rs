@@ -129,6 +129,9 @@ pub struct ApiConfig {
     /// `--sqlite-dir`; Lambda refuses them: its functions share no disk, and a path would
     /// name the function's own files. Default: none.
     pub sqlite_files: fetcher_connectors::SqliteFiles,
+    /// Host safety on API-supplied hosts also in single-tenant mode (the Lambda's
+    /// default); multi-tenant mode always has it.
+    pub guard_hosts: bool,
     /// Require a verified principal on business routes even in single-tenant mode.
     /// Multi-tenant mode always requires one.
     pub require_auth: bool,
@@ -161,6 +164,7 @@ impl Default for ApiConfig {
             multi_tenant: false,
             sqlite_files: fetcher_connectors::SqliteFiles::Nowhere,
             require_auth: false,
+            guard_hosts: false,
             // api.md: request bodies up to 4 MiB.
             body_limit: 4 * 1024 * 1024,
             max_metadata_bytes: 16 * 1024,
