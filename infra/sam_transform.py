@@ -42,10 +42,23 @@ def packaged(template):
     return template
 
 
+def message_age_covers_redeliveries(template):
+    """A job message must still be trusted at its last delivery: its maximum age exceeds
+    the queue's visibility timeout times its receive count, for every timeout choice."""
+    receives = template["Resources"]["JobQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"]
+    ok = True
+    for timeout, row in template["Mappings"]["ByExtractTimeout"].items():
+        if row["MessageMaxAge"] <= row["QueueVisibility"] * receives:
+            print(f"ExtractTimeoutSeconds={timeout}: MessageMaxAge {row['MessageMaxAge']} does not exceed "
+                  f"{row['QueueVisibility']} x {receives} receives", file=sys.stderr)
+            ok = False
+    return ok
+
+
 def main(path):
     with open(path) as f:
         text = f.read()
-    failed = False
+    failed = not message_age_covers_redeliveries(yaml_parse(text))
     for params in PARAMETER_SETS:
         try:
             out = transform(packaged(yaml_parse(text)), params, NoManagedPolicies())

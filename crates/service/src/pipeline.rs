@@ -323,6 +323,16 @@ impl Pipeline {
             Ok(_) => return Outcome::Skipped("job not claimable"),
             Err(e) => return Outcome::Retry(e),
         };
+        // Claims are capped: a job whose workers keep dying (a crash, a kill at the
+        // function's timeout) fails, with its event, instead of coming back forever.
+        if job.attempts > self.config.max_attempts {
+            let error = format!(
+                "job abandoned: no attempt of {} finished",
+                self.config.max_attempts
+            );
+            warn!(job_id = %job.id, attempts = job.attempts, "claim cap reached; failing the job");
+            return self.fail_claimed(&job, token, &error).await;
+        }
         self.run_claimed(job, token, stop).await
     }
 
@@ -671,6 +681,40 @@ impl Pipeline {
     /// One repair pass: republishes up to `limit` pending terminal events in one
     /// [`EventPublisher::publish_batch`] call. Returns how many were published; failures
     /// are logged and left for the next pass.
+    /// Puts stranded work back on `queue`: pending jobs older than `min_age` (their
+    /// message was lost, e.g. the API died between insert and enqueue) and processing
+    /// jobs whose lease expired (their worker died; the claim cap ends a crash loop).
+    /// Messages are signed like the API's; a duplicate delivery is a no-op. Returns how
+    /// many were re-enqueued.
+    pub async fn requeue_stranded(
+        &self,
+        queue: &dyn crate::ports::JobQueue,
+        min_age: Duration,
+        limit: usize,
+    ) -> Result<usize> {
+        let now = Timestamp::now();
+        let cutoff = now.unix_nanos() - min_age.as_nanos() as i128;
+        let ring = self.keys.key_ring().await?;
+        let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac);
+        let mut requeued = 0;
+        for job in self.jobs.list_pending(now, limit).await? {
+            let stale = match job.status {
+                JobStatus::Pending => job.created_at.unix_nanos() < cutoff,
+                JobStatus::Processing => true, // listed only once its lease expired
+                _ => false,
+            };
+            if !stale {
+                continue;
+            }
+            queue
+                .enqueue(message::encode(&job, &signer, "", message::unix_now()))
+                .await?;
+            info!(job_id = %job.id, status = job.status.as_str(), "stranded job re-enqueued");
+            requeued += 1;
+        }
+        Ok(requeued)
+    }
+
     pub async fn repair_events(&self, limit: usize) -> Result<usize> {
         let mut events = Vec::new();
         for job in self.jobs.list_pending_events(limit).await? {

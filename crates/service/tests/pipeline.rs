@@ -574,3 +574,59 @@ async fn a_job_out_of_retries_fails_with_its_first_error() {
     );
     assert!(error.contains("[connect]"), "{error}");
 }
+
+#[tokio::test]
+async fn a_job_whose_workers_keep_dying_fails_at_the_claim_cap() {
+    let mut w = world().await;
+    w.pipeline.config.max_attempts = 2;
+    w.pipeline.config.lease = Duration::from_millis(1);
+    let (job, msg) = submit(&w, None).await;
+    // Two claims whose workers "died": the lease just expires.
+    for _ in 0..2 {
+        let now = fetcher_engine::Timestamp::now();
+        let ClaimOutcome::Claimed { .. } = w
+            .jobs
+            .claim("acme", &job.id, now, Duration::from_millis(1))
+            .await
+            .unwrap()
+        else {
+            panic!("claimable")
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The next delivery would be the third claim: over the cap, the job fails, once, with
+    // its event; a later delivery is a no-op.
+    let Outcome::Failed { error, .. } = w.pipeline.handle(&msg).await else {
+        panic!("over the claim cap")
+    };
+    assert!(error.contains("abandoned"), "{error}");
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Failed);
+    assert_eq!(w.events.events().len(), 1);
+    assert!(!w.pipeline.handle(&msg).await.should_retry());
+    assert_eq!(w.events.events().len(), 1);
+}
+
+#[tokio::test]
+async fn stranded_work_is_requeued() {
+    let w = world().await;
+    let queue = fetcher_service::memory::MemoryJobQueue::new();
+    // A pending job whose message was lost, and a fresh one whose message is in flight.
+    let (lost, _) = submit(&w, None).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let (fresh, _) = submit(&w, Some(ResultFormat::V1)).await;
+    let n = w
+        .pipeline
+        .requeue_stranded(queue.as_ref(), Duration::from_millis(20), 100)
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "only the stale pending job");
+    let sent = queue.sent();
+    assert_eq!(sent[0].headers["jobId"], lost.id);
+    // The re-enqueued message is a valid one: the job completes from it.
+    assert!(matches!(
+        w.pipeline.handle(&sent[0]).await,
+        Outcome::Completed { .. }
+    ));
+    let _ = fresh;
+}

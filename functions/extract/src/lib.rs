@@ -25,9 +25,14 @@ use tracing::{error, info, warn};
 /// Events republished per repair pass.
 pub const REPAIR_BATCH: usize = 25;
 
+/// How old a pending job must be before the repair pass treats its message as lost.
+pub const STRANDED_AFTER: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
 /// The handler and its pipeline.
 pub struct Extractor {
     pub pipeline: Arc<Pipeline>,
+    /// Where the repair pass puts stranded jobs back.
+    pub queue: Arc<dyn fetcher_service::ports::JobQueue>,
 }
 
 /// Builds the extractor from the environment ([`HostConfig`]). Refuses to start without
@@ -36,9 +41,17 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
     let bus = config.event_bus.clone().ok_or_else(|| {
         "FETCHER_EVENT_BUS is not set: the extract function refuses to start without an event bus (job events are mandatory)".to_owned()
     })?;
+    let queue_url = config.queue_url.clone().ok_or_else(|| {
+        "FETCHER_QUEUE_URL is not set: the extract function's repair pass re-enqueues stranded jobs".to_owned()
+    })?;
     let source = config.event_source.clone();
     let lease = config.lease;
+    let max_message_age = config.max_message_age;
     let host = Host::build(config, sdk)?;
+    let queue = Arc::new(fetcher_aws::SqsJobQueue::new(
+        host.clients.sqs.clone(),
+        queue_url,
+    ));
     let events = Arc::new(EventBridgePublisher::new(
         host.clients.events.clone(),
         bus,
@@ -57,10 +70,12 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
                 // (minutes), so here the attempt cap bounds retries, not a time budget;
                 // the message's maximum age bounds the whole.
                 max_attempts: 3,
-                retry_budget: PipelineConfig::default().max_message_age,
+                retry_budget: max_message_age,
+                max_message_age,
                 ..Default::default()
             },
         }),
+        queue,
     })
 }
 
@@ -166,17 +181,28 @@ impl Extractor {
         }
     }
 
-    /// One repair pass.
+    /// One repair pass: pending terminal events are republished, and stranded jobs
+    /// (a lost message, a dead worker) go back on the queue.
     pub async fn repair(&self) -> Value {
-        match self.pipeline.repair_events(REPAIR_BATCH).await {
-            Ok(n) => {
-                info!(republished = n, "event repair pass");
-                json!({ "republished": n })
-            }
+        let republished = match self.pipeline.repair_events(REPAIR_BATCH).await {
+            Ok(n) => n,
             Err(e) => {
                 warn!(error = %e.log_detail(), "event repair pass failed");
-                json!({ "republished": 0, "error": e.message() })
+                0
             }
-        }
+        };
+        let requeued = match self
+            .pipeline
+            .requeue_stranded(self.queue.as_ref(), STRANDED_AFTER, REPAIR_BATCH)
+            .await
+        {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(error = %e.log_detail(), "stranded-job sweep failed");
+                0
+            }
+        };
+        info!(republished, requeued, "repair pass");
+        json!({ "republished": republished, "requeued": requeued })
     }
 }

@@ -210,3 +210,43 @@ async fn a_scheduled_event_runs_the_repair_pass() {
     assert!(fetcher_fn_extract::is_repair(&json!({"action": "repair"})));
     assert_eq!(ex.handle(json!({"unrelated": true})).await, json!({}));
 }
+
+#[tokio::test]
+async fn the_repair_pass_requeues_stranded_jobs() {
+    let ex = extractor().await;
+    let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+    // Inserted, but its message never sent (the API died in between), an hour ago.
+    let mut job = new_job(&tenant, "missing-connection");
+    job.created_at = fetcher_engine::Timestamp::from_unix_nanos(
+        fetcher_engine::Timestamp::now().unix_nanos() - 3_600_000_000_000,
+    );
+    ex.pipeline.jobs.insert(&job).await.unwrap();
+    let out = ex.handle(json!({"action": "repair"})).await;
+    assert!(out["requeued"].as_u64().unwrap() >= 1, "{out}");
+    // Its message is on the job queue now.
+    let sqs = fetcher_aws::testing::clients().await.sqs;
+    let queue_url = resources().await.queue_url;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(&queue_url)
+            .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        if got
+            .messages()
+            .iter()
+            .any(|m| format!("{m:?}").contains(&job.id))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stranded job was not re-enqueued"
+        );
+    }
+}
