@@ -38,6 +38,11 @@ pub const PUBLISH_FAILED: &str = "process failed: unable to publish";
 /// Maximum datasources per job.
 pub const MAX_DATASOURCES: usize = 10;
 
+/// The largest job request (mapped fields, filters and metadata, JSON-encoded) accepted:
+/// with the envelope and the event's other fields it stays under the smallest limit on
+/// its way (SQS and EventBridge: 256 KiB; docs/api.md "Limits").
+pub const MAX_JOB_REQUEST_BYTES: usize = 192 * 1024;
+
 /// A decoded create request (the HTTP layer parses the body into this).
 #[derive(Debug, Clone, Default)]
 pub struct CreateJob {
@@ -81,6 +86,8 @@ pub enum JobError {
     /// The mapping names tables or fields the datasource's schema lacks:
     /// `(datasource, table, field)`. 422 `FET-1060`, validate-schema's body.
     SchemaInvalid(Vec<(String, String, Option<String>)>),
+    /// The request, encoded, is this many bytes: over [`MAX_JOB_REQUEST_BYTES`]. 413.
+    TooLarge(usize),
     /// The host is shutting down and takes no new jobs; nothing was stored. 503
     /// `Service Unavailable`.
     ShuttingDown,
@@ -195,6 +202,14 @@ impl JobService {
             .collect();
         if !unknown.is_empty() {
             return Err(JobError::FilterReferences(unknown.join("; ")));
+        }
+        // What is stored must also fit the queue message (SQS: 256 KiB), the job record
+        // (DynamoDB: 400 KB) and the terminal event that echoes the metadata
+        // (EventBridge: 256 KB): refused now rather than stored and stranded.
+        let size =
+            serde_json::to_vec(&(&mapped, &req.filters, &metadata)).map_or(usize::MAX, |v| v.len());
+        if size > MAX_JOB_REQUEST_BYTES {
+            return Err(JobError::TooLarge(size));
         }
 
         // De-duplication window.

@@ -625,3 +625,30 @@ async fn a_mapping_the_cached_schema_refutes_is_refused_at_creation() {
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
 }
+
+#[tokio::test]
+async fn a_job_too_large_for_the_queue_or_its_event_is_refused_unstored() {
+    let h = setup().await;
+    let mut big = job("core-pg", "reporter");
+    big["metadata"]["note"] = json!("n".repeat(200 * 1024));
+    let r = h.call(Method::POST, "/v1/fetcher", &[], Some(big)).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", r.text);
+    assert_eq!(r.json()["code"], 413);
+    assert!(
+        r.json()["message"].as_str().unwrap().contains("196608"),
+        "{}",
+        r.text
+    );
+    assert!(h.queue.sent().is_empty(), "nothing queued");
+    assert!(
+        h.jobs
+            .list_pending(fetcher_engine::Timestamp::now(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let mut fits = job("core-pg", "reporter");
+    fits["metadata"]["note"] = json!("n".repeat(150 * 1024));
+    let r = h.call(Method::POST, "/v1/fetcher", &[], Some(fits)).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+}

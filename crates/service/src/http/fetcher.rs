@@ -255,6 +255,13 @@ fn error_of(e: JobError) -> ApiError {
         }
         JobError::NotFound => ApiError::not_found("job"),
         JobError::ShuttingDown => ApiError::unavailable(),
+        JobError::TooLarge(size) => ApiError::framework(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "job request is {size} bytes; at most {} (mapped fields, filters and metadata)",
+                crate::jobs::MAX_JOB_REQUEST_BYTES
+            ),
+        ),
         JobError::SchemaInvalid(unknown) => {
             let mut errors = Vec::new();
             for (datasource, table, field) in unknown {
@@ -271,7 +278,7 @@ fn error_of(e: JobError) -> ApiError {
 /// Create an extraction job (de-duplicated by content).
 #[utoipa::path(post, path = "/v1/fetcher", tag = "fetcher", request_body = FetcherRequest,
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 202, body = FetcherResponse, description = "New job"), (status = 200, body = FetcherResponse, description = "Duplicate of an existing job"),
-        (status = 400, body = ErrorBody, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 413, body = ErrorBody, description = "Body too large"),
+        (status = 400, body = ErrorBody, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 413, body = ErrorBody, description = "Body over 4 MiB, or the job request (mapped fields, filters, metadata) over 192 KiB"),
         (status = 422, body = super::connections::SchemaValidationErrorResponse, description = "FET-1060: the cached schema lacks a mapped table or field (validate-schema's body)"), (status = 500, body = ErrorBody, description = "FET-0002"), (status = 503, body = ErrorBody, description = "FET-0003: shutting down, nothing stored")))]
 pub async fn create_job(
     State(st): State<AppState>,
