@@ -12,6 +12,7 @@
 //! | `FETCHER_EVENT_BUS` | the EventBridge bus (required by the extract function, which refuses to start without it) |
 //! | `FETCHER_EVENT_SOURCE` | the events' `Source` (default `fetcher.worker`) |
 //! | `FETCHER_MULTI_TENANT` | `true`: tenants from the JWT authorizer's `tenantId` claim |
+//! | `FETCHER_RETRY_BACKOFF_SECS` | first delay before a retried job message comes back (default 30; doubles per receive, at most 15 minutes) instead of the queue's visibility timeout |
 //! | `FETCHER_MAX_MESSAGE_AGE_SECS` | oldest job message trusted (default 21600); must exceed the queue's visibility × receive count (the template sets visibility × 6) |
 //! | `FETCHER_ALLOW_UNAUTHENTICATED` | `true`: the API serves calls without verified claims (a private test deployment). Default `false`: a call the authorizer did not verify is 401, in every mode |
 //! | `FETCHER_ALLOW_PRIVATE_HOSTS` | `true`: API-supplied hosts may be private, loopback or metadata addresses (tests against a local database). Default `false`: host safety (SSRF) is on for every API-supplied host, in every mode |
@@ -51,6 +52,8 @@ pub struct HostConfig {
     pub lease: Duration,
     pub extraction_timeout: Duration,
     pub max_result_bytes: i64,
+    /// The first back-off of a retried job message; doubles per receive up to 15 minutes.
+    pub retry_backoff: Duration,
     /// How old a job message may be and still be trusted. It must exceed the queue's
     /// visibility timeout × its receive count, or a late redelivery is rejected unseen
     /// (the template derives it so).
@@ -140,6 +143,7 @@ impl HostConfig {
                     .ok_or("FETCHER_MAX_RESULT_BYTES must be a byte count (0 = unbounded)")?,
             },
             max_message_age: secs("FETCHER_MAX_MESSAGE_AGE_SECS", 6 * 3600)?,
+            retry_backoff: secs("FETCHER_RETRY_BACKOFF_SECS", 30)?,
             require_auth: !flag("FETCHER_ALLOW_UNAUTHENTICATED")?,
             guard_hosts: !flag("FETCHER_ALLOW_PRIVATE_HOSTS")?,
         })

@@ -28,6 +28,24 @@ impl SqsJobQueue {
         }
     }
 
+    /// Brings a received message back after `delay` instead of the queue's visibility
+    /// timeout (a retried job backs off in minutes, not the hours a long timeout means).
+    pub async fn delay_redelivery(
+        &self,
+        receipt_handle: &str,
+        delay: std::time::Duration,
+    ) -> Result<()> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.queue_url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(delay.as_secs().min(43_200) as i32)
+            .send()
+            .await
+            .map_err(|e| ServiceError::unavailable("job queue unavailable").with_cause(e))?;
+        Ok(())
+    }
+
     /// A liveness probe for readiness checks (GetQueueAttributes).
     pub async fn ping(&self) -> Result<()> {
         self.client

@@ -31,8 +31,18 @@ pub const STRANDED_AFTER: std::time::Duration = std::time::Duration::from_secs(1
 /// The handler and its pipeline.
 pub struct Extractor {
     pub pipeline: Arc<Pipeline>,
-    /// Where the repair pass puts stranded jobs back.
-    pub queue: Arc<dyn fetcher_service::ports::JobQueue>,
+    /// The job queue: the repair pass puts stranded jobs back, retried messages are
+    /// delayed on it.
+    pub queue: fetcher_aws::SqsJobQueue,
+    /// First back-off of a retried message (doubles per receive, at most 15 minutes).
+    pub retry_backoff: std::time::Duration,
+}
+
+/// The back-off of a message received `receives` times: `base · 2^(receives-1)`, at most
+/// 15 minutes.
+pub fn retry_delay(base: std::time::Duration, receives: u32) -> std::time::Duration {
+    base.saturating_mul(1 << receives.saturating_sub(1).min(16))
+        .min(std::time::Duration::from_secs(15 * 60))
 }
 
 /// Builds the extractor from the environment ([`HostConfig`]). Refuses to start without
@@ -47,11 +57,9 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
     let source = config.event_source.clone();
     let lease = config.lease;
     let max_message_age = config.max_message_age;
+    let retry_backoff = config.retry_backoff;
     let host = Host::build(config, sdk)?;
-    let queue = Arc::new(fetcher_aws::SqsJobQueue::new(
-        host.clients.sqs.clone(),
-        queue_url,
-    ));
+    let queue = fetcher_aws::SqsJobQueue::new(host.clients.sqs.clone(), queue_url);
     let events = Arc::new(EventBridgePublisher::new(
         host.clients.events.clone(),
         bus,
@@ -76,6 +84,7 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
             },
         }),
         queue,
+        retry_backoff,
     })
 }
 
@@ -172,12 +181,31 @@ impl Extractor {
             }
             Ok(Outcome::Retry(e)) => {
                 warn!(%message_id, error = %e.log_detail(), "message will be retried");
+                self.back_off(record).await;
                 false
             }
             Err(e) => {
                 error!(%message_id, panic = e.is_panic(), "message handler crashed; it will be retried");
+                self.back_off(record).await;
                 false
             }
+        }
+    }
+
+    /// A retried message comes back after [`retry_delay`], not the queue's visibility
+    /// timeout. If that fails the timeout applies: slower, never lost.
+    async fn back_off(&self, record: &Value) {
+        let Some(receipt) = record.get("receiptHandle").and_then(Value::as_str) else {
+            return;
+        };
+        let receives = record
+            .pointer("/attributes/ApproximateReceiveCount")
+            .and_then(Value::as_str)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        let delay = retry_delay(self.retry_backoff, receives);
+        if let Err(e) = self.queue.delay_redelivery(receipt, delay).await {
+            warn!(error = %e.log_detail(), "could not delay the retried message; the queue's visibility timeout applies");
         }
     }
 
@@ -193,7 +221,7 @@ impl Extractor {
         };
         let requeued = match self
             .pipeline
-            .requeue_stranded(self.queue.as_ref(), STRANDED_AFTER, REPAIR_BATCH)
+            .requeue_stranded(&self.queue, STRANDED_AFTER, REPAIR_BATCH)
             .await
         {
             Ok(n) => n,

@@ -250,3 +250,80 @@ async fn the_repair_pass_requeues_stranded_jobs() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_retried_message_backs_off_instead_of_waiting_out_the_visibility_timeout() {
+    assert_eq!(
+        fetcher_fn_extract::retry_delay(std::time::Duration::from_secs(30), 1).as_secs(),
+        30
+    );
+    assert_eq!(
+        fetcher_fn_extract::retry_delay(std::time::Duration::from_secs(30), 3).as_secs(),
+        120
+    );
+    assert_eq!(
+        fetcher_fn_extract::retry_delay(std::time::Duration::from_secs(30), 40).as_secs(),
+        900
+    );
+    // A queue of its own with a long visibility timeout, like the deployed one.
+    let sqs = fetcher_aws::testing::clients().await.sqs;
+    let name = format!("fetcher-backoff-{}", std::process::id());
+    let queue_url = sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "120",
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let mut cfg = host_config().await;
+    cfg.table = "no-such-table".into(); // every job fails retryably
+    cfg.queue_url = Some(queue_url.clone());
+    cfg.retry_backoff = std::time::Duration::from_secs(1);
+    let broken = from_config(cfg, &config().await).unwrap();
+    let ok = extractor().await;
+    let msg = encode(
+        &new_job("acme", "pg"),
+        &signer(&ok).await,
+        "req-5",
+        unix_now(),
+    );
+    fetcher_service::ports::JobQueue::enqueue(&broken.queue, msg.clone())
+        .await
+        .unwrap();
+    let receive = || {
+        sqs.receive_message()
+            .queue_url(&queue_url)
+            .message_attribute_names("All")
+            .message_system_attribute_names(
+                aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount,
+            )
+            .wait_time_seconds(1)
+            .send()
+    };
+    let got = receive().await.unwrap();
+    let m = &got.messages()[0];
+    let mut event = sqs_event(&[("m-5", &msg)]);
+    event["Records"][0]["receiptHandle"] = json!(m.receipt_handle().unwrap());
+    let out = broken.handle(event).await;
+    assert_eq!(
+        out,
+        json!({"batchItemFailures": [{"itemIdentifier": "m-5"}]})
+    );
+    // Back within seconds, not the queue's 120 s.
+    let started = std::time::Instant::now();
+    loop {
+        if !receive().await.unwrap().messages().is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "the message did not come back early"
+        );
+    }
+    let _ = sqs.delete_queue().queue_url(&queue_url).send().await;
+}
