@@ -86,6 +86,8 @@ pub enum JobError {
     /// The mapping names tables or fields the datasource's schema lacks:
     /// `(datasource, table, field)`. 422 `FET-1060`, validate-schema's body.
     SchemaInvalid(Vec<(String, String, Option<String>)>),
+    /// The connection tests did not finish within the budget. 504.
+    Timeout,
     /// The request, encoded, is this many bytes: over [`MAX_JOB_REQUEST_BYTES`]. 413.
     TooLarge(usize),
     /// The host is shutting down and takes no new jobs; nothing was stored. 503
@@ -109,6 +111,9 @@ pub struct JobSettings {
     pub dedup_window: Duration,
     /// Per-connection connectivity test timeout at creation (10 s).
     pub test_timeout: Duration,
+    /// Bound on all of a creation's connection tests together, which run at once (20 s:
+    /// inside API Gateway's 30 s with room for the rest of the request). Past it: 504.
+    pub test_budget: Duration,
 }
 
 impl Default for JobSettings {
@@ -116,6 +121,7 @@ impl Default for JobSettings {
         JobSettings {
             dedup_window: Duration::from_secs(300),
             test_timeout: Duration::from_secs(10),
+            test_budget: Duration::from_secs(20),
         }
     }
 }
@@ -259,27 +265,42 @@ impl JobService {
                 });
             }
         }
-        for d in resolved.iter().filter(|d| !is_internal(d)) {
-            let ctx = Context::background().with_timeout(self.settings.test_timeout);
-            if check_host(self.host_policy.as_ref(), &ctx, d)
-                .await
-                .is_err()
-            {
-                return Err(JobError::ForbiddenHost);
-            }
-            let tested = tokio::time::timeout(
-                self.settings.test_timeout,
-                self.engine.test_connection(&ctx, tenant, &d.config_name),
-            )
-            .await;
-            match tested {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) if crate::http::error::is_forbidden_host(&e) => {
+        // Every referenced connection is tested at once, each bounded, all together
+        // within the budget: ten slow datasources cost one timeout, not ten.
+        let tests = resolved
+            .iter()
+            .filter(|d| !is_internal(d))
+            .map(|d| async move {
+                let ctx = Context::background().with_timeout(self.settings.test_timeout);
+                if check_host(self.host_policy.as_ref(), &ctx, d)
+                    .await
+                    .is_err()
+                {
                     return Err(JobError::ForbiddenHost);
                 }
-                _ => return Err(JobError::ConnectionDown(d.config_name.clone())),
-            }
-        }
+                let tested = tokio::time::timeout(
+                    self.settings.test_timeout,
+                    self.engine.test_connection(&ctx, tenant, &d.config_name),
+                )
+                .await;
+                match tested {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) if crate::http::error::is_forbidden_host(&e) => {
+                        Err(JobError::ForbiddenHost)
+                    }
+                    _ => Err(JobError::ConnectionDown(d.config_name.clone())),
+                }
+            });
+        let outcomes = tokio::time::timeout(
+            self.settings.test_budget,
+            futures_util::future::join_all(tests),
+        )
+        .await
+        .map_err(|_| JobError::Timeout)?;
+        // The first failure in datasource order, as when they ran one by one.
+        outcomes
+            .into_iter()
+            .collect::<Result<Vec<()>, JobError>>()?;
 
         // A mapping the cached schema refutes (confirmed by a fresh discovery, so a stale
         // cache refuses nothing) is refused now, with validate-schema's 422, instead of

@@ -652,3 +652,49 @@ async fn a_job_too_large_for_the_queue_or_its_event_is_refused_unstored() {
     let r = h.call(Method::POST, "/v1/fetcher", &[], Some(fits)).await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
 }
+
+#[tokio::test]
+async fn connection_tests_run_at_once_within_the_budget() {
+    let config = |budget_ms: u64| fetcher_service::http::ApiConfig {
+        jobs: fetcher_service::jobs::JobSettings {
+            test_timeout: std::time::Duration::from_millis(2000),
+            test_budget: std::time::Duration::from_millis(budget_ms),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let h = harness_with(Options {
+        config: config(3000),
+        ..Default::default()
+    });
+    for name in ["ds-a", "ds-b", "ds-c", "ds-d"] {
+        h.create("reporter", connection(name)).await;
+    }
+    h.factory.behaviour.lock().unwrap().test_delay = Some(std::time::Duration::from_millis(400));
+    let body = json!({"dataRequest": {"mappedFields": {
+        "ds-a": {"users": ["id"]}, "ds-b": {"users": ["id"]}, "ds-c": {"users": ["id"]}, "ds-d": {"users": ["id"]}}},
+        "metadata": {"source": "reporter"}});
+    let started = std::time::Instant::now();
+    let r = h
+        .call(Method::POST, "/v1/fetcher", &[], Some(body.clone()))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    // Four tests of 400 ms: together, not one after another (1.6 s).
+    assert!(took < std::time::Duration::from_millis(1200), "{took:?}");
+    // A budget the tests cannot meet: 504 with the documented body, nothing stored.
+    let tight = h.reconfigured(config(100));
+    let mut other = body;
+    other["metadata"]["n"] = json!(2);
+    let before = h.queue.sent().len();
+    let r = tight
+        .call(Method::POST, "/v1/fetcher", &[], Some(other))
+        .await;
+    assert_eq!(
+        (r.status, r.json()["code"].clone()),
+        (StatusCode::GATEWAY_TIMEOUT, json!(504)),
+        "{}",
+        r.text
+    );
+    assert_eq!(h.queue.sent().len(), before);
+}

@@ -65,6 +65,8 @@ pub struct TemplateBehaviour {
     /// Returned by `discover_schema`.
     pub schema: SchemaSnapshot,
     pub fail_test: bool,
+    /// A connection test takes this long.
+    pub test_delay: Option<std::time::Duration>,
     /// Discovery fails with this category (`Connect` passes through the engine).
     pub fail_discover: Option<Category>,
     pub fail_query: bool,
@@ -182,7 +184,13 @@ impl Connector for TemplateConnector {
         } else {
             Ok(())
         };
-        Box::pin(std::future::ready(out))
+        let delay = self.b.test_delay;
+        Box::pin(async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            out
+        })
     }
 
     fn discover_schema<'a>(&'a mut self, _: &'a Context) -> BoxFuture<'a, Result<SchemaSnapshot>> {

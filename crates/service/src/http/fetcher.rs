@@ -255,6 +255,10 @@ fn error_of(e: JobError) -> ApiError {
         }
         JobError::NotFound => ApiError::not_found("job"),
         JobError::ShuttingDown => ApiError::unavailable(),
+        JobError::Timeout => ApiError::framework(
+            axum::http::StatusCode::GATEWAY_TIMEOUT,
+            "the datasources did not answer in time; try again",
+        ),
         JobError::TooLarge(size) => ApiError::framework(
             axum::http::StatusCode::PAYLOAD_TOO_LARGE,
             format!(
@@ -279,7 +283,7 @@ fn error_of(e: JobError) -> ApiError {
 #[utoipa::path(post, path = "/v1/fetcher", tag = "fetcher", request_body = FetcherRequest,
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 202, body = FetcherResponse, description = "New job"), (status = 200, body = FetcherResponse, description = "Duplicate of an existing job"),
         (status = 400, body = ErrorBody, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 413, body = ErrorBody, description = "Body over 4 MiB, or the job request (mapped fields, filters, metadata) over 192 KiB"),
-        (status = 422, body = super::connections::SchemaValidationErrorResponse, description = "FET-1060: the cached schema lacks a mapped table or field (validate-schema's body)"), (status = 500, body = ErrorBody, description = "FET-0002"), (status = 503, body = ErrorBody, description = "FET-0003: shutting down, nothing stored")))]
+        (status = 422, body = super::connections::SchemaValidationErrorResponse, description = "FET-1060: the cached schema lacks a mapped table or field (validate-schema's body)"), (status = 500, body = ErrorBody, description = "FET-0002"), (status = 503, body = ErrorBody, description = "FET-0003: shutting down, nothing stored"), (status = 504, body = ErrorBody, description = "The datasources' connection tests did not finish within the budget (20 s)")))]
 pub async fn create_job(
     State(st): State<AppState>,
     scope: Scope,

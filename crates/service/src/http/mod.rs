@@ -175,7 +175,8 @@ impl Default for ApiConfig {
             test_rate_limit: 10,
             test_rate_window: connections::TEST_RATE_WINDOW,
             test_timeout: Duration::from_secs(10),
-            schema_timeout: Duration::from_secs(30),
+            // Inside API Gateway's 30 s integration limit, with room for the rest.
+            schema_timeout: Duration::from_secs(20),
             readiness_timeout: Duration::from_secs(2),
             jobs: JobSettings::default(),
         }
