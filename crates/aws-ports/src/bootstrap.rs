@@ -175,7 +175,8 @@ pub async fn bootstrap(c: &Clients, o: &Options) -> Result<Resources> {
         .is_err()
     {
         let blob = new_encrypted_master_key(c, &kms_key_id).await?;
-        c.secrets
+        let created = c
+            .secrets
             .create_secret()
             .name(&secret_id)
             .kms_key_id(&kms_key_id)
@@ -183,6 +184,9 @@ pub async fn bootstrap(c: &Clients, o: &Options) -> Result<Resources> {
             .send()
             .await
             .map_err(fail("create secret"))?;
+        if let Some(version) = created.version_id() {
+            keep_version(c, &secret_id, version).await?;
+        }
     }
 
     // The bus, and a rule delivering Fetcher's events to a subscriber queue.
@@ -312,6 +316,16 @@ pub async fn new_encrypted_master_key(c: &Clients, kms_key_id: &str) -> Result<S
 /// Rotates the master key: a new secret version (it becomes `AWSCURRENT`, the old one
 /// `AWSPREVIOUS`). Returns the new version id.
 pub async fn rotate_master_key(c: &Clients, r: &Resources) -> Result<String> {
+    let previous = c
+        .secrets
+        .get_secret_value()
+        .secret_id(&r.secret_id)
+        .version_stage("AWSCURRENT")
+        .send()
+        .await
+        .map_err(fail("read the current master key version"))?
+        .version_id
+        .unwrap_or_default();
     let blob = new_encrypted_master_key(c, &r.kms_key_id).await?;
     let out = c
         .secrets
@@ -321,5 +335,28 @@ pub async fn rotate_master_key(c: &Clients, r: &Resources) -> Result<String> {
         .send()
         .await
         .map_err(fail("rotate secret"))?;
-    Ok(out.version_id.unwrap_or_default())
+    let version = out.version_id.unwrap_or_default();
+    // The new version, and the previous one again: moto drops the old current version's
+    // other labels when it moves AWSCURRENT (real Secrets Manager keeps them).
+    keep_version(c, &r.secret_id, &version).await?;
+    if !previous.is_empty() {
+        keep_version(c, &r.secret_id, &previous).await?;
+    }
+    Ok(version)
+}
+
+/// Labels a master key version `fetcher-key-<version>`: Secrets Manager may delete
+/// versions without a staging label (every version but AWSCURRENT and AWSPREVIOUS), and
+/// data sealed under it would become unreadable. The README's rotation procedure does
+/// the same with the CLI.
+pub async fn keep_version(c: &Clients, secret_id: &str, version: &str) -> Result<()> {
+    c.secrets
+        .update_secret_version_stage()
+        .secret_id(secret_id)
+        .version_stage(format!("fetcher-key-{version}"))
+        .move_to_version_id(version)
+        .send()
+        .await
+        .map_err(fail("label the master key version"))?;
+    Ok(())
 }

@@ -18,7 +18,9 @@ use fetcher_crypto::{
 use fetcher_engine::BoxFuture;
 use fetcher_service::error::{Result, ServiceError};
 use fetcher_service::ports::KeyProvider;
-use tokio::sync::OnceCell;
+use std::time::{Duration, Instant};
+
+use tokio::sync::RwLock;
 
 /// Master keys held as a KMS-encrypted secret.
 #[derive(Clone, Debug)]
@@ -114,10 +116,13 @@ impl MasterKeySource for SecretsManagerKeySource {
     fn load(&self) -> CryptoFuture<'_, fetcher_crypto::Result<MasterKeys>> {
         Box::pin(async move {
             let current = self.version(Some("AWSCURRENT"), None).await?;
+            // Deprecated (unlabelled) versions too: data sealed two rotations back still
+            // needs its key. `rotate_master_key` labels every version so none is deleted.
             let listed = self
                 .secrets
                 .list_secret_version_ids()
                 .secret_id(&self.secret_id)
+                .include_deprecated(true)
                 .send()
                 .await
                 .map_err(source_err("master key secret unavailable"))?;
@@ -143,37 +148,73 @@ impl MasterKeySource for SecretsManagerKeySource {
     }
 }
 
-/// A [`KeyProvider`] that loads the key ring once (first use, i.e. the cold start) and
-/// then serves the cached ring. A failed load is retried on the next call.
+/// A [`KeyProvider`] that loads the key ring on first use (the cold start) and then
+/// serves the cached ring; [`KeyProvider::reload`] replaces it from the source (a
+/// rotation since the cold start), at most once per [`RELOAD_INTERVAL`] so a flood of
+/// forged messages cannot turn into a flood of KMS calls. A failed load is retried on the
+/// next call.
 pub struct CachedKeyProvider {
     source: Arc<dyn MasterKeySource>,
-    ring: OnceCell<Arc<KeyRing>>,
+    ring: RwLock<Option<(Arc<KeyRing>, Instant)>>,
+    min_reload: Duration,
 }
+
+/// The least time between two loads of the ring.
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 
 impl CachedKeyProvider {
     pub fn new(source: Arc<dyn MasterKeySource>) -> Self {
         CachedKeyProvider {
             source,
-            ring: OnceCell::new(),
+            ring: RwLock::new(None),
+            min_reload: RELOAD_INTERVAL,
         }
+    }
+
+    /// Another least time between loads (tests).
+    pub fn with_min_reload(mut self, interval: Duration) -> Self {
+        self.min_reload = interval;
+        self
+    }
+
+    async fn load(&self) -> Result<Arc<KeyRing>> {
+        let ring = KeyRing::load(self.source.as_ref()).await.map_err(|e| {
+            let retryable = e.is_retryable();
+            ServiceError::unavailable("master key unavailable")
+                .retryable(retryable)
+                .with_cause(e)
+        })?;
+        Ok(Arc::new(ring))
     }
 }
 
 impl KeyProvider for CachedKeyProvider {
     fn key_ring(&self) -> BoxFuture<'_, Result<Arc<KeyRing>>> {
         Box::pin(async move {
-            self.ring
-                .get_or_try_init(|| async {
-                    let ring = KeyRing::load(self.source.as_ref()).await.map_err(|e| {
-                        let retryable = e.is_retryable();
-                        ServiceError::unavailable("master key unavailable")
-                            .retryable(retryable)
-                            .with_cause(e)
-                    })?;
-                    Ok::<_, ServiceError>(Arc::new(ring))
-                })
-                .await
-                .cloned()
+            if let Some((ring, _)) = self.ring.read().await.as_ref() {
+                return Ok(ring.clone());
+            }
+            let mut slot = self.ring.write().await;
+            if let Some((ring, _)) = slot.as_ref() {
+                return Ok(ring.clone());
+            }
+            let ring = self.load().await?;
+            *slot = Some((ring.clone(), Instant::now()));
+            Ok(ring)
+        })
+    }
+
+    fn reload(&self) -> BoxFuture<'_, Result<Arc<KeyRing>>> {
+        Box::pin(async move {
+            let mut slot = self.ring.write().await;
+            if let Some((ring, at)) = slot.as_ref()
+                && at.elapsed() < self.min_reload
+            {
+                return Ok(ring.clone());
+            }
+            let ring = self.load().await?;
+            *slot = Some((ring.clone(), Instant::now()));
+            Ok(ring)
         })
     }
 }

@@ -156,6 +156,9 @@ async fn master_keys_come_from_the_secret_and_survive_a_rotation() {
     let src = SecretsManagerKeySource::new(c.secrets.clone(), c.kms.clone(), &rotated.secret_id);
     let first = src.load().await.unwrap();
     let v1 = first.current.version().to_owned();
+    fetcher_aws::bootstrap::keep_version(&c, &rotated.secret_id, &v1)
+        .await
+        .unwrap();
     let v2 = rotate_master_key(&c, &rotated).await.unwrap();
     let second = src.load().await.unwrap();
     assert_eq!(second.current.version(), v2);
@@ -166,6 +169,62 @@ async fn master_keys_come_from_the_secret_and_survive_a_rotation() {
     let ring = KeyRing::new(second).unwrap();
     assert!(ring.get(&v1).is_ok() && ring.get(&v2).is_ok());
     assert!(!old_version.is_empty());
+
+    // A second rotation: v1 is now neither AWSCURRENT nor AWSPREVIOUS. Real Secrets
+    // Manager deprecates such a version (it is no longer listed by default, and may be
+    // deleted), so every version carries a label of ours and is listed with the
+    // deprecated ones: data sealed two rotations back stays readable.
+    let v3 = rotate_master_key(&c, &rotated).await.unwrap();
+    let third = KeyRing::new(src.load().await.unwrap()).unwrap();
+    assert_eq!(third.current_version(), v3);
+    for v in [&v1, &v2, &v3] {
+        assert!(
+            third.get(v).is_ok(),
+            "version {v} readable after two rotations"
+        );
+    }
+    let stages = c
+        .secrets
+        .describe_secret()
+        .secret_id(&rotated.secret_id)
+        .send()
+        .await
+        .unwrap();
+    let labels = stages.version_ids_to_stages().cloned().unwrap_or_default();
+    for v in [&v1, &v2, &v3] {
+        assert!(
+            labels
+                .get(v.as_str())
+                .is_some_and(|l| l.contains(&format!("fetcher-key-{v}"))),
+            "{v} labelled: {labels:?}"
+        );
+    }
+
+    // A warm container's cached ring learns the rotation when asked to reload.
+    let cached = CachedKeyProvider::new(Arc::new(SecretsManagerKeySource::new(
+        c.secrets.clone(),
+        c.kms.clone(),
+        &rotated.secret_id,
+    )))
+    .with_min_reload(Duration::from_millis(200));
+    use fetcher_service::ports::KeyProvider as _;
+    let warm = cached.key_ring().await.unwrap();
+    assert_eq!(warm.current_version(), v3);
+    let v4 = rotate_master_key(&c, &rotated).await.unwrap();
+    assert_eq!(
+        cached.key_ring().await.unwrap().current_version(),
+        v3,
+        "cached"
+    );
+    assert_eq!(
+        cached.reload().await.unwrap().current_version(),
+        v3,
+        "not more often than allowed"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let reloaded = cached.reload().await.unwrap();
+    assert_eq!(reloaded.current_version(), v4);
+    assert!(reloaded.get(&v1).is_ok());
 }
 
 #[tokio::test]

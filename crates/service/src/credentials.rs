@@ -70,12 +70,30 @@ impl CredentialProtector for CipherProtector {
         c: &'a ProtectedCredential,
     ) -> BoxFuture<'a, fetcher_engine::Result<Secret>> {
         Box::pin(async move {
-            let cipher = self.cipher().await?;
             let text = std::str::from_utf8(&c.ciphertext)
                 .map_err(|_| unavailable("stored credential is corrupt"))?;
-            let plain = cipher.reveal(text, &c.key_version).map_err(|e| {
-                EngineError::wrap(Category::Unavailable, "failed to reveal credential", e)
-            })?;
+            let revealed = self.cipher().await?.reveal(text, &c.key_version);
+            let plain = match revealed {
+                Ok(plain) => plain,
+                // Sealed under a key version this ring may lack (rotated since it was
+                // loaded): once more with the ring loaded afresh.
+                Err(_) => {
+                    let fresh = self
+                        .keys
+                        .reload()
+                        .await
+                        .map_err(|_| unavailable("key service unavailable"))?;
+                    CredentialCipher::new((*fresh).clone())
+                        .reveal(text, &c.key_version)
+                        .map_err(|e| {
+                            EngineError::wrap(
+                                Category::Unavailable,
+                                "failed to reveal credential",
+                                e,
+                            )
+                        })?
+                }
+            };
             Ok(Secret::from(plain.as_str()))
         })
     }

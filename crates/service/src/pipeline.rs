@@ -250,7 +250,19 @@ impl Pipeline {
             ..VerifyPolicy::default()
         };
         let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac).with_policy(policy);
-        match message::decode(msg, &signer, message::unix_now()) {
+        let mut decoded = message::decode(msg, &signer, message::unix_now());
+        if matches!(decoded, Err(Rejected::BadSignature(_))) {
+            // Signed under a key version this ring may lack (a rotation since it was
+            // loaded): verify once more against the ring loaded afresh.
+            if let Ok(fresh) = self.keys.reload().await
+                && !Arc::ptr_eq(&fresh, &ring)
+            {
+                let signer =
+                    MessageSigner::from_ring(&fresh, KeyPurpose::InternalHmac).with_policy(policy);
+                decoded = message::decode(msg, &signer, message::unix_now());
+            }
+        }
+        match decoded {
             Ok(received) => self.process(received, stop).await,
             Err(Rejected::BadSignature(e)) => {
                 // Never retried. The job it names (if any, and still pending) fails, so

@@ -220,6 +220,13 @@ pub trait RateLimiter: Send + Sync {
 /// The key ring, loaded once and cached (env key on `serve`, KMS + Secrets Manager on AWS).
 pub trait KeyProvider: Send + Sync {
     fn key_ring(&self) -> BoxFuture<'_, Result<Arc<KeyRing>>>;
+
+    /// The ring loaded again from its source, for when a message or a record names a key
+    /// version the cached ring lacks (the master key was rotated since it was loaded).
+    /// Default: the same ring (static keys never change).
+    fn reload(&self) -> BoxFuture<'_, Result<Arc<KeyRing>>> {
+        self.key_ring()
+    }
 }
 
 /// A small object store (the `object_store` pattern): streamed writes that become visible

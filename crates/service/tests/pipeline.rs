@@ -630,3 +630,82 @@ async fn stranded_work_is_requeued() {
     ));
     let _ = fresh;
 }
+
+/// Keys rotated since the cold start: the cached ring is the old one until reloaded.
+struct RotatedKeys {
+    cached: Arc<KeyRing>,
+    fresh: Arc<KeyRing>,
+    reloads: std::sync::atomic::AtomicUsize,
+}
+
+impl fetcher_service::ports::KeyProvider for RotatedKeys {
+    fn key_ring(&self) -> BoxFuture<'_, fetcher_service::Result<Arc<KeyRing>>> {
+        let ring = if self.reloads.load(Ordering::SeqCst) > 0 {
+            &self.fresh
+        } else {
+            &self.cached
+        };
+        let ring = ring.clone();
+        Box::pin(async move { Ok(ring) })
+    }
+    fn reload(&self) -> BoxFuture<'_, fetcher_service::Result<Arc<KeyRing>>> {
+        self.reloads.fetch_add(1, Ordering::SeqCst);
+        let ring = self.fresh.clone();
+        Box::pin(async move { Ok(ring) })
+    }
+}
+
+#[tokio::test]
+async fn a_message_signed_after_a_rotation_reloads_the_ring_instead_of_failing() {
+    use fetcher_crypto::{MasterKey, MasterKeys, VersionedMasterKey};
+    let mut w = world().await;
+    let key = |b: u8| MasterKey::from_bytes(vec![b; 32]).unwrap();
+    let old = Arc::new(
+        KeyRing::new(MasterKeys {
+            current: VersionedMasterKey::new("1", key(1)).unwrap(),
+            previous: vec![],
+        })
+        .unwrap(),
+    );
+    let fresh = Arc::new(
+        KeyRing::new(MasterKeys {
+            current: VersionedMasterKey::new("2", key(2)).unwrap(),
+            previous: vec![VersionedMasterKey::new("1", key(1)).unwrap()],
+        })
+        .unwrap(),
+    );
+    let keys = Arc::new(RotatedKeys {
+        cached: old,
+        fresh: fresh.clone(),
+        reloads: Default::default(),
+    });
+    w.pipeline.keys = keys.clone();
+    let (job, _) = submit(&w, None).await;
+    // The API, already on the new key, signs with version 2.
+    let msg = message::encode(
+        &job,
+        &MessageSigner::from_ring(&fresh, KeyPurpose::InternalHmac),
+        "",
+        message::unix_now(),
+    );
+    let outcome = w.pipeline.handle(&msg).await;
+    assert!(
+        !matches!(outcome, Outcome::Failed { ref error, .. } if error.contains("signature")),
+        "{outcome:?}"
+    );
+    assert_eq!(keys.reloads.load(Ordering::SeqCst), 1, "one reload");
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_ne!(j.error.as_deref(), Some("invalid message signature"));
+    // A forged message still fails (the reload is bounded to one per message).
+    let mut forged = message::encode(
+        &job,
+        &MessageSigner::from_ring(&fresh, KeyPurpose::InternalHmac),
+        "",
+        message::unix_now(),
+    );
+    forged.body.push(b' ');
+    assert!(matches!(
+        w.pipeline.handle(&forged).await,
+        Outcome::Skipped(_) | Outcome::Failed { .. }
+    ));
+}
