@@ -20,6 +20,28 @@ fn seed(db: &PgDb) {
     );
 }
 
+/// Holds an exclusive lock on `accounts` for `seconds` (a psql child), so an extraction
+/// blocks mid-job.
+fn lock_accounts(db: &PgDb, seconds: u32) -> std::process::Child {
+    let sql = format!(
+        "BEGIN; LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep({seconds}); COMMIT;"
+    );
+    std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            &db.0,
+            "-q",
+            "-c",
+            &sql,
+        ])
+        .spawn()
+        .unwrap()
+}
+
 fn connection(db: &PgDb) -> serde_json::Value {
     json!({
         "configName": "ledger",
@@ -139,20 +161,7 @@ fn a_job_interrupted_by_a_crash_is_taken_over_after_restart() {
     );
     assert_eq!(status, 201);
     // Hold an exclusive lock so the extraction blocks mid-job.
-    let mut locker = std::process::Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            &db.0,
-            "-q",
-            "-c",
-            "BEGIN; LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(6); COMMIT;",
-        ])
-        .spawn()
-        .unwrap();
+    let mut locker = lock_accounts(&db, 6);
     std::thread::sleep(Duration::from_millis(500));
     let (status, accepted) =
         server.request("POST", "/v1/fetcher", Some(&job_body("reporter")), &[]);
@@ -195,20 +204,7 @@ fn shutdown_is_bounded_by_its_grace_and_hands_abandoned_jobs_back() {
     );
     assert_eq!(status, 201);
     // The one worker blocks in the database; a second job waits in the queue.
-    let mut locker = std::process::Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            &db.0,
-            "-q",
-            "-c",
-            "BEGIN; LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(10); COMMIT;",
-        ])
-        .spawn()
-        .unwrap();
+    let mut locker = lock_accounts(&db, 10);
     std::thread::sleep(Duration::from_millis(500));
     let mut ids = Vec::new();
     for filter in [2, 3] {
