@@ -231,6 +231,18 @@ impl Extractor {
             }
         };
         info!(republished, requeued, "repair pass");
+        // The stuck-work gauge: stranded jobs found by this pass (the template alarms
+        // when it stays above zero).
+        println!(
+            "{}",
+            emf_line(
+                "extract",
+                &[
+                    ("StrandedJobs", "Count", requeued as f64),
+                    ("EventsRepublished", "Count", republished as f64),
+                ],
+            )
+        );
         json!({ "republished": republished, "requeued": requeued })
     }
 }
