@@ -1268,6 +1268,19 @@ impl JobStore for DynamoStore {
         })
     }
 
+    fn note_event_failure<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        max: u32,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            self.transition(tenant, id, |job| Ok((job.note_event_failure(max), true)))
+                .await?
+                .ok_or_else(job_not_found)
+        })
+    }
+
     fn clear_pending_event<'a>(
         &'a self,
         tenant: &'a str,

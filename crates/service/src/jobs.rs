@@ -381,6 +381,7 @@ impl JobService {
         let event = PendingEvent {
             status: JobStatus::Failed,
             payload,
+            failures: 0,
         };
         let store = &self.store;
         if let Err(e) = store

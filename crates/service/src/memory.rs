@@ -177,6 +177,15 @@ impl JobStore for MemoryJobStore {
         ready(self.with_job(tenant, id, |job| job.release(token, error)))
     }
 
+    fn note_event_failure<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        max: u32,
+    ) -> BoxFuture<'a, Result<bool>> {
+        ready(self.with_job(tenant, id, |job| Ok(job.note_event_failure(max))))
+    }
+
     fn clear_pending_event<'a>(
         &'a self,
         tenant: &'a str,

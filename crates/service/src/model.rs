@@ -102,6 +102,13 @@ pub struct PendingEvent {
     pub status: JobStatus,
     /// The §9.2 payload, compact JSON, published verbatim.
     pub payload: String,
+    /// Failed publish attempts so far (the repair pass counts them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One extraction job.
@@ -136,6 +143,10 @@ pub struct Job {
     /// category: "could not connect", not what a later attempt met on the way).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// A terminal event set aside after too many failed publishes: out of the outbox, so
+    /// it no longer takes the repair pass's slots; kept for an operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined_event: Option<PendingEvent>,
 }
 
 impl Job {
@@ -155,6 +166,7 @@ impl Job {
             attempts: 0,
             pending_event: None,
             first_error: None,
+            quarantined_event: None,
         }
     }
 
@@ -274,6 +286,20 @@ impl Job {
         self.lease_expires_at = None;
         self.pending_event = Some(event.clone());
         Ok(())
+    }
+
+    /// One more failed publish of the pending event; at `max` failures the event is set
+    /// aside (quarantined) and leaves the outbox. Returns whether it was quarantined.
+    pub fn note_event_failure(&mut self, max: u32) -> bool {
+        let Some(event) = self.pending_event.as_mut() else {
+            return false;
+        };
+        event.failures += 1;
+        if event.failures < max {
+            return false;
+        }
+        self.quarantined_event = self.pending_event.take();
+        true
     }
 
     /// `processing → pending`; `error` is why (a retryable failure), kept if it is the

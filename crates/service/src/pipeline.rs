@@ -57,6 +57,9 @@ pub struct PipelineConfig {
     /// lifts the ceiling for v2 must not let a v1 job run the host out of memory.
     /// Default: the reference's 256 MiB. A v1 result near it needs about 4× in memory.
     pub v1_max_result_bytes: i64,
+    /// Failed publishes after which the repair pass quarantines a terminal event, so
+    /// one that can never be published stops taking its slots.
+    pub max_event_attempts: u32,
 }
 
 impl Default for PipelineConfig {
@@ -68,6 +71,7 @@ impl Default for PipelineConfig {
             default_format: ResultFormat::V2,
             max_message_age: Duration::from_secs(6 * 3600),
             v1_max_result_bytes: fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES,
+            max_event_attempts: 50,
         }
     }
 }
@@ -518,6 +522,7 @@ impl Pipeline {
         let event = PendingEvent {
             status: JobStatus::Completed,
             payload,
+            failures: 0,
         };
         match self
             .jobs
@@ -554,6 +559,7 @@ impl Pipeline {
         let event = PendingEvent {
             status: JobStatus::Failed,
             payload: failed_payload(&job.id, &job.request.metadata, error),
+            failures: 0,
         };
         match self
             .jobs
@@ -598,6 +604,7 @@ impl Pipeline {
         let event = PendingEvent {
             status: JobStatus::Failed,
             payload: failed_payload(job_id, metadata, &error),
+            failures: 0,
         };
         match self
             .jobs
@@ -755,7 +762,26 @@ impl Pipeline {
                     self.clear_marker(&event.tenant_id, &event.job_id).await;
                 }
                 Err(e) => {
-                    warn!(job_id = %event.job_id, error = %e.log_detail(), "terminal event repair failed")
+                    warn!(job_id = %event.job_id, error = %e.log_detail(), "terminal event repair failed");
+                    match self
+                        .jobs
+                        .note_event_failure(
+                            &event.tenant_id,
+                            &event.job_id,
+                            self.config.max_event_attempts,
+                        )
+                        .await
+                    {
+                        Ok(true) => tracing::error!(
+                            job_id = %event.job_id,
+                            attempts = self.config.max_event_attempts,
+                            "terminal event quarantined after repeated publish failures; it stays on the job (quarantinedEvent) for an operator"
+                        ),
+                        Ok(false) => {}
+                        Err(e) => {
+                            warn!(job_id = %event.job_id, error = %e.log_detail(), "could not count the failed publish")
+                        }
+                    }
                 }
             }
         }

@@ -107,6 +107,15 @@ pub trait JobStore: Send + Sync {
         error: Option<&'a str>,
     ) -> BoxFuture<'a, Result<()>>;
 
+    /// Counts a failed publish of the job's pending event; at `max` failures the event
+    /// is quarantined ([`Job::note_event_failure`]). Returns whether it was.
+    fn note_event_failure<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        max: u32,
+    ) -> BoxFuture<'a, Result<bool>>;
+
     /// Removes the pending-event marker once the event is published.
     fn clear_pending_event<'a>(&'a self, tenant: &'a str, id: &'a str)
     -> BoxFuture<'a, Result<()>>;

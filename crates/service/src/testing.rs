@@ -39,6 +39,7 @@ fn event(status: JobStatus) -> PendingEvent {
     PendingEvent {
         status,
         payload: format!("{{\"status\":\"{}\"}}", status.as_str()),
+        failures: 0,
     }
 }
 
@@ -304,6 +305,39 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
             .unwrap()
             .iter()
             .any(|j| j.id == a.id)
+    );
+    // Failed publishes are counted; at the limit the event is quarantined: kept on the
+    // job, out of the outbox.
+    assert!(!store.note_event_failure(t, &a.id, 3).await.unwrap());
+    assert!(!store.note_event_failure(t, &a.id, 3).await.unwrap());
+    let counted = store.get(t, &a.id).await.unwrap().unwrap();
+    assert_eq!(counted.pending_event.as_ref().map(|e| e.failures), Some(2));
+    assert!(
+        store
+            .list_pending_events(1000)
+            .await
+            .unwrap()
+            .iter()
+            .any(|j| j.id == a.id),
+        "still in the outbox below the limit"
+    );
+    let mut held = counted.clone();
+    assert!(
+        store.note_event_failure(t, &a.id, 3).await.unwrap(),
+        "quarantined at the limit"
+    );
+    let quarantined = store.get(t, &a.id).await.unwrap().unwrap();
+    assert_eq!(quarantined.pending_event, None);
+    held.pending_event.as_mut().unwrap().failures = 3;
+    assert_eq!(quarantined.quarantined_event, held.pending_event);
+    assert!(
+        !store
+            .list_pending_events(1000)
+            .await
+            .unwrap()
+            .iter()
+            .any(|j| j.id == a.id),
+        "out of the outbox"
     );
     store.clear_pending_event(t, &a.id).await.unwrap();
     assert_eq!(

@@ -161,6 +161,7 @@ async fn failed_jobs_do_not_block_a_retry_and_completed_ones_do() {
     let event = PendingEvent {
         status: JobStatus::Failed,
         payload: "{}".into(),
+        failures: 0,
     };
     h.jobs
         .fail(
@@ -213,6 +214,7 @@ async fn failed_jobs_do_not_block_a_retry_and_completed_ones_do() {
             &PendingEvent {
                 status: JobStatus::Completed,
                 payload: "{}".into(),
+                failures: 0,
             },
             fetcher_engine::Timestamp::now(),
         )

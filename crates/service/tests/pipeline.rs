@@ -709,3 +709,34 @@ async fn a_message_signed_after_a_rotation_reloads_the_ring_instead_of_failing()
         Outcome::Skipped(_) | Outcome::Failed { .. }
     ));
 }
+
+#[tokio::test]
+async fn an_event_that_never_publishes_is_quarantined_not_retried_forever() {
+    let mut w = world().await;
+    w.pipeline.config.max_event_attempts = 3;
+    let (job, msg) = submit(&w, None).await;
+    w.events.fail.store(true, Ordering::SeqCst);
+    let _ = w.pipeline.handle(&msg).await; // completes; its event cannot go out
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert!(j.pending_event.is_some(), "left in the outbox");
+    // Each repair pass fails to publish it; the third sets it aside.
+    for pass in 1..=3 {
+        assert_eq!(
+            w.pipeline.repair_events(10).await.unwrap(),
+            0,
+            "pass {pass}"
+        );
+    }
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(j.pending_event, None);
+    assert_eq!(j.quarantined_event.as_ref().map(|e| e.failures), Some(3));
+    assert!(
+        w.jobs.list_pending_events(10).await.unwrap().is_empty(),
+        "its slot is free"
+    );
+    assert_eq!(
+        j.status,
+        JobStatus::Completed,
+        "the job itself stays completed"
+    );
+}

@@ -747,6 +747,15 @@ impl JobStore for SqliteStore {
         Box::pin(self.transition(tenant, id, move |job| job.release(token, error)))
     }
 
+    fn note_event_failure<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        max: u32,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.transition(tenant, id, move |job| Ok(job.note_event_failure(max))))
+    }
+
     fn clear_pending_event<'a>(
         &'a self,
         tenant: &'a str,
