@@ -237,9 +237,12 @@ impl DynamoStore {
                 .index_name(name)
                 .key_schema(ks(pk, KeyType::Hash))
                 .key_schema(ks(sk, KeyType::Range))
+                // Every index query reads a job's document and version (as the template).
                 .projection(
                     Projection::builder()
-                        .projection_type(ProjectionType::All)
+                        .projection_type(ProjectionType::Include)
+                        .non_key_attributes("doc")
+                        .non_key_attributes("ver")
                         .build(),
                 )
                 .build()
