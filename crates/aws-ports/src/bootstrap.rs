@@ -304,6 +304,10 @@ pub async fn new_encrypted_master_key(c: &Clients, kms_key_id: &str) -> Result<S
         .generate_data_key()
         .key_id(kms_key_id)
         .key_spec(DataKeySpec::Aes256)
+        .encryption_context(
+            crate::keys::ENCRYPTION_CONTEXT.0,
+            crate::keys::ENCRYPTION_CONTEXT.1,
+        )
         .send()
         .await
         .map_err(fail("generate master key"))?;

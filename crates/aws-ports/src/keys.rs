@@ -22,6 +22,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::RwLock;
 
+/// The KMS encryption context of a master key: bound to its purpose, so a blob made for
+/// something else cannot be decrypted as a master key (and CloudTrail says what each
+/// decrypt was for).
+pub const ENCRYPTION_CONTEXT: (&str, &str) = ("fetcher:purpose", "master-key");
+
 /// Master keys held as a KMS-encrypted secret.
 #[derive(Clone, Debug)]
 pub struct SecretsManagerKeySource {
@@ -97,13 +102,22 @@ impl SecretsManagerKeySource {
             .version_id()
             .ok_or_else(|| config_err("master key secret has no version id"))?
             .to_owned();
-        let plain = self
-            .kms
-            .decrypt()
-            .ciphertext_blob(Blob::new(blob))
-            .send()
-            .await
-            .map_err(source_err("KMS decrypt of the master key failed"))?;
+        let decrypt = |context: bool| {
+            let req = self.kms.decrypt().ciphertext_blob(Blob::new(blob.clone()));
+            let req = if context {
+                req.encryption_context(ENCRYPTION_CONTEXT.0, ENCRYPTION_CONTEXT.1)
+            } else {
+                req
+            };
+            req.send()
+        };
+        // Keys made before the context was used decrypt without it.
+        let plain = match decrypt(true).await {
+            Ok(out) => out,
+            Err(_) => decrypt(false)
+                .await
+                .map_err(source_err("KMS decrypt of the master key failed"))?,
+        };
         let bytes = plain
             .plaintext
             .ok_or_else(|| config_err("KMS returned no plaintext"))?

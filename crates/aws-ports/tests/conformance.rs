@@ -443,3 +443,57 @@ fn closed_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port")
 }
+
+#[tokio::test]
+async fn master_keys_are_bound_to_their_kms_encryption_context() {
+    use base64::Engine as _;
+    let r = resources().await;
+    let c = clients().await;
+    let blob = |context: Option<(&'static str, &'static str)>| {
+        let c = c.clone();
+        let key = r.kms_key_id.clone();
+        async move {
+            let req = c
+                .kms
+                .generate_data_key()
+                .key_id(key)
+                .key_spec(aws_sdk_kms::types::DataKeySpec::Aes256);
+            let req = match context {
+                Some((k, v)) => req.encryption_context(k, v),
+                None => req,
+            };
+            let out = req.send().await.unwrap();
+            base64::engine::general_purpose::STANDARD.encode(out.ciphertext_blob.unwrap().as_ref())
+        }
+    };
+    let load = |name: String, secret: String| {
+        let c = c.clone();
+        async move {
+            c.secrets
+                .create_secret()
+                .name(&name)
+                .secret_string(secret)
+                .send()
+                .await
+                .unwrap();
+            SecretsManagerKeySource::new(c.secrets.clone(), c.kms.clone(), &name)
+                .load()
+                .await
+        }
+    };
+    let base = format!("{}-context", r.secret_id);
+    // Made by bootstrap or the README's command: the master-key context.
+    let ours = fetcher_aws::bootstrap::new_encrypted_master_key(&c, &r.kms_key_id)
+        .await
+        .unwrap();
+    assert!(load(format!("{base}-ours"), ours).await.is_ok());
+    // Made before the context was used: still readable.
+    assert!(
+        load(format!("{base}-legacy"), blob(None).await)
+            .await
+            .is_ok()
+    );
+    // A data key made for another purpose is not a master key.
+    let other = blob(Some(("fetcher:purpose", "something-else"))).await;
+    assert!(load(format!("{base}-other"), other).await.is_err());
+}
