@@ -382,6 +382,91 @@ fn name_item(
     item
 }
 
+/// What a re-encryption pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReencryptReport {
+    /// Stored credentials seen.
+    pub credentials: u64,
+    /// Re-encrypted under the current key version.
+    pub reencrypted: u64,
+    /// Not readable under any version of the ring (left as they are).
+    pub unreadable: u64,
+}
+
+impl DynamoStore {
+    /// Re-encrypts every stored credential, across tenants, that is not under the
+    /// cipher's current key version (after a master key rotation): a scan of the
+    /// connection items, each rewritten only if its version is still the one read.
+    pub async fn reencrypt_credentials(
+        &self,
+        cipher: &fetcher_crypto::CredentialCipher,
+        current_version: &str,
+    ) -> Result<ReencryptReport> {
+        let mut report = ReencryptReport::default();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("begins_with(pk, :conn) AND attribute_exists(cred)")
+                .expression_attribute_values(":conn", s("CONN#"))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(unavailable)?;
+            for item in page.items() {
+                let Some(cred) = credential_from(item) else {
+                    continue;
+                };
+                report.credentials += 1;
+                if cred.key_version == current_version {
+                    continue;
+                }
+                let revealed = std::str::from_utf8(&cred.ciphertext)
+                    .ok()
+                    .and_then(|text| cipher.reveal(text, &cred.key_version).ok());
+                let Some(plain) = revealed else {
+                    report.unreadable += 1;
+                    continue;
+                };
+                let fresh = cipher
+                    .protect(&plain)
+                    .map_err(|e| ServiceError::internal("re-encryption failed").with_cause(e))?;
+                let (Some(pk), Some(sk)) = (item.get("pk"), item.get("sk")) else {
+                    continue;
+                };
+                let res = self
+                    .client
+                    .update_item()
+                    .table_name(&self.table)
+                    .key("pk", pk.clone())
+                    .key("sk", sk.clone())
+                    .update_expression("SET cred = :c, credVersion = :v")
+                    .condition_expression("credVersion = :old")
+                    .expression_attribute_values(
+                        ":c",
+                        AttributeValue::B(Blob::new(fresh.ciphertext.into_bytes())),
+                    )
+                    .expression_attribute_values(":v", s(&fresh.key_version))
+                    .expression_attribute_values(":old", s(&cred.key_version))
+                    .send()
+                    .await;
+                match res {
+                    Ok(_) => report.reencrypted += 1,
+                    Err(e) if is_conditional(&e) => {} // changed meanwhile (a PATCH): it is current
+                    Err(e) => return Err(unavailable(e)),
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        Ok(report)
+    }
+}
+
 fn credential_from(item: &Item) -> Option<ProtectedCredential> {
     let ciphertext = item.get("cred")?.as_b().ok()?.as_ref().to_vec();
     Some(ProtectedCredential {

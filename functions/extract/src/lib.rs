@@ -36,6 +36,10 @@ pub struct Extractor {
     pub queue: fetcher_aws::SqsJobQueue,
     /// First back-off of a retried message (doubles per receive, at most 15 minutes).
     pub retry_backoff: std::time::Duration,
+    /// The store, for the credential re-encryption pass.
+    pub store: fetcher_aws::DynamoStore,
+    /// The master keys as the secret holds them now (the pass loads them afresh).
+    pub key_source: fetcher_aws::SecretsManagerKeySource,
 }
 
 /// The back-off of a message received `receives` times: `base · 2^(receives-1)`, at most
@@ -58,8 +62,15 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
     let lease = config.lease;
     let max_message_age = config.max_message_age;
     let retry_backoff = config.retry_backoff;
+    let secret = config.master_key_secret.clone();
     let host = Host::build(config, sdk)?;
+    let key_source = fetcher_aws::SecretsManagerKeySource::new(
+        host.clients.secrets.clone(),
+        host.clients.kms.clone(),
+        secret,
+    );
     let queue = fetcher_aws::SqsJobQueue::new(host.clients.sqs.clone(), queue_url);
+    let store = host.store.clone();
     let events = Arc::new(EventBridgePublisher::new(
         host.clients.events.clone(),
         bus,
@@ -85,7 +96,15 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
         }),
         queue,
         retry_backoff,
+        store,
+        key_source,
     })
+}
+
+/// Whether `event` asks for a re-encryption of the stored credentials (after a master
+/// key rotation; README "Rotating the master key").
+pub fn is_reencrypt(event: &Value) -> bool {
+    event.get("action").and_then(Value::as_str) == Some("reencrypt")
 }
 
 /// Whether `event` asks for an event-repair pass.
@@ -100,6 +119,9 @@ impl Extractor {
     pub async fn handle(&self, event: Value) -> Value {
         if let Some(records) = event.get("Records").and_then(Value::as_array) {
             return self.handle_batch(records).await;
+        }
+        if is_reencrypt(&event) {
+            return self.reencrypt().await;
         }
         if is_repair(&event) {
             return self.repair().await;
@@ -188,6 +210,38 @@ impl Extractor {
                 error!(%message_id, panic = e.is_panic(), "message handler crashed; it will be retried");
                 self.back_off(record).await;
                 false
+            }
+        }
+    }
+
+    /// Re-encrypts every stored credential under the current master key version.
+    pub async fn reencrypt(&self) -> Value {
+        // Loaded afresh: the operator just rotated, and asks now.
+        let ring = match fetcher_crypto::KeyRing::load(&self.key_source).await {
+            Ok(ring) => ring,
+            Err(e) => {
+                warn!(error = %e, "credential re-encryption: the master keys could not be loaded");
+                return json!({"error": "master key unavailable"});
+            }
+        };
+        let cipher = fetcher_crypto::CredentialCipher::new(ring.clone());
+        match self
+            .store
+            .reencrypt_credentials(&cipher, ring.current_version())
+            .await
+        {
+            Ok(r) => {
+                info!(
+                    credentials = r.credentials,
+                    reencrypted = r.reencrypted,
+                    unreadable = r.unreadable,
+                    "credential re-encryption"
+                );
+                json!({"credentials": r.credentials, "reencrypted": r.reencrypted, "unreadable": r.unreadable, "keyVersion": ring.current_version()})
+            }
+            Err(e) => {
+                warn!(error = %e.log_detail(), "credential re-encryption failed");
+                json!({"error": e.message()})
             }
         }
     }

@@ -327,3 +327,73 @@ async fn a_retried_message_backs_off_instead_of_waiting_out_the_visibility_timeo
     }
     let _ = sqs.delete_queue().queue_url(&queue_url).send().await;
 }
+
+#[tokio::test]
+async fn a_reencryption_pass_moves_stored_credentials_to_the_current_key() {
+    use fetcher_engine::ports::ConnectionStore as _;
+    let r = resources().await;
+    let c = fetcher_aws::testing::clients().await;
+    // A master key secret of its own: rotating it touches no other test.
+    let mut copy = r.clone();
+    copy.secret_id = format!("{}-reencrypt", r.secret_id);
+    let blob = fetcher_aws::bootstrap::new_encrypted_master_key(&c, &r.kms_key_id)
+        .await
+        .unwrap();
+    c.secrets
+        .create_secret()
+        .name(&copy.secret_id)
+        .secret_string(blob)
+        .send()
+        .await
+        .unwrap();
+    let mut cfg = host_config().await;
+    cfg.master_key_secret = copy.secret_id.clone();
+    let ex = from_config(cfg, &config().await).unwrap();
+    let tenant =
+        fetcher_engine::TenantContext::new(&format!("t{}", uuid::Uuid::new_v4().simple())).unwrap();
+    let ctx = fetcher_engine::Context::background();
+    let input = fetcher_engine::ConnectionInput {
+        config_name: "rotated-db".into(),
+        datasource_type: "POSTGRESQL".into(),
+        host: "db.example.com".into(),
+        port: 5432,
+        database_name: "d".into(),
+        username: "u".into(),
+        password: fetcher_engine::Secret::from(b"the-password".to_vec()),
+        ..Default::default()
+    };
+    ex.pipeline
+        .engine
+        .create_connection(&ctx, &tenant, &input)
+        .await
+        .unwrap();
+    let before = ex
+        .store
+        .credential(&ctx, &tenant, "rotated-db")
+        .await
+        .unwrap()
+        .unwrap();
+    let v2 = fetcher_aws::bootstrap::rotate_master_key(&c, &copy)
+        .await
+        .unwrap();
+    assert_ne!(before.key_version, v2);
+    let out = ex.handle(json!({"action": "reencrypt"})).await;
+    assert!(out["reencrypted"].as_u64().unwrap() >= 1, "{out}");
+    assert_eq!(out["keyVersion"], v2.as_str());
+    let after = ex
+        .store
+        .credential(&ctx, &tenant, "rotated-db")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.key_version, v2, "now under the current key");
+    // Still the same password, read under the new version.
+    let ring = fetcher_crypto::KeyRing::load(&ex.key_source).await.unwrap();
+    let plain = fetcher_crypto::CredentialCipher::new(ring)
+        .reveal(
+            std::str::from_utf8(&after.ciphertext).unwrap(),
+            &after.key_version,
+        )
+        .unwrap();
+    assert_eq!(plain.as_str(), "the-password");
+}
