@@ -320,15 +320,21 @@ pub async fn new_encrypted_master_key(c: &Clients, kms_key_id: &str) -> Result<S
 /// Rotates the master key: a new secret version (it becomes `AWSCURRENT`, the old one
 /// `AWSPREVIOUS`). Returns the new version id.
 pub async fn rotate_master_key(c: &Clients, r: &Resources) -> Result<String> {
-    let previous = c
+    // The current version's id from the stage map: no need to fetch the key itself.
+    let stages = c
         .secrets
-        .get_secret_value()
+        .describe_secret()
         .secret_id(&r.secret_id)
-        .version_stage("AWSCURRENT")
         .send()
         .await
-        .map_err(fail("read the current master key version"))?
-        .version_id
+        .map_err(fail("read the current master key version"))?;
+    let previous = stages
+        .version_ids_to_stages()
+        .and_then(|m| {
+            m.iter()
+                .find(|(_, s)| s.iter().any(|s| s == "AWSCURRENT"))
+                .map(|(id, _)| id.clone())
+        })
         .unwrap_or_default();
     let blob = new_encrypted_master_key(c, &r.kms_key_id).await?;
     let out = c

@@ -1,6 +1,9 @@
 //! DynamoDB adapters: connections, jobs (with dedup locks and active-config markers),
 //! execution states, the schema cache and rate-limit counters, all in one table.
 //! The key design is documented in the crate docs.
+//!
+//! One file because every adapter here shares that one-table key design and its
+//! transition helper; it splits by record type when the ports are narrowed (the rebuild).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -42,6 +42,17 @@ fn lock_accounts(db: &PgDb, seconds: u32) -> std::process::Child {
         .unwrap()
 }
 
+/// Registers `db` as the `ledger` connection of product `reporter`.
+fn register_ledger(server: &Server, db: &PgDb) {
+    let (status, created) = server.request(
+        "POST",
+        "/v1/management/connections",
+        Some(&connection(db)),
+        &[("X-Product-Name", "reporter")],
+    );
+    assert_eq!(status, 201, "{created}");
+}
+
 fn connection(db: &PgDb) -> serde_json::Value {
     json!({
         "configName": "ledger",
@@ -153,13 +164,7 @@ fn a_job_interrupted_by_a_crash_is_taken_over_after_restart() {
     seed(&db);
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path(), &[]);
-    let (status, _) = server.request(
-        "POST",
-        "/v1/management/connections",
-        Some(&connection(&db)),
-        &[("X-Product-Name", "reporter")],
-    );
-    assert_eq!(status, 201);
+    register_ledger(&server, &db);
     // Hold an exclusive lock so the extraction blocks mid-job.
     let mut locker = lock_accounts(&db, 6);
     std::thread::sleep(Duration::from_millis(500));
@@ -196,13 +201,7 @@ fn shutdown_is_bounded_by_its_grace_and_hands_abandoned_jobs_back() {
     seed(&db);
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path(), &["--workers", "1", "--shutdown-grace", "2"]);
-    let (status, _) = server.request(
-        "POST",
-        "/v1/management/connections",
-        Some(&connection(&db)),
-        &[("X-Product-Name", "reporter")],
-    );
-    assert_eq!(status, 201);
+    register_ledger(&server, &db);
     // The one worker blocks in the database; a second job waits in the queue.
     let mut locker = lock_accounts(&db, 10);
     std::thread::sleep(Duration::from_millis(500));

@@ -138,7 +138,7 @@ pub fn parse_qualified(name: &str, default: &str) -> Option<(String, String)> {
     }
 }
 
-/// Spec §6.5 `NormalizeTable`: the engine's rule ([`fetcher_engine::normalize_table_name`]),
+/// Table names as callers write them: the engine's rule ([`fetcher_engine::normalize_table_name`]),
 /// so the connector finds exactly the tables schema validation accepted.
 pub fn normalize_table(dialect: Dialect, name: &str) -> String {
     fetcher_engine::normalize_table_name(dialect.type_string(), name)

@@ -198,7 +198,7 @@ pub fn build_where(dialect: Dialect, table: &TableInfo, filters: Option<&J>) -> 
 }
 
 /// `eq`/`in` (`negate = false`) and `ne`/`nin` (`negate = true`), with SQL's semantics
-/// (datasources.md, the operator table): a lone `null` in `eq`/`ne` is the `IS NULL` /
+/// (docs/filters.md, "`null`"): a lone `null` in `eq`/`ne` is the `IS NULL` /
 /// `IS NOT NULL` shorthand; otherwise `null` is SQL `NULL` in the list, so `in` never
 /// matches a NULL row and a `nin` (or a multi-value `ne`) naming `null` matches no row
 /// (`f NOT IN ('a', NULL)` is never true), the same on every dialect.

@@ -1,4 +1,7 @@
-//! Value types of the engine's contract (spec engine §2.3–§2.5). JSON names are camelCase.
+//! Value types of the engine's contract. JSON names are camelCase.
+//!
+//! One file on purpose: these are plain data types with their serde shapes, read side by
+//! side; about a third of it is their tests.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -373,7 +376,7 @@ impl TableSnapshot {
     }
 }
 
-/// Spec §6.5 table naming: a name has one, two or three dot-separated parts
+/// Table naming (docs/api.md, the job's `mappedFields`): a name has one, two or three dot-separated parts
 /// (`table`, `schema.table`, `database.schema.table`); the database part is dropped, and
 /// so is the default schema: PostgreSQL `public` (matched case-insensitively), SQL Server
 /// `dbo`; Oracle names are upper-cased. MySQL and SQLite tables are keyed bare, so a

@@ -213,7 +213,7 @@ pub fn gcra(
     }
 }
 
-/// Token buckets (api.md's test-connection limit): per key, a bucket of `limit` tokens
+/// Token buckets (the test-connection limit, docs/api.md "Limits"): per key, a bucket of `limit` tokens
 /// that refills one token every `window / limit`; a hit takes a token or is refused with
 /// the time until the next one. Kept as one "theoretical arrival time" per key (GCRA),
 /// updated atomically by each store. The arithmetic is [`gcra`], shared by them all.

@@ -35,6 +35,16 @@ fn at(secs: i64) -> Timestamp {
     Timestamp::from_unix_nanos(secs as i128 * 1_000_000_000)
 }
 
+/// Whether the job is in the store's outbox (terminal, event not yet published).
+async fn in_outbox(store: &dyn JobStore, id: &str) -> bool {
+    store
+        .list_pending_events(1000)
+        .await
+        .unwrap()
+        .iter()
+        .any(|j| j.id == id)
+}
+
 fn event(status: JobStatus) -> PendingEvent {
     PendingEvent {
         status,
@@ -298,14 +308,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     assert_eq!(store.insert(&again).await.unwrap(), InsertOutcome::Created);
 
     // The outbox: listed while pending, gone once cleared.
-    assert!(
-        store
-            .list_pending_events(1000)
-            .await
-            .unwrap()
-            .iter()
-            .any(|j| j.id == a.id)
-    );
+    assert!(in_outbox(store.as_ref(), &a.id).await);
     // Failed publishes are counted; at the limit the event is quarantined: kept on the
     // job, out of the outbox.
     assert!(!store.note_event_failure(t, &a.id, 3).await.unwrap());
@@ -313,12 +316,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     let counted = store.get(t, &a.id).await.unwrap().unwrap();
     assert_eq!(counted.pending_event.as_ref().map(|e| e.failures), Some(2));
     assert!(
-        store
-            .list_pending_events(1000)
-            .await
-            .unwrap()
-            .iter()
-            .any(|j| j.id == a.id),
+        in_outbox(store.as_ref(), &a.id).await,
         "still in the outbox below the limit"
     );
     let mut held = counted.clone();
@@ -330,28 +328,13 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     assert_eq!(quarantined.pending_event, None);
     held.pending_event.as_mut().unwrap().failures = 3;
     assert_eq!(quarantined.quarantined_event, held.pending_event);
-    assert!(
-        !store
-            .list_pending_events(1000)
-            .await
-            .unwrap()
-            .iter()
-            .any(|j| j.id == a.id),
-        "out of the outbox"
-    );
+    assert!(!in_outbox(store.as_ref(), &a.id).await, "out of the outbox");
     store.clear_pending_event(t, &a.id).await.unwrap();
     assert_eq!(
         store.get(t, &a.id).await.unwrap().unwrap().pending_event,
         None
     );
-    assert!(
-        !store
-            .list_pending_events(1000)
-            .await
-            .unwrap()
-            .iter()
-            .any(|j| j.id == a.id)
-    );
+    assert!(!in_outbox(store.as_ref(), &a.id).await);
 
     // Fail without a claim: only from pending.
     store

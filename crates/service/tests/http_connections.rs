@@ -1,4 +1,5 @@
-//! Connection routes (api.md §7.3–§7.12, checklist §10 "Connections").
+//! Connection routes (docs/api.md), one test per behaviour of the routes; one file so the
+//! routes' cases read together (it follows `http/connections.rs` when that splits).
 
 mod http_support;
 

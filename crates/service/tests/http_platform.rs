@@ -1,5 +1,6 @@
 //! Cross-cutting behaviour: framework errors, body limit, authentication and tenancy, SSRF
-//! in multi-tenant mode, probes, metrics, version, the OpenAPI document.
+//! in multi-tenant mode, probes, metrics, version, the OpenAPI document. One file: these
+//! concerns share the harness setups below (tokens, tenancy, SQLite directories).
 
 mod http_support;
 

@@ -138,16 +138,13 @@ async fn a_sqlite_file_is_not_a_datasource_on_lambda() {
 #[tokio::test]
 async fn the_deployed_defaults_require_claims_and_guard_every_host() {
     // What the template's environment says: neither opt-out set.
-    let r = resources().await;
-    let defaults = HostConfig::from_lookup(|k| {
-        let for_tests = HostConfig::for_resources(&r);
-        match k {
-            "FETCHER_TABLE" => Some(for_tests.table),
-            "FETCHER_BUCKET" => Some(for_tests.bucket),
-            "FETCHER_QUEUE_URL" => for_tests.queue_url,
-            "FETCHER_MASTER_KEY_SECRET" => Some(for_tests.master_key_secret),
-            _ => None,
-        }
+    let for_tests = HostConfig::for_resources(&resources().await);
+    let defaults = HostConfig::from_lookup(|k| match k {
+        "FETCHER_TABLE" => Some(for_tests.table.clone()),
+        "FETCHER_BUCKET" => Some(for_tests.bucket.clone()),
+        "FETCHER_QUEUE_URL" => for_tests.queue_url.clone(),
+        "FETCHER_MASTER_KEY_SECRET" => Some(for_tests.master_key_secret.clone()),
+        _ => None,
     })
     .unwrap();
     assert!(defaults.require_auth && defaults.guard_hosts);

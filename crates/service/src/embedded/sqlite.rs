@@ -1,3 +1,6 @@
+//! (One file, like the DynamoDB adapter it mirrors: one schema and one transition helper
+//! serve every store; it splits by record type with the narrowed ports of the rebuild.)
+//!
 //! One SQLite database for everything `fetcher serve` persists: connections (with their
 //! protected secrets), jobs, the schema cache, execution states and rate-limit counters.
 //!

@@ -1,5 +1,9 @@
-//! Connection operations (api.md §4, §7.3–§7.12): DTOs, the two validation layers, the
-//! record kept in the engine's host attributes, and the handlers.
+//! Connection operations (docs/api.md): DTOs, the two validation layers, the record kept
+//! in the engine's host attributes, and the handlers.
+//!
+//! Long because the record is stringly typed in host attributes and so carries its own
+//! mapping, listing and paging here; the typed connection record of the rebuild moves
+//! those into the stores and splits this file.
 //!
 //! The engine stores a secret-free [`ConnectionDescriptor`]; the API's richer record
 //! (UUID identity, product, metadata, SSL CA / client certificate, timestamps) travels in
@@ -433,7 +437,7 @@ fn request_rules_patch(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiErr
     ApiError::field_buckets(missing, invalid, false).map_or(Ok(()), Err)
 }
 
-/// Connection metadata is stored and echoed: capped, JSON-encoded (api.md "Limits").
+/// Connection metadata is stored and echoed: capped, JSON-encoded (docs/api.md "Limits").
 fn metadata_size(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
     let size = b
         .metadata

@@ -165,7 +165,7 @@ impl Default for ApiConfig {
             sqlite_files: fetcher_connectors::SqliteFiles::Nowhere,
             require_auth: false,
             guard_hosts: false,
-            // api.md: request bodies up to 4 MiB.
+            // docs/api.md "Limits": request bodies up to 4 MiB.
             body_limit: 4 * 1024 * 1024,
             max_metadata_bytes: 16 * 1024,
             max_connections_per_tenant: 1000,
