@@ -12,7 +12,7 @@ use fetcher_aws::{Clients, S3ObjectStore, SecretsManagerKeySource};
 use fetcher_crypto::{KeyRing, Opener};
 use fetcher_e2e::aws_like::Message;
 use fetcher_e2e::*;
-use fetcher_service::ports::{ObjectStore, read_all};
+use fetcher_host::ports::{ObjectStore, read_all};
 use serde_json::{Value, json};
 
 const DB: &str = "fetcher_e2e";

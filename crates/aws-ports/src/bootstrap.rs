@@ -11,7 +11,7 @@ use aws_sdk_eventbridge::types::{DeadLetterConfig, RetryPolicy, Target};
 use aws_sdk_kms::types::DataKeySpec;
 use aws_sdk_sqs::types::QueueAttributeName;
 use base64::Engine;
-use fetcher_service::error::{Result, ServiceError};
+use fetcher_host::error::{Result, ServiceError};
 use serde::{Deserialize, Serialize};
 
 use crate::{Clients, DynamoStore};

@@ -24,9 +24,9 @@ use fetcher_engine::{
     EngineError, ExecutionState, HostAttributes, ProtectedCredential, SchemaSnapshot,
     TenantContext, Timestamp,
 };
-use fetcher_service::error::{Result, ServiceError};
-use fetcher_service::model::{Job, JobResult, PendingEvent};
-use fetcher_service::ports::{ClaimOutcome, InsertOutcome, JobStore, RateDecision, RateLimiter};
+use fetcher_host::error::{Result, ServiceError};
+use fetcher_host::model::{Job, JobResult, PendingEvent};
+use fetcher_host::ports::{ClaimOutcome, InsertOutcome, JobStore, RateDecision, RateLimiter};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -974,7 +974,7 @@ impl RateLimiter for DynamoStore {
                 let stored = self.get_item(k.clone()).await?;
                 let tat = stored.as_ref().and_then(|item| get_n(item, "tat"));
                 let now = epoch_millis() * 1_000_000;
-                let (decision, next) = fetcher_service::ports::gcra(tat, now, limit, window);
+                let (decision, next) = fetcher_host::ports::gcra(tat, now, limit, window);
                 let Some(next) = next else {
                     return Ok(decision);
                 };

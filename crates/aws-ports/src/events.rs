@@ -1,22 +1,23 @@
 //! The EventBridge [`EventPublisher`].
 //!
-//! One `PutEvents` entry per terminal event (the repair pass batches up to 10 per request): `Source` = the configured source,
-//! `DetailType` = `job.completed` / `job.failed`, `EventBusName` = the configured bus,
-//! `Detail` = the §9.2 payload object with two fields added: `eventId` (the deterministic
-//! `fetcher.job.<status>.<jobId>`, the subscribers' dedup key — EventBridge assigns its
-//! own envelope `id`, so ours travels in the detail) and `tenantId`. `Resources` is left
-//! empty. The response is checked per entry (`FailedEntryCount`, `ErrorCode`); failed
-//! entries alone are retried a bounded number of times with back-off, then that event's
-//! publish fails so its outbox marker stays for the next repair pass.
+//! One `PutEvents` entry per terminal event (the repair pass batches up to 10 per request):
+//! `Source` = the configured source, `DetailType` = `job.completed` / `job.failed`,
+//! `EventBusName` = the configured bus, `Detail` = the payload object (docs/events.md,
+//! "Detail") with two fields added: `eventId` (the deterministic
+//! `fetcher.job.<status>.<jobId>`, the subscribers' dedup key — EventBridge assigns its own
+//! envelope `id`, so ours travels in the detail) and `tenantId`. `Resources` is left empty.
+//! The response is checked per entry (`FailedEntryCount`, `ErrorCode`); failed entries
+//! alone are retried a bounded number of times with back-off, then that event's publish
+//! fails so its outbox marker stays for the next repair pass.
 
 use std::time::Duration;
 
 use aws_sdk_eventbridge::Client;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use fetcher_engine::BoxFuture;
-use fetcher_service::error::{Result, ServiceError};
-use fetcher_service::model::TerminalEvent;
-use fetcher_service::ports::EventPublisher;
+use fetcher_host::error::{Result, ServiceError};
+use fetcher_host::model::TerminalEvent;
+use fetcher_host::ports::EventPublisher;
 
 /// Publishes terminal events to one bus.
 #[derive(Clone, Debug)]

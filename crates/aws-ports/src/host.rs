@@ -26,11 +26,12 @@ use std::time::Duration;
 
 use fetcher_connectors::{HostPolicy, SqlRegistry};
 use fetcher_engine::{Engine, Limits};
-use fetcher_service::credentials::{CipherProtector, StoredCredentials};
-use fetcher_service::http::{ApiConnectionStore, ReadinessProbe};
-use fetcher_service::jobs::JobStoreActiveChecker;
-use fetcher_service::ports::{JobStore, KeyProvider, ObjectStore};
-use fetcher_service::sink::SealedResultSink;
+use fetcher_host::connection::ApiConnectionStore;
+use fetcher_host::credentials::{CipherProtector, StoredCredentials};
+use fetcher_host::jobs::JobStoreActiveChecker;
+use fetcher_host::ports::ReadinessProbe;
+use fetcher_host::ports::{JobStore, KeyProvider, ObjectStore};
+use fetcher_host::sink::SealedResultSink;
 
 use crate::{
     CachedKeyProvider, Clients, DynamoSchemaCache, DynamoStore, S3ObjectStore,
@@ -250,7 +251,7 @@ impl ReadinessProbe for Probe {
         }
     }
 
-    fn check(&self) -> fetcher_engine::BoxFuture<'_, fetcher_service::Result<()>> {
+    fn check(&self) -> fetcher_engine::BoxFuture<'_, fetcher_host::Result<()>> {
         Box::pin(async move {
             match self {
                 Probe::Dynamo(s) => s.ping().await,

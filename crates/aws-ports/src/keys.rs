@@ -16,8 +16,8 @@ use fetcher_crypto::{
     source::BoxFuture as CryptoFuture,
 };
 use fetcher_engine::BoxFuture;
-use fetcher_service::error::{Result, ServiceError};
-use fetcher_service::ports::KeyProvider;
+use fetcher_host::error::{Result, ServiceError};
+use fetcher_host::ports::KeyProvider;
 use std::time::{Duration, Instant};
 
 use tokio::sync::RwLock;

@@ -1,9 +1,10 @@
 //! # fetcher-aws
 //!
-//! Fetcher's AWS adapters (DESIGN.md §4): every host port and engine storage port over
-//! DynamoDB, SQS, S3, KMS + Secrets Manager and EventBridge. Each adapter passes the same
-//! conformance suites as the in-memory and embedded ones (`tests/conformance.rs`, run
-//! against moto server; `AWS_ENDPOINT_URL` points them at LocalStack or AWS unchanged).
+//! Fetcher's AWS adapters (docs/operations.md, "What runs where"): every host port and
+//! engine storage port over DynamoDB, SQS, S3, KMS + Secrets Manager and EventBridge. Each
+//! adapter passes the same conformance suites as the in-memory and embedded ones
+//! (`tests/conformance.rs`, run against moto server; `AWS_ENDPOINT_URL` points them at
+//! LocalStack or AWS unchanged).
 //!
 //! | module | ports |
 //! |---|---|
@@ -63,7 +64,7 @@
 //!
 //! **Transitions** (`claim`, `renew`, `complete`, `fail`, `release`, clearing the event
 //! marker) read the job (strongly consistent), apply exactly the in-memory store's rules
-//! (`fetcher_service::model::Job`'s lifecycle methods, shared by every job store: claim tokens = attempt counter, leases,
+//! (`fetcher_host::model::Job`'s lifecycle methods, shared by every job store: claim tokens = attempt counter, leases,
 //! `Conflict` on a lost claim) and write back conditional on the version read
 //! (`ver = :v`); a lost race re-reads and re-decides. So every transition is atomic
 //! and a redelivered message can never produce a second result or a second event.

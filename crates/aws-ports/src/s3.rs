@@ -8,8 +8,8 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use fetcher_engine::BoxFuture;
-use fetcher_service::error::{Result, ServiceError};
-use fetcher_service::ports::{ObjectReader, ObjectStore, ObjectWriter, validate_path};
+use fetcher_host::error::{Result, ServiceError};
+use fetcher_host::ports::{ObjectReader, ObjectStore, ObjectWriter, validate_path};
 use tokio::task::JoinSet;
 
 /// S3's minimum size of every part but the last.

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use fetcher_engine::BoxFuture;
-use fetcher_service::error::{Result, ServiceError};
-use fetcher_service::model::QueueMessage;
-use fetcher_service::ports::JobQueue;
+use fetcher_host::error::{Result, ServiceError};
+use fetcher_host::model::QueueMessage;
+use fetcher_host::ports::JobQueue;
 
 /// Sends job messages to one queue.
 #[derive(Clone, Debug)]

@@ -10,10 +10,10 @@ use fetcher_aws::*;
 use fetcher_crypto::{KeyRing, MasterKeySource, Opener};
 use fetcher_engine::ports::{ConnectionStore, ExecutionStore, ResultSink, SchemaCache};
 use fetcher_engine::testing as engine_suites;
-use fetcher_service::model::{JobStatus, QueueMessage, TerminalEvent};
-use fetcher_service::ports::*;
-use fetcher_service::sink::SealedResultSink;
-use fetcher_service::testing as service_suites;
+use fetcher_host::model::{JobStatus, QueueMessage, TerminalEvent};
+use fetcher_host::ports::*;
+use fetcher_host::sink::SealedResultSink;
+use fetcher_host::testing as service_suites;
 
 async fn store() -> DynamoStore {
     let r = resources().await;
@@ -207,7 +207,7 @@ async fn master_keys_come_from_the_secret_and_survive_a_rotation() {
         &rotated.secret_id,
     )))
     .with_min_reload(Duration::from_millis(200));
-    use fetcher_service::ports::KeyProvider as _;
+    use fetcher_host::ports::KeyProvider as _;
     let warm = cached.key_ring().await.unwrap();
     assert_eq!(warm.current_version(), v3);
     let v4 = rotate_master_key(&c, &rotated).await.unwrap();

@@ -3,7 +3,7 @@
 //! Why not `axum::serve`: it cannot size hyper's request-head buffer, and hyper answers
 //! a head larger than its buffer with a bare 431 (no body). Here the buffer is
 //! [`HEAD_BUFFER_BYTES`], far above the router's own limit
-//! ([`fetcher_service::http::MAX_HEADER_BYTES`]), so an oversized head reaches the router
+//! ([`fetcher_http::MAX_HEADER_BYTES`]), so an oversized head reaches the router
 //! and gets the documented JSON error (docs/api.md, "Errors").
 
 use std::future::Future;

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
 use fetcher_crypto::{KeyRing, Opener};
-use fetcher_service::embedded::SqliteStore;
-use fetcher_service::model::ResultFormat;
-use fetcher_service::ports::JobStore;
+use fetcher_embedded::SqliteStore;
+use fetcher_host::model::ResultFormat;
+use fetcher_host::ports::JobStore;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -17,18 +17,18 @@ use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use fetcher_connectors::{HostPolicy, SqlRegistry, SqliteFiles, SqliteRoot};
 use fetcher_crypto::{KeyPurpose, KeyRing, MessageSigner};
-use fetcher_engine::Engine;
-use fetcher_service::credentials::{CipherProtector, StoredCredentials};
-use fetcher_service::embedded::{
+use fetcher_embedded::{
     EventLog, InProcessQueue, LocalDirObjectStore, SqliteStore, Worker, WorkerConfig,
 };
-use fetcher_service::http::{self, ApiConfig, ApiConnectionStore, AppDeps, AppState};
-use fetcher_service::jobs::JobStoreActiveChecker;
-use fetcher_service::memory::StaticKeyProvider;
-use fetcher_service::model::ResultFormat;
-use fetcher_service::pipeline::{Pipeline, PipelineConfig};
-use fetcher_service::ports::{JobStore, KeyProvider, ObjectStore as _};
-use fetcher_service::sink::SealedResultSink;
+use fetcher_engine::Engine;
+use fetcher_host::credentials::{CipherProtector, StoredCredentials};
+use fetcher_host::jobs::JobStoreActiveChecker;
+use fetcher_host::memory::StaticKeyProvider;
+use fetcher_host::model::ResultFormat;
+use fetcher_host::pipeline::{Pipeline, PipelineConfig};
+use fetcher_host::ports::{JobStore, KeyProvider, ObjectStore as _};
+use fetcher_host::sink::SealedResultSink;
+use fetcher_http::{self as http, ApiConfig, ApiConnectionStore, AppDeps, AppState};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -240,7 +240,7 @@ impl http::ReadinessProbe for ResultsProbe {
         "results"
     }
 
-    fn check(&self) -> fetcher_engine::BoxFuture<'_, fetcher_service::Result<()>> {
+    fn check(&self) -> fetcher_engine::BoxFuture<'_, fetcher_host::Result<()>> {
         self.0.check_writable()
     }
 }
@@ -253,7 +253,7 @@ impl http::ReadinessProbe for DbProbe {
         "sqlite"
     }
 
-    fn check(&self) -> fetcher_engine::BoxFuture<'_, fetcher_service::Result<()>> {
+    fn check(&self) -> fetcher_engine::BoxFuture<'_, fetcher_host::Result<()>> {
         Box::pin(self.0.ping())
     }
 }

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
+use fetcher_embedded::event_line;
 use fetcher_engine::BoxFuture;
-use fetcher_service::ServiceError;
-use fetcher_service::embedded::event_line;
-use fetcher_service::model::TerminalEvent;
-use fetcher_service::ports::EventPublisher;
+use fetcher_host::ServiceError;
+use fetcher_host::model::TerminalEvent;
+use fetcher_host::ports::EventPublisher;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
@@ -37,10 +37,7 @@ impl WebhookPublisher {
 }
 
 impl EventPublisher for WebhookPublisher {
-    fn publish<'a>(
-        &'a self,
-        event: &'a TerminalEvent,
-    ) -> BoxFuture<'a, fetcher_service::Result<()>> {
+    fn publish<'a>(&'a self, event: &'a TerminalEvent) -> BoxFuture<'a, fetcher_host::Result<()>> {
         Box::pin(async move {
             let body = event_line(event)?;
             let req = hyper::Request::post(self.url.clone())
@@ -68,7 +65,7 @@ impl EventPublisher for WebhookPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fetcher_service::model::JobStatus;
+    use fetcher_host::model::JobStatus;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A one-shot receiver answering `status`; returns the request it got.

@@ -2,9 +2,10 @@
 //! primary keys. The engine's [`SchemaSnapshot`] keeps only names; the connector keeps
 //! this richer form to type filter values and pick value decoders.
 //!
-//! Naming (spec §6.5): PostgreSQL tables in `public` are bare, others `schema.table`;
-//! MySQL and SQLite names are always bare. Lookups accept the qualified spellings too
-//! (`public.users`, `PUBLIC.users`, `db.public.users` → `users`).
+//! Naming (docs/datasources.md, "Table names and discovery"): PostgreSQL tables in `public`
+//! are bare, others `schema.table`; MySQL and SQLite names are always bare. Lookups accept
+//! the qualified spellings too (`public.users`, `PUBLIC.users`, `db.public.users` →
+//! `users`).
 
 use std::collections::BTreeMap;
 
@@ -107,7 +108,8 @@ impl Catalog {
     }
 }
 
-/// The dialect's default schema (spec §6.5): PostgreSQL `public`, others none.
+/// The dialect's default schema (docs/datasources.md, "Table names and discovery"):
+/// PostgreSQL `public`, others none.
 pub fn default_schema(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::Postgres => "public",
@@ -124,7 +126,8 @@ pub fn table_key(dialect: Dialect, schema: &str, table: &str) -> String {
     }
 }
 
-/// Spec §6.4 `ParseQualifiedTableName`: 1, 2 or 3 dot-separated parts.
+/// Qualified names, the reference's `ParseQualifiedTableName` (docs/engine.md, "Schema
+/// discovery and validation"): 1, 2 or 3 dot-separated parts.
 pub fn parse_qualified(name: &str, default: &str) -> Option<(String, String)> {
     let name = name.trim();
     if name.is_empty() {
@@ -144,7 +147,8 @@ pub fn normalize_table(dialect: Dialect, name: &str) -> String {
     fetcher_engine::normalize_table_name(dialect.type_string(), name)
 }
 
-/// Spec §6.3 `IsSystemTable`, on the discovered key.
+/// System objects, the reference's `IsSystemTable` (docs/datasources.md, "Table names and
+/// discovery"), on the discovered key.
 pub fn is_system_table(dialect: Dialect, key: &str) -> bool {
     let l = key.to_ascii_lowercase();
     match dialect {

@@ -15,7 +15,9 @@ use crate::catalog::Catalog;
 use crate::error::{self, msg};
 use crate::host::HostPolicy;
 use crate::query::{self, ChannelCursor};
-use crate::{Dialect, mysql, pg, sqlite, ssl};
+#[cfg(feature = "sqlite")]
+use crate::sqlite;
+use crate::{Dialect, mysql, pg, ssl};
 
 /// Where a connector gets the connection's password. Called by `build` (no network I/O
 /// to the datasource happens there). The service layer implements it with
@@ -72,7 +74,7 @@ impl CredentialSource for StaticCredentials {
 
 /// Bounds every connect attempt (the context's deadline applies too).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-/// Bounds a whole schema discovery (spec §2.6).
+/// Bounds a whole schema discovery (docs/datasources.md, "Connecting").
 pub const DISCOVER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Builds connectors of one type.
@@ -119,7 +121,7 @@ impl SqlConnectorFactory {
             return Err(EngineError::new(Category::Validation, msg::TYPE_MISMATCH));
         }
         ssl::validate_ssl_mode(&d.datasource_type, &d.ssl_mode)?;
-        // Host safety before any credential is revealed (spec §2.5 step 3).
+        // Host safety before any credential is revealed (docs/datasources.md, "Connecting").
         self.policy.precheck(d)?;
         let password = self.credentials.password(ctx, tenant, d).await?;
         if password.expose_str().is_none() {
@@ -214,6 +216,7 @@ impl ConnectorRegistry for SqlRegistry {
 enum Conn {
     Pg(sqlx::PgConnection),
     My(sqlx::MySqlConnection),
+    #[cfg(feature = "sqlite")]
     Lite(sqlx::SqliteConnection),
 }
 
@@ -222,6 +225,7 @@ impl Conn {
         let _ = match self {
             Conn::Pg(c) => c.close().await,
             Conn::My(c) => c.close().await,
+            #[cfg(feature = "sqlite")]
             Conn::Lite(c) => c.close().await,
         };
     }
@@ -230,6 +234,7 @@ impl Conn {
         match self {
             Conn::Pg(c) => c.ping().await,
             Conn::My(c) => c.ping().await,
+            #[cfg(feature = "sqlite")]
             Conn::Lite(c) => c.ping().await,
         }
     }
@@ -276,6 +281,13 @@ impl SqlConnector {
             let d = &self.descriptor;
             let password = self.password.expose_str().unwrap_or_default();
             let conn = match self.dialect {
+                #[cfg(not(feature = "sqlite"))]
+                Dialect::Sqlite => {
+                    // Built without SQLite (the Lambdas): as if no file were allowed.
+                    self.policy.sqlite_path(d)?;
+                    return Err(error::forbidden_host());
+                }
+                #[cfg(feature = "sqlite")]
                 Dialect::Sqlite => {
                     let o = sqlite::options(&self.policy.sqlite_path(d)?);
                     let fut = async { sqlite::connect(&o).await.map_err(error::connect_failed) };
@@ -308,6 +320,7 @@ impl SqlConnector {
             match conn {
                 Conn::Pg(c) => pg::discover(c).await,
                 Conn::My(c) => mysql::discover(c).await,
+                #[cfg(feature = "sqlite")]
                 Conn::Lite(c) => sqlite::discover(c).await,
             }
         };
@@ -336,6 +349,7 @@ impl SqlConnector {
                         .map(|r| r.is_some_and(|(_, v)| !v.is_empty()))
                         .map_err(error::query_failed)
                 }
+                #[cfg(feature = "sqlite")]
                 Conn::Lite(_) => Ok(false),
             }
         };
@@ -417,6 +431,7 @@ impl Connector for SqlConnector {
             let cursor = match conn {
                 Conn::Pg(c) => ChannelCursor::spawn(move |tx| pg::produce(c, plans, tx)),
                 Conn::My(c) => ChannelCursor::spawn(move |tx| mysql::produce(c, plans, tx)),
+                #[cfg(feature = "sqlite")]
                 Conn::Lite(c) => ChannelCursor::spawn(move |tx| sqlite::produce(c, plans, tx)),
             };
             Ok(Box::new(cursor) as Box<dyn RowCursor + 'a>)

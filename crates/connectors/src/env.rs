@@ -1,6 +1,7 @@
-//! Internal datasources declared by `DATASOURCE_{NAME}_*` variables (spec §5.2), for
-//! single-tenant mode. The parser takes `(key, value)` pairs, so it is testable without
-//! touching the process environment: `parse_env(std::env::vars(), REGISTRY)`.
+//! Internal datasources declared by `DATASOURCE_{NAME}_*` variables, for single-tenant
+//! mode (docs/datasources.md, "Internal datasources"). The parser takes `(key, value)`
+//! pairs, so it is testable without touching the process environment:
+//! `parse_env(std::env::vars(), REGISTRY)`.
 //!
 //! | suffix | field | rule |
 //! |---|---|---|
@@ -27,7 +28,8 @@ use fetcher_engine::{ConnectionDescriptor, Secret};
 
 use crate::ssl;
 
-/// The fixed internal registry of the reference (spec §5.1) plus the SQLite demo source.
+/// The fixed internal registry of the reference plus the SQLite demo source
+/// (docs/datasources.md, "Internal datasources").
 pub const REGISTRY: [&str; 4] = [
     "midaz_onboarding",
     "midaz_transaction",

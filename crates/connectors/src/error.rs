@@ -31,9 +31,9 @@ pub mod msg {
     pub const SQLITE_PATH: &str = "sqlite datasource needs a database file path";
 }
 
-/// Code of the invalid-SSL-mode error (spec §3.1).
+/// Code of the invalid-SSL-mode error (docs/datasources.md, "TLS modes").
 pub const SSL_MODE_CODE: &str = "FET-0413";
-/// Code of the forbidden-host error (spec §4.2).
+/// Code of the forbidden-host error (docs/datasources.md, "Host safety").
 pub const FORBIDDEN_HOST_CODE: &str = "FET-0414";
 
 /// Typed hidden cause of a host-safety rejection, so a host can map it to HTTP 400
@@ -61,6 +61,12 @@ impl std::error::Error for InvalidSslMode {}
 
 pub fn forbidden_host() -> EngineError {
     EngineError::wrap(Category::Validation, msg::HOST_FORBIDDEN, ForbiddenHost)
+}
+
+/// Whether an error is host safety's rejection: its typed cause, or its fixed message
+/// where a layer in between kept the text but not the cause.
+pub fn is_forbidden_host(e: &EngineError) -> bool {
+    e.cause_as::<ForbiddenHost>().is_some() || e.message().starts_with(FORBIDDEN_HOST_CODE)
 }
 
 pub fn validation(m: &'static str) -> EngineError {

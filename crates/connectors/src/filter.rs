@@ -1,4 +1,4 @@
-//! Filter conditions (spec §7.3) → a SQL `WHERE` clause with bound parameters.
+//! Filter conditions (docs/filters.md) → a SQL `WHERE` clause with bound parameters.
 //!
 //! Shape: `{field: {op: [values…], …}, …}` for one table. Operators: `eq`, `gt`, `gte`,
 //! `lt`, `lte`, `between`, `in`, `nin`, `ne`, `like`. Fields are taken in sorted order,
@@ -11,7 +11,7 @@
 //! are all `validation` errors. Values are typed from the catalog, never from the column
 //! name (no "name contains id → UUID" or date-name heuristics).
 //!
-//! NULL, as SQL and the spec's operator table have it: `eq [null]` is `IS NULL` and
+//! NULL, as SQL has it (docs/filters.md, "`null`"): `eq [null]` is `IS NULL` and
 //! `ne [null]` is `IS NOT NULL`; anywhere else in `eq`/`in`/`ne`/`nin` a `null` is SQL
 //! `NULL` in the list, so `in` never matches NULL rows and `nin` with a `null` matches
 //! nothing (`NOT IN (…, NULL)`); `null` in `gt`/`gte`/`lt`/`lte`/`between`/`like` is a

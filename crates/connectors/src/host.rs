@@ -1,4 +1,4 @@
-//! Host safety (SSRF guard, spec §4) for tenant-supplied hosts.
+//! Host safety (SSRF guard; docs/datasources.md, "Host safety") for tenant-supplied hosts.
 //!
 //! * [`validate_host_input`] is layer 1 (the API layer, on create/update): the host must
 //!   be an RFC 952 hostname or a strict IP literal; in multi-tenant mode a blocked IP
@@ -10,8 +10,9 @@
 //!   failure is an error (`connect`), never a pass.
 //!
 //! The guard applies only in multi-tenant mode and only to external connections (non-empty
-//! key version). Internal datasources (§5) are exempt; [`HostPolicy::single_tenant`] checks
-//! nothing (local development and tests reach 127.0.0.1).
+//! key version). Internal datasources (docs/datasources.md) are exempt;
+//! [`HostPolicy::single_tenant`] checks nothing (local development and tests reach
+//! 127.0.0.1).
 //!
 //! SQLite datasources name a file, not a host: [`SqliteFiles`] says which files. Hosts
 //! that take connections from an API confine them to an operator-named directory
@@ -325,8 +326,8 @@ fn classify(host: &str) -> Literal {
     Literal::Name(h.to_ascii_lowercase())
 }
 
-/// Spec §4.5: exact names and suffixes, compared lower-cased with trailing dots removed;
-/// empty names are blocked.
+/// Blocked names (docs/datasources.md, "Host safety"): exact names and suffixes, compared
+/// lower-cased with trailing dots removed; empty names are blocked.
 pub fn is_blocked_hostname(host: &str) -> bool {
     let n = host.trim().to_ascii_lowercase();
     let n = n.trim_end_matches('.');
@@ -363,7 +364,8 @@ fn v6_in(ip: Ipv6Addr, net: Ipv6Addr, bits: u32) -> bool {
     (u128::from(ip) & mask) == (u128::from(net) & mask)
 }
 
-/// Spec §4.4 ranges, plus hardening for IPv6 forms that embed an IPv4 address.
+/// The blocked ranges of docs/datasources.md ("Host safety"), IPv6 forms that embed an
+/// IPv4 address included.
 pub fn is_blocked_ip(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_blocked_v4(v4),

@@ -1,17 +1,17 @@
 //! # fetcher-connectors
 //!
 //! The engine's connector ports for PostgreSQL (`POSTGRESQL`), MySQL/MariaDB (`MYSQL`) and
-//! SQLite (`SQLITE`, the embedded demo source), on sqlx with rustls. Facts come from
-//! `spec/datasources.md`; deviations from the reference are listed at the end.
+//! SQLite (`SQLITE`, the embedded demo source), on sqlx with rustls. Described in
+//! `docs/datasources.md`; deviations from the reference are listed at the end.
 //!
 //! ## Module map
 //!
 //! | module | what it holds |
 //! |---|---|
 //! | [`connector`] | [`SqlRegistry`], [`SqlConnectorFactory`], [`SqlConnector`], the [`CredentialSource`] trait, [`StaticCredentials`] |
-//! | [`catalog`] | discovered tables/columns/primary keys with type classes; naming and normalisation (§6.5); system-object exclusion (§6.3) |
+//! | [`catalog`] | discovered tables/columns/primary keys with type classes; naming and normalisation; system-object exclusion (docs/datasources.md) |
 //! | [`query`] | request → validated, ordered `SELECT` per table; the channel cursor fed by a producer task |
-//! | [`filter`] | filter conditions (§7.3) → SQL with bound, catalog-typed parameters |
+//! | [`filter`] | filter conditions (docs/filters.md) → SQL with bound, catalog-typed parameters |
 //! | [`pgbin`] | PostgreSQL binary format decoding (query rows and `COPY … (FORMAT binary)`) |
 //! | `pg`, `mysql`, `sqlite` | per-dialect connect options, catalog queries, producers |
 //! | [`values`] | lossless rendering: calendar, timestamps, tagged strings, UUIDs, JSON |
@@ -84,7 +84,7 @@
 //! 0.23.4x, `verify-ca` also checks the host name (sqlx's no-hostname verifier only
 //! tolerates rustls' old `NotValidForName` error), so it fails closed on a name mismatch.
 //!
-//! ## Host safety (SSRF, spec §4)
+//! ## Host safety (SSRF; docs/datasources.md)
 //!
 //! Active when the policy is [`HostPolicy::multi_tenant`] and the connection is external
 //! (non-empty key version); internal datasources and [`HostPolicy::single_tenant`] are
@@ -151,6 +151,7 @@ mod mysql;
 mod pg;
 pub mod pgbin;
 pub mod query;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 pub mod ssl;
 pub mod values;
@@ -160,7 +161,7 @@ pub use connector::{
     SqlRegistry, StaticCredentials,
 };
 pub use env::{EnvLoad, InternalDatasource, parse_env};
-pub use error::{ForbiddenHost, InvalidSslMode};
+pub use error::{ForbiddenHost, InvalidSslMode, is_forbidden_host};
 pub use host::{
     DialTarget, HostPolicy, Resolver, SqliteFiles, SqliteRoot, SystemResolver, is_blocked_hostname,
     is_blocked_ip, validate_host_input,

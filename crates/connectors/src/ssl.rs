@@ -1,4 +1,5 @@
-//! TLS modes per datasource type (spec §3): validation and the mapping onto sqlx.
+//! TLS modes per datasource type (docs/datasources.md, "TLS modes"): validation and the
+//! mapping onto sqlx.
 //!
 //! | type | mode | effect here |
 //! |---|---|---|
@@ -13,7 +14,7 @@
 //! | MYSQL | `skip-verify` | `Required` (TLS, no verification) |
 //! | MYSQL | `preferred` | `Preferred` (TLS if offered, no verification) |
 //! | SQLITE | `""` only | no network |
-//! | SQL_SERVER, ORACLE, MONGODB | validated only (allowlists of §3.2) | no connector in this crate |
+//! | SQL_SERVER, ORACLE, MONGODB | validated only (allowlists as in docs/datasources.md) | no connector in this crate |
 //!
 //! The tenant CA is PEM text in `descriptor.host_attributes["sslRootCert"]`
 //! ([`SSL_ROOT_CERT_KEY`]); without it, verification uses the bundled Mozilla roots

@@ -1,5 +1,5 @@
 //! Filter semantics on every dialect, differentially: each filter's rows are the rows the
-//! database itself returns for the SQL the spec gives the operator (`IN`, `NOT IN`, `<>`,
+//! database itself returns for the SQL docs/filters.md gives the operator (`IN`, `NOT IN`, `<>`,
 //! `IS NULL`), so `null` in a list means what SQL means by it; booleans filter
 //! boolean-like columns (PG `boolean`, SQLite `BOOLEAN`, MySQL/MariaDB `TINYINT(1)`).
 
@@ -120,7 +120,7 @@ async fn sqlite_null_and_boolean_filters_mean_what_sql_means() {
     db.remove();
 }
 
-/// The spec's own example names `public.<table>`: a job runs it exactly as validate-schema
+/// docs/api.md ("Jobs") names tables `public.<table>`: a job runs it exactly as validate-schema
 /// accepts it (one lookup rule), filters included.
 #[tokio::test]
 async fn postgres_jobs_accept_public_qualified_tables() {

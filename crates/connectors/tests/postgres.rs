@@ -49,7 +49,8 @@ async fn fixture_discovery_golden_counts_and_determinism() {
     let d = db.descriptor("pg1");
     let ctx = Context::background();
 
-    // Discovery: tables with naming of §6.5, system schemas excluded, columns by position.
+    // Discovery: tables named as docs/datasources.md says, system schemas excluded, columns
+    // by position.
     let mut c = factory(true)
         .build_connector(&ctx, &tenant(), &d)
         .await
@@ -135,7 +136,8 @@ async fn fixture_discovery_golden_counts_and_determinism() {
         8
     );
 
-    // Multi-schema job (§10.1): 24 + 8 + 7 = 39, and byte-identical across runs and paths.
+    // Multi-schema job (docs/datasources.md, "Test fixtures"): 24 + 8 + 7 = 39, and
+    // byte-identical across runs and paths.
     let multi = json!({
         "mappedFields": {"pg1": {
             "transactions": ["amount", "id", "status"],

@@ -1,4 +1,4 @@
-//! Datasource credential protection (spec §3).
+//! Datasource credential protection (docs/results.md, "Stored credentials").
 //!
 //! Stored value: `Base64Std(nonce[12] ‖ ciphertext ‖ tag[16])`, AES-256-GCM under the
 //! credentials key of the ring's current version, random nonce, no associated data,

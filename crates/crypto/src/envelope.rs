@@ -1,8 +1,9 @@
-//! Signed message envelope (spec §5): HMAC-SHA256 over a canonical payload that binds
-//! timestamp, version, tenant, job id, exchange (route), routing key (destination) and
-//! body.
+//! Signed message envelope (docs/results.md, "Signed queue messages"): HMAC-SHA256 over a
+//! canonical payload that binds timestamp, version, tenant, job id, exchange (route),
+//! routing key (destination) and body.
 //!
-//! Canonical payload (§5.2), fields joined by single LF bytes, body appended raw:
+//! Canonical payload (docs/results.md, "Canonical payload"), fields joined by single LF
+//! bytes, body appended raw:
 //!
 //! ```text
 //! <t>\n v1 \n<tenantId>\n<jobId>\n<exchange>\n<routingKey>\n<body bytes>
@@ -12,7 +13,8 @@
 //! decimal; `<tenantId>` is empty in single-tenant mode; `<jobId>` is the `jobId` string
 //! property of the body's top-level JSON object, empty if the body is not a JSON object
 //! or the property is missing or not a string. On SQS, `<exchange>` is empty and
-//! `<routingKey>` a fixed logical queue name on both sides (spec §5.6 porting note).
+//! `<routingKey>` a fixed logical queue name on both sides (docs/results.md,
+//! "Canonical payload").
 //!
 //! Signature = lowercase hex of HMAC-SHA256(key, payload); internal HMAC key for
 //! Manager → Worker jobs, external HMAC key for terminal events.
@@ -38,9 +40,9 @@ pub const HEADER_SIGNATURE_VERSION: &str = "signature-version";
 pub const HEADER_TENANT_ID: &str = "X-Tenant-ID";
 /// Minimum HMAC key length.
 pub const MIN_KEY_LEN: usize = 32;
-/// Default maximum message age (spec: 5 minutes).
+/// Default maximum message age (the reference's: 5 minutes).
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(300);
-/// Default maximum clock skew into the future (spec: 30 seconds).
+/// Default maximum clock skew into the future (the reference's: 30 seconds).
 pub const DEFAULT_MAX_FUTURE_SKEW: Duration = Duration::from_secs(30);
 
 /// Where a message goes and what it carries: the signed fields other than `t` and the
@@ -93,12 +95,12 @@ pub struct ReceivedHeaders<'a> {
 #[derive(Clone, Copy, Debug)]
 pub struct VerifyPolicy {
     /// Reject messages older than this (default 5 min). SQS redeliveries may need more,
-    /// or a check against the first-receive time (spec §5.6 porting note).
+    /// or a check against the first-receive time (docs/results.md, "Verification").
     pub max_age: Duration,
     /// Reject messages dated further in the future than this (default 30 s).
     pub max_future_skew: Duration,
     /// Accept the legacy body-only payload `<t>.<body>` after the current format fails
-    /// (spec §5.4). Off by default; replay-prone across tenants and routes.
+    /// (docs/results.md, "Verification"). Off by default; replay-prone across tenants and routes.
     pub allow_legacy_body_signature: bool,
 }
 
@@ -203,7 +205,8 @@ impl MessageSigner {
         }
     }
 
-    /// Verifies a received message at Unix time `now`, in the reference's order (§5.3):
+    /// Verifies a received message at Unix time `now`, in the reference's order (docs/results.md,
+    /// "Verification"):
     /// signature present → `t` present and parseable → freshness → version → HMAC
     /// (constant time, as lowercase hex text) → legacy fallback if enabled.
     pub fn verify(
@@ -278,7 +281,8 @@ impl MessageSigner {
     }
 }
 
-/// The canonical signed payload of §5.2 for the decimal timestamp text `t`.
+/// The canonical signed payload (docs/results.md, "Canonical payload") for the decimal
+/// timestamp text `t`.
 pub fn canonical_payload(t: &str, envelope: &Envelope<'_>) -> Vec<u8> {
     let job_id = job_id_from_body(envelope.body);
     let mut p = Vec::with_capacity(
@@ -306,7 +310,7 @@ pub fn canonical_payload(t: &str, envelope: &Envelope<'_>) -> Vec<u8> {
     p
 }
 
-/// The legacy payload of §5.4: `<t>.<body>`.
+/// The legacy payload (docs/results.md, "Verification"): `<t>.<body>`.
 pub fn legacy_payload(t: &str, body: &[u8]) -> Vec<u8> {
     let mut p = Vec::with_capacity(t.len() + 1 + body.len());
     p.extend_from_slice(t.as_bytes());

@@ -26,9 +26,10 @@ pub enum ErrorKind {
     InvalidKey,
     /// The key version named by stored data is not in the key ring.
     UnknownKeyVersion,
-    /// `reveal` was called with the empty key version, which marks an *internal*
-    /// datasource whose credential is not encrypted at all (spec §2.3). The caller must
-    /// carry an explicit "internal" flag instead of asking this crate to decrypt.
+    /// `reveal` was called with the empty key version, which marks an *internal* datasource
+    /// whose credential is not encrypted at all (docs/results.md, "Key versions"). The
+    /// caller must carry an explicit "internal" flag instead of asking this crate to
+    /// decrypt.
     InternalCredential,
     /// Input is not in the expected format: bad Base64, too short, bad magic, bad header,
     /// bad frame flag or length, trailing bytes after the end of a sealed stream.

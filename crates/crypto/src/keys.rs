@@ -1,7 +1,7 @@
 //! Master keys, HKDF derivation of the four purpose keys, and the versioned key ring.
 //!
-//! Derivation (spec §2.2): HKDF-SHA256, IKM = decoded master key, **no salt** (RFC 5869:
-//! HashLen zero bytes), info = the ASCII label of [`KeyPurpose::label`], L = 32.
+//! Derivation (docs/results.md, "Keys"): HKDF-SHA256, IKM = decoded master key, **no salt**
+//! (RFC 5869: HashLen zero bytes), info = the ASCII label of [`KeyPurpose::label`], L = 32.
 //!
 //! Versions: every master key carries a free-form *version label* (the reference's
 //! `APP_ENC_KEY_VERSION`, default `"1"`; on AWS the secret's version id). The ring holds the
@@ -10,9 +10,10 @@
 //! Rotation is "add a new current version", never a migration.
 //!
 //! The **empty** version label is reserved: in stored connection records it marks an
-//! internal datasource whose credential is not encrypted (spec §2.3). A ring therefore
-//! refuses an empty label, and [`CredentialCipher::reveal`](crate::CredentialCipher::reveal)
-//! refuses to "decrypt" under it.
+//! internal datasource whose credential is not encrypted (docs/results.md, "Key versions").
+//! A ring therefore refuses an empty label, and
+//! [`CredentialCipher::reveal`](crate::CredentialCipher::reveal) refuses to "decrypt" under
+//! it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,19 +25,21 @@ use zeroize::Zeroizing;
 use crate::encoding::{b64_decode, hex_lower};
 use crate::error::{Error, ErrorKind, Result};
 
-/// Minimum decoded master-key length in bytes (spec §2.1).
+/// Minimum decoded master-key length in bytes (docs/results.md, "Keys").
 pub const MIN_MASTER_KEY_LEN: usize = 32;
 
 /// Maximum length of a key-version label in bytes (it must fit the v2 header).
 pub const MAX_KEY_VERSION_LEN: usize = 128;
 
-/// The version label the reference uses when none is configured (spec §2.3).
+/// The version label the reference uses when none is configured (docs/results.md,
+/// "Key versions").
 pub const DEFAULT_KEY_VERSION: &str = "1";
 
 /// The stored key version that marks an internal (unencrypted) datasource credential.
 pub const INTERNAL_KEY_VERSION: &str = "";
 
-/// Whether a stored key-version label denotes an internal datasource (spec §2.3). Callers
+/// Whether a stored key-version label denotes an internal datasource (docs/results.md,
+/// "Key versions"). Callers
 /// should prefer an explicit flag on the connection record; see the crate docs.
 pub fn is_internal_key_version(label: &str) -> bool {
     label.is_empty()
@@ -67,7 +70,7 @@ pub struct MasterKey(Zeroizing<Vec<u8>>);
 
 impl MasterKey {
     /// Parses standard Base64 (RFC 4648 alphabet, `=` padding required, embedded CR/LF
-    /// ignored, anything else rejected) and requires ≥ 32 decoded bytes (spec §2.1).
+    /// ignored, anything else rejected) and requires ≥ 32 decoded bytes (docs/results.md, "Keys").
     /// Surrounding whitespace is *not* trimmed here; sources that read text trim it.
     pub fn from_base64(text: &str) -> Result<Self> {
         let bytes = b64_decode(text.as_bytes(), "invalid master key (base64)")
@@ -173,7 +176,7 @@ pub(crate) fn hkdf_sha256(salt: &[u8], ikm: &[u8], info: &[&[u8]], out: &mut [u8
         .map_err(|_| Error::internal("key derivation failed"))
 }
 
-/// The four derived keys' purposes (spec §2.2).
+/// The four derived keys' purposes (docs/results.md, "Keys").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KeyPurpose {
     /// AES-256-GCM of datasource passwords.
@@ -187,7 +190,7 @@ pub enum KeyPurpose {
 }
 
 impl KeyPurpose {
-    /// All purposes, in the spec's order.
+    /// All purposes, in the order of docs/results.md, "Keys".
     pub const ALL: [KeyPurpose; 4] = [
         KeyPurpose::Credentials,
         KeyPurpose::InternalHmac,
@@ -211,12 +214,12 @@ pub struct SecretKey(Zeroizing<[u8; 32]>);
 
 impl SecretKey {
     /// The raw bytes. Needed only to hand a key to another system (e.g. printing the
-    /// external HMAC key for a consumer, spec §2.5); never log them.
+    /// external HMAC key for a consumer, docs/results.md "Keys"); never log them.
     pub fn expose_secret(&self) -> &[u8; 32] {
         &self.0
     }
 
-    /// Lowercase hex of the key, zeroized on drop (spec §2.5 derivation tool output).
+    /// Lowercase hex of the key, zeroized on drop (the form of docs/results.md, "Test vectors").
     pub fn to_hex(&self) -> Zeroizing<String> {
         Zeroizing::new(hex_lower(&self.0[..]))
     }
@@ -389,7 +392,7 @@ impl fmt::Debug for KeyRing {
 pub(crate) mod tests {
     use super::*;
 
-    /// §2.7: ASCII `this-is-a-32-byte-master-key1234`.
+    /// docs/results.md, "Test vectors": ASCII `this-is-a-32-byte-master-key1234`.
     pub(crate) const VECTOR_MASTER_B64: &str = "dGhpcy1pcy1hLTMyLWJ5dGUtbWFzdGVyLWtleTEyMzQ=";
 
     pub(crate) fn vector_ring() -> KeyRing {

@@ -1,9 +1,9 @@
 //! Fetcher's cryptography: the key ring, credential protection, sealed results and
 //! signed queue envelopes.
 //!
-//! Facts come from `spec/worker-security.md` (§2 keys, §3 credentials, §5 envelopes,
-//! §7 results); everything that touches the reference's formats reproduces its test
-//! vectors byte for byte (see the unit tests of each module).
+//! The formats, keys and envelopes are described in `docs/results.md`; everything that
+//! touches the reference's formats reproduces its test vectors byte for byte (see the
+//! unit tests of each module).
 //!
 //! # Module map
 //!
@@ -81,9 +81,10 @@
 //! version (reference format); [`SealedV1::key_version`] should be stored next to them.
 //!
 //! The empty label is reserved: a stored credential with an empty label is an *internal*
-//! datasource whose password is stored in clear (spec §2.3). This crate never produces
-//! the empty label and refuses to decrypt under it ([`ErrorKind::InternalCredential`]);
-//! the caller decides "internal" from an explicit flag (see the differences below).
+//! datasource whose password is stored in clear (docs/results.md, "Key versions"). This
+//! crate never produces the empty label and refuses to decrypt under it
+//! ([`ErrorKind::InternalCredential`]); the caller decides "internal" from an explicit flag
+//! (see the differences below).
 //!
 //! # Format v1 (reference)
 //!
@@ -159,23 +160,24 @@
 //!
 //! # Envelopes
 //!
-//! See [`envelope`] for the canonical payload (§5.2) and verification order (§5.3).
+//! See [`envelope`], and docs/results.md "Signed queue messages", for the canonical
+//! payload and the verification order.
 //!
 //! # Differences from the reference
 //!
-//! * **Key rotation** (ref. hazard 16): the reference decrypts only the single configured
+//! * **Key rotation**: the reference decrypts only the single configured
 //!   version. Here the ring keeps older versions readable; credentials, v2 results and
 //!   envelopes written under an older version still open.
-//! * **Empty-password credentials** (ref. hazard 15): the reference skips encryption of
+//! * **Empty-password credentials**: the reference skips encryption of
 //!   an empty password and stores the empty version label, which then reads as
 //!   "internal" and bypasses the SSRF guard. [`CredentialCipher::protect`] always
 //!   encrypts and always returns a non-empty version; `reveal` refuses the empty label
 //!   instead of passing text through, so "internal" must be an explicit flag.
-//! * **Document HMAC** (ref. hazard 1): computed over the plaintext only, as the
+//! * **Document HMAC**: computed over the plaintext only, as the
 //!   reference code does, not over `<timestamp>.<body>` as its stale guide says.
 //! * **Freshness arithmetic** cannot overflow on extreme `t` values; the window is
 //!   configurable through [`VerifyPolicy`] (defaults: 5 min age, 30 s future) so SQS
-//!   redeliveries can be handled as the spec's porting note suggests.
+//!   redeliveries are accepted (docs/results.md, "Verification").
 //! * **Envelope verification across rotations**: [`MessageSigner::from_ring`] accepts a
 //!   signature from any ring version (every key is tried, so timing does not reveal
 //!   which), where the reference rejects all in-flight messages after a key change.

@@ -1,4 +1,4 @@
-//! Sealed result, format v1: the reference's format (spec §7.2, §7.3, §7.6).
+//! Sealed result, format v1: the reference's format (docs/results.md, "Format v1").
 //!
 //! * Document HMAC = lowercase hex of HMAC-SHA256(external HMAC key, plaintext).
 //! * Stored object = ASCII `Base64Std(nonce[12] ‖ AES-256-GCM(storage key, nonce,
@@ -38,8 +38,9 @@ impl std::fmt::Debug for SealedV1 {
     }
 }
 
-/// Document HMAC (spec §7.2): lowercase hex HMAC-SHA256 of the plaintext under the
-/// external HMAC key. Also the value the v2 trailer carries (in raw form).
+/// Document HMAC (docs/results.md, "HMAC and digest"): lowercase hex HMAC-SHA256 of the
+/// plaintext under the external HMAC key. Also the value the v2 trailer carries (in raw
+/// form).
 pub fn document_hmac(keys: &DerivedKeys, plaintext: &[u8]) -> String {
     let key = hmac::Key::new(
         hmac::HMAC_SHA256,

@@ -1,4 +1,5 @@
-//! Construction and the connection lifecycle operations (spec engine §3, §6).
+//! Construction and the connection lifecycle operations (docs/engine.md, "Construction",
+//! "Connections").
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,6 +1,6 @@
 //! The engine's one error type and its eleven stable categories.
 //!
-//! Error policy (spec engine §9):
+//! Error policy (docs/engine.md, "Errors"):
 //! * every failure the engine produces is an [`EngineError`] with a [`Category`] and a
 //!   fixed, pre-written message; driver, factory, protector, checker and sink text is
 //!   dropped and replaced by that message, so it can never carry a password or a DSN;
@@ -162,7 +162,7 @@ impl std::error::Error for EngineError {
     }
 }
 
-/// The fixed message catalogue (spec engine §9.4). Tests pin every text.
+/// The fixed message catalogue (docs/engine.md, "Errors"). Tests pin every text.
 pub mod msg {
     pub const REGISTRY_REQUIRED: &str = "connector registry is required";
     pub const PROTECTOR_REQUIRED: &str =

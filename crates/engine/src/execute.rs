@@ -1,4 +1,4 @@
-//! Extraction execution (spec engine §8.4–§8.9): direct and store modes.
+//! Extraction execution (docs/engine.md, "Execution"): direct and store modes.
 //!
 //! Each plan step runs in its own task and owns its connector. The first failure is
 //! recorded once and cancels the run; every task is joined before returning, and every

@@ -1,4 +1,4 @@
-//! Canonical JSON encoding (spec engine §8.7), byte-compatible with the reference's
+//! Canonical JSON encoding (docs/engine.md, "Canonical JSON"), byte-compatible with the reference's
 //! encoder so digests match across implementations:
 //!
 //! * object keys sorted byte-wise; compact form has no spaces; indented form uses two

@@ -4,8 +4,8 @@
 //! (tenancy, connection lifecycle, schema discovery and validation, planning, limits,
 //! execution, the NDJSON/JSON encodings, digests and the error contract); a host owns how
 //! it *runs* (HTTP, queues, databases, object storage, keys) and reaches the engine only
-//! through the traits in [`ports`]. The behaviour follows `spec/engine.md`, the contract
-//! written from the reference implementation; the differences are listed below.
+//! through the traits in [`ports`]. The rules are written down in `docs/engine.md`; they
+//! follow the reference implementation, and the differences are listed below.
 //!
 //! ## Module map
 //!
@@ -73,8 +73,8 @@
 //!   a time instead of the reference's row-at-a-time `next/row/err`.
 //! * **Dependencies**: Rust's std has no JSON, SHA-256 or executor, so the boundary is
 //!   serde, serde_json, sha2 and tokio (`rt`, `sync`, `time`, `macros`) and what they pull
-//!   in, checked by `scripts/check-engine-deps` (DESIGN.md §3). No `std::net`,
-//!   `std::process` or `std::fs` in this crate.
+//!   in, checked by `scripts/check-engine-deps` (docs/engine.md, "Dependency boundary"). No
+//!   `std::net`, `std::process` or `std::fs` in this crate.
 
 pub mod context;
 pub mod cursor;

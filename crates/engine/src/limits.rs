@@ -1,4 +1,4 @@
-//! Resource limits and per-request overrides (spec engine §2.2).
+//! Resource limits and per-request overrides (docs/engine.md, "Limits").
 //!
 //! JSON representation (the reference leaves it undefined): camelCase names matching the
 //! override field paths, `timeout` in **milliseconds**.

@@ -1,4 +1,4 @@
-//! Extraction planning (spec engine §8.2): resolve and validate, never query data.
+//! Extraction planning (docs/engine.md, "Planning"): resolve and validate, never query data.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,5 @@
-//! Schema discovery (cache as an accelerator only) and schema validation (spec §7).
+//! Schema discovery (cache as an accelerator only) and schema validation (docs/engine.md,
+//! "Schema discovery and validation").
 
 use crate::context::Context;
 use crate::engine::Engine;

@@ -1,4 +1,4 @@
-//! Tenant context: the only isolation boundary inside the engine (spec engine §2.1).
+//! Tenant context: the only isolation boundary inside the engine (docs/engine.md, "Tenancy").
 
 use crate::error::{EngineError, Result, msg};
 

@@ -3,8 +3,8 @@
 //!
 //! Authentication: API Gateway's JWT authorizer verifies the token; its claims (request
 //! context `authorizer.jwt.claims`) are handed to the router as
-//! [`VerifiedClaims`](fetcher_service::http::VerifiedClaims), read by
-//! [`ClaimsAuthenticator`](fetcher_service::http::ClaimsAuthenticator). In multi-tenant
+//! [`VerifiedClaims`](fetcher_http::VerifiedClaims), read by
+//! [`ClaimsAuthenticator`](fetcher_http::ClaimsAuthenticator). In multi-tenant
 //! mode the tenant is the `tenantId` claim. Nothing is parsed from headers. A call without
 //! verified claims is 401 unless the deployment opts out (`FETCHER_ALLOW_UNAUTHENTICATED`),
 //! and every API-supplied host passes host safety unless it opts out
@@ -16,7 +16,7 @@ use axum::Router;
 use fetcher_aws::SqsJobQueue;
 use fetcher_aws::host::{Host, HostConfig, Probe};
 use fetcher_crypto::{KeyPurpose, MessageSigner};
-use fetcher_service::http::{self, ApiConfig, AppDeps, AppState, VerifiedClaims};
+use fetcher_http::{self as http, ApiConfig, AppDeps, AppState, VerifiedClaims};
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Map, Value};

@@ -18,7 +18,7 @@ use std::time::Instant;
 use fetcher_aws::EventBridgePublisher;
 use fetcher_aws::host::{Host, HostConfig, emf_line};
 use fetcher_aws::sqs::queue_message_from_record;
-use fetcher_service::pipeline::{Outcome, Pipeline, PipelineConfig};
+use fetcher_host::pipeline::{Outcome, Pipeline, PipelineConfig};
 use serde_json::{Value, json};
 use tracing::{error, info, warn};
 
@@ -50,7 +50,7 @@ pub fn retry_delay(base: std::time::Duration, receives: u32) -> std::time::Durat
 }
 
 /// Builds the extractor from the environment ([`HostConfig`]). Refuses to start without
-/// an event bus: terminal events are mandatory (worker-security §9.7).
+/// an event bus: terminal events are mandatory (docs/events.md, "Where they go").
 pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<Extractor, String> {
     let bus = config.event_bus.clone().ok_or_else(|| {
         "FETCHER_EVENT_BUS is not set: the extract function refuses to start without an event bus (job events are mandatory)".to_owned()

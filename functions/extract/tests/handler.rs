@@ -7,8 +7,8 @@ use fetcher_aws::host::HostConfig;
 use fetcher_aws::testing::{config, resources};
 use fetcher_crypto::{KeyPurpose, MessageSigner};
 use fetcher_fn_extract::{Extractor, from_config};
-use fetcher_service::message::{encode, unix_now};
-use fetcher_service::model::{Job, JobRequest, JobStatus, QueueMessage};
+use fetcher_host::message::{encode, unix_now};
+use fetcher_host::model::{Job, JobRequest, JobStatus, QueueMessage};
 use serde_json::{Value, json};
 
 async fn host_config() -> HostConfig {
@@ -292,7 +292,7 @@ async fn a_retried_message_backs_off_instead_of_waiting_out_the_visibility_timeo
         "req-5",
         unix_now(),
     );
-    fetcher_service::ports::JobQueue::enqueue(&broken.queue, msg.clone())
+    fetcher_host::ports::JobQueue::enqueue(&broken.queue, msg.clone())
         .await
         .unwrap();
     let receive = || {

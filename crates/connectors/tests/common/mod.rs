@@ -1,5 +1,6 @@
-//! Shared helpers: unique per-test databases on the real servers, fixtures (spec §10.1,
-//! §10.2 rewritten), and an engine wired with the SQL registry and in-memory ports.
+//! Shared helpers: unique per-test databases on the real servers, fixtures
+//! (docs/datasources.md, "Test fixtures"), and an engine wired with the SQL registry and
+//! in-memory ports.
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -246,7 +247,7 @@ pub fn rows_of(ndjson: &[u8], table: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-// --- Fixtures (spec §10.1 / §10.2, rewritten) -----------------------------------------------
+// --- Fixtures (docs/datasources.md, "Test fixtures") ---------------------------------------
 
 pub const A1: &str = "11111111-1111-1111-1111-111111111111";
 pub const A2: &str = "22222222-2222-2222-2222-222222222222";

@@ -165,7 +165,7 @@ pub async fn add_source(
     factory
 }
 
-/// The two golden sources of spec §8.5/§8.6: `pg-a` (`public.a`: alice, bob) and
+/// The two golden sources (docs/engine.md, "Worked example"): `pg-a` (`public.a`: alice, bob) and
 /// `mongo-b` (`coll.b`: ids 10, 11, 12).
 pub async fn golden_sources(
     h: &Harness,

@@ -1,0 +1,259 @@
+//! The in-process work queue of `fetcher serve`, and the worker that drains it.
+//!
+//! The queue itself is a channel; durability comes from the jobs table: on start the
+//! worker re-enqueues every job that needs a worker (pending, or processing with an
+//! expired lease), so jobs accepted before a crash or restart run after it. Messages are
+//! the same signed envelopes the SQS path carries, verified by the same pipeline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fetcher_crypto::{KeyPurpose, MessageSigner};
+use fetcher_engine::{BoxFuture, Timestamp};
+use tokio::sync::{Mutex, Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use fetcher_host::error::{Result, ServiceError};
+use fetcher_host::message;
+use fetcher_host::model::QueueMessage;
+use fetcher_host::pipeline::{Outcome, Pipeline};
+use fetcher_host::ports::JobQueue;
+
+/// A channel-backed queue.
+pub struct InProcessQueue {
+    tx: mpsc::UnboundedSender<QueueMessage>,
+    rx: Mutex<mpsc::UnboundedReceiver<QueueMessage>>,
+    accepting: watch::Sender<bool>,
+}
+
+impl Default for InProcessQueue {
+    fn default() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        InProcessQueue {
+            tx,
+            rx: Mutex::new(rx),
+            accepting: watch::channel(true).0,
+        }
+    }
+}
+
+impl InProcessQueue {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// Stops accepting new jobs (graceful shutdown): `enqueue` then fails with a
+    /// retryable error, so the API answers 503 instead of losing the job.
+    pub fn close(&self) {
+        self.accepting.send_replace(false);
+    }
+}
+
+impl JobQueue for InProcessQueue {
+    fn is_accepting(&self) -> bool {
+        *self.accepting.borrow()
+    }
+
+    fn enqueue<'a>(&'a self, message: QueueMessage) -> BoxFuture<'a, Result<()>> {
+        let out = if !*self.accepting.borrow() {
+            Err(ServiceError::unavailable(
+                "shutting down; not accepting jobs",
+            ))
+        } else {
+            self.tx
+                .send(message)
+                .map_err(|_| ServiceError::unavailable("job queue closed"))
+        };
+        Box::pin(std::future::ready(out))
+    }
+}
+
+/// Worker settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Jobs processed at once.
+    pub concurrency: usize,
+    /// First delay before a retried message comes back; doubles up to `max_retry_delay`,
+    /// each delay jittered down by up to half (so retries of many jobs spread out).
+    pub retry_delay: Duration,
+    pub max_retry_delay: Duration,
+    /// How often the repair pass republishes pending terminal events.
+    pub repair_interval: Duration,
+    /// How long shutdown waits for in-flight jobs before abandoning them (their leases
+    /// then expire and the next start re-runs them).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            concurrency: 2,
+            retry_delay: Duration::from_secs(1),
+            max_retry_delay: Duration::from_secs(15),
+            repair_interval: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Drains an [`InProcessQueue`] through a [`Pipeline`].
+pub struct Worker {
+    pub pipeline: Arc<Pipeline>,
+    pub queue: Arc<InProcessQueue>,
+    pub config: WorkerConfig,
+}
+
+impl Worker {
+    /// Re-enqueues the jobs that need a worker (startup recovery). Returns how many.
+    pub async fn recover(&self) -> Result<usize> {
+        let ring = self.pipeline.keys.key_ring().await?;
+        let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac);
+        // Processing jobs of a previous run are orphans; their leases expire within one
+        // lease period, after which the pipeline takes them over.
+        let horizon = Timestamp::from_unix_nanos(
+            Timestamp::now().unix_nanos() + self.pipeline.config.lease.as_nanos() as i128,
+        );
+        let jobs = self.pipeline.jobs.list_pending(horizon, 10_000).await?;
+        for job in &jobs {
+            self.queue
+                .enqueue(message::encode(job, &signer, "", message::unix_now()))
+                .await?;
+        }
+        Ok(jobs.len())
+    }
+
+    /// Runs until `shutdown` turns true, then finishes (or, after the grace period,
+    /// abandons) in-flight jobs and returns.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        match self.recover().await {
+            Ok(0) => {}
+            Ok(n) => info!(jobs = n, "re-enqueued jobs from a previous run"),
+            Err(e) => warn!(error = %e.log_detail(), "startup recovery failed"),
+        }
+        let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
+        // Cancelled when the shutdown grace runs out: in-flight jobs stop and release
+        // their claims.
+        let abandon = fetcher_engine::Context::background();
+        let mut tasks = JoinSet::new();
+        let mut repair = tokio::time::interval(self.config.repair_interval);
+        let mut rx = self.queue.rx.lock().await;
+        let stop = async move {
+            let _ = shutdown.wait_for(|s| *s).await;
+        };
+        tokio::pin!(stop);
+        loop {
+            // A message is taken only when a slot is free, so waiting for a slot never
+            // keeps the loop from seeing the stop signal.
+            tokio::select! {
+                _ = &mut stop => break,
+                _ = repair.tick() => {
+                    if let Err(e) = self.pipeline.repair_events(25).await {
+                        warn!(error = %e.log_detail(), "event repair pass failed");
+                    }
+                }
+                Some(msg) = rx.recv(), if permits.available_permits() > 0 => {
+                    let permit = permits.clone().try_acquire_owned().expect("a free slot");
+                    let (pipeline, queue, config, abandon) = (self.pipeline.clone(), self.queue.clone(), self.config.clone(), abandon.clone());
+                    tasks.spawn(async move {
+                        let _permit = permit;
+                        handle_with_retry(&pipeline, &queue, &config, &abandon, msg, 0).await;
+                    });
+                }
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        drop(rx);
+        self.queue.close();
+        info!(in_flight = tasks.len(), "worker draining");
+        let drained = tokio::time::timeout(self.config.shutdown_grace, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            warn!(
+                abandoned = tasks.len(),
+                "shutdown grace elapsed; abandoning in-flight jobs"
+            );
+            abandon.cancel();
+            // They release their claims; bounded, then whatever is left is dropped.
+            let released = tokio::time::timeout(Duration::from_secs(5), async {
+                while tasks.join_next().await.is_some() {}
+            })
+            .await;
+            if released.is_err() {
+                warn!(
+                    left = tasks.len(),
+                    "jobs did not stop; their leases will expire"
+                );
+                tasks.abort_all();
+            }
+        }
+    }
+}
+
+/// Handles one message; a retry comes back after an exponential delay (in this task, so
+/// the delay does not hold a queue slot hostage beyond its own permit).
+fn handle_with_retry<'a>(
+    pipeline: &'a Pipeline,
+    queue: &'a InProcessQueue,
+    config: &'a WorkerConfig,
+    abandon: &'a fetcher_engine::Context,
+    msg: QueueMessage,
+    attempt: u32,
+) -> BoxFuture<'a, ()> {
+    Box::pin(async move {
+        match pipeline.handle_until(&msg, abandon).await {
+            Outcome::Retry(e) => {
+                let delay = retry_delay(config, attempt, jitter());
+                warn!(error = %e.log_detail(), ?delay, "job will be retried");
+                tokio::time::sleep(delay).await;
+                if !*queue.accepting.borrow() {
+                    return; // shutting down: the jobs table brings it back on the next start
+                }
+                handle_with_retry(pipeline, queue, config, abandon, msg, attempt + 1).await;
+            }
+            // The pipeline logs completions and failures itself.
+            Outcome::Completed { .. } | Outcome::Failed { .. } => {}
+            Outcome::Skipped(why) => info!(why, "message skipped"),
+        }
+    })
+}
+
+/// The delay before retry `attempt` (0-based): `retry_delay · 2^attempt`, capped at
+/// `max_retry_delay`, scaled by `jitter` in `[0.5, 1]`.
+pub fn retry_delay(config: &WorkerConfig, attempt: u32, jitter: f64) -> Duration {
+    config
+        .retry_delay
+        .saturating_mul(1 << attempt.min(16))
+        .min(config.max_retry_delay)
+        .mul_f64(jitter.clamp(0.5, 1.0))
+}
+
+/// A factor in `[0.5, 1]` from the OS's randomness (a v4 UUID's random bits).
+fn jitter() -> f64 {
+    let bits = uuid::Uuid::new_v4().as_u128() as u64 >> 11; // 53 random bits
+    0.5 + 0.5 * (bits as f64 / (1u64 << 53) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delays_grow_to_a_cap_and_cover_a_minute_of_outage() {
+        let c = WorkerConfig::default();
+        let full: Vec<u64> = (0..8).map(|a| retry_delay(&c, a, 1.0).as_secs()).collect();
+        assert_eq!(full, [1, 2, 4, 8, 15, 15, 15, 15]);
+        assert_eq!(retry_delay(&c, 3, 0.5), Duration::from_secs(4));
+        assert_eq!(retry_delay(&c, 40, 1.0), Duration::from_secs(15));
+        for _ in 0..1000 {
+            let j = jitter();
+            assert!((0.5..=1.0).contains(&j), "{j}");
+        }
+        // Even with the smallest jitter, the retries a 60 s budget allows (10 attempts)
+        // span well over the reference's 3 s: a PostgreSQL restart is ridden out.
+        let least: Duration = (0..9).map(|a| retry_delay(&c, a, 0.5)).sum();
+        assert!(least >= Duration::from_secs(30), "{least:?}");
+    }
+}

@@ -1,0 +1,208 @@
+//! The embedded adapters pass the same conformance suites as the in-memory ports.
+
+use std::sync::Arc;
+
+use fetcher_crypto::{KeyRing, Opener};
+use fetcher_embedded::{EventLog, LocalDirObjectStore, SqliteStore, event_line};
+use fetcher_engine::ports::{ConnectionStore, ExecutionStore, ResultSink, SchemaCache};
+use fetcher_engine::testing as engine_suites;
+use fetcher_host::memory::StaticKeyProvider;
+use fetcher_host::model::{JobStatus, TerminalEvent};
+use fetcher_host::ports::*;
+use fetcher_host::sink::SealedResultSink;
+use fetcher_host::testing as service_suites;
+
+const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+#[tokio::test]
+async fn sqlite_connection_store_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    engine_suites::connection_store(&(Arc::new(s) as Arc<dyn ConnectionStore>)).await;
+}
+
+#[tokio::test]
+async fn sqlite_execution_store_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    engine_suites::execution_store(&(Arc::new(s) as Arc<dyn ExecutionStore>)).await;
+}
+
+#[tokio::test]
+async fn sqlite_schema_cache_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    engine_suites::schema_cache(&(Arc::new(s) as Arc<dyn SchemaCache>)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_job_store_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    service_suites::job_store(&(Arc::new(s) as Arc<dyn JobStore>)).await;
+}
+
+#[tokio::test]
+async fn sqlite_rate_limiter_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    service_suites::rate_limiter(&(Arc::new(s) as Arc<dyn RateLimiter>)).await;
+}
+
+#[tokio::test]
+async fn sqlite_store_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.db");
+    let job = {
+        let s = SqliteStore::open(&path).await.unwrap();
+        let mut req = fetcher_host::model::JobRequest::default();
+        req.mapped_fields.insert(
+            "pg".into(),
+            [("t".to_string(), vec!["id".to_string()])].into(),
+        );
+        let job = fetcher_host::model::Job::new("acme", req, "h".into());
+        s.insert(&job).await.unwrap();
+        job
+    };
+    let s = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(
+        JobStore::get(&s, "acme", &job.id).await.unwrap(),
+        Some(job.clone())
+    );
+    let pending = s
+        .list_pending(fetcher_engine::Timestamp::now(), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        pending.iter().map(|j| j.id.clone()).collect::<Vec<_>>(),
+        [job.id]
+    );
+}
+
+#[tokio::test]
+async fn local_dir_object_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalDirObjectStore::new(dir.path());
+    service_suites::object_store(&(Arc::new(store) as Arc<dyn ObjectStore>)).await;
+    // No temporary files are left behind by aborted or finished writes.
+    let mut leftovers = Vec::new();
+    let mut stack = vec![dir.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name().to_string_lossy().starts_with(".tmp-") {
+                leftovers.push(e.path());
+            }
+        }
+    }
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// The `.tmp-*` files under `dir`.
+fn tmp_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name().to_string_lossy().starts_with(".tmp-") {
+                found.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn unfinished_writes_are_swept_and_finished_objects_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalDirObjectStore::new(dir.path());
+    let mut done = store.put("external-data/done.ndjson").await.unwrap();
+    done.write(b"kept").await.unwrap();
+    done.finish().await.unwrap();
+    // A crash mid-write: the writer is dropped, neither finished nor aborted.
+    for path in ["external-data/a.ndjson", "external-data/nested/b.ndjson"] {
+        let mut w = store.put(path).await.unwrap();
+        w.write(&[7u8; 4096]).await.unwrap();
+        std::mem::forget(w);
+    }
+    assert_eq!(tmp_files(dir.path()).len(), 2);
+    // Young files survive a sweep that asks for old ones (a live writer's file).
+    let hour = std::time::Duration::from_secs(3600);
+    assert_eq!(store.sweep_incomplete(hour).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .sweep_incomplete(std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(tmp_files(dir.path()).is_empty());
+    assert_eq!(
+        store.head("external-data/done.ndjson").await.unwrap(),
+        Some(4)
+    );
+    // Readiness: writable, then not (the directory replaced by a file).
+    store.check_writable().await.unwrap();
+    assert!(tmp_files(dir.path()).is_empty(), "the probe leaves nothing");
+    let broken = LocalDirObjectStore::new(dir.path().join("external-data/done.ndjson"));
+    assert!(broken.check_writable().await.is_err());
+}
+
+#[tokio::test]
+async fn sealed_result_sink_over_a_local_dir_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = Arc::new(KeyRing::from_base64(KEY, "1").unwrap());
+    let objects: Arc<dyn ObjectStore> = Arc::new(LocalDirObjectStore::new(dir.path()));
+    let sink = SealedResultSink::new(objects.clone(), Arc::new(StaticKeyProvider(ring.clone())));
+    let reader: engine_suites::ResultReader = Arc::new(move |r| {
+        let (objects, ring) = (objects.clone(), ring.clone());
+        Box::pin(async move {
+            let sealed = read_all(objects.as_ref(), &r.path).await.ok()??;
+            let plain = if sealed.starts_with(&fetcher_crypto::v2::MAGIC) {
+                let mut opener = Opener::new_any_job(&ring);
+                let mut out = Vec::new();
+                opener.update_into(&sealed, &mut out).ok()?;
+                opener.finish().ok()?;
+                out
+            } else {
+                let hmac = r.integrity.as_ref()?.signature.clone();
+                fetcher_crypto::open_v1(ring.current(), &sealed, &hmac)
+                    .ok()?
+                    .to_vec()
+            };
+            Some(plain)
+        })
+    });
+    engine_suites::result_sink(&(Arc::new(sink) as Arc<dyn ResultSink>), reader).await;
+}
+
+#[tokio::test]
+async fn the_event_log_appends_one_line_per_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = EventLog::new(dir.path().join("events.ndjson"));
+    let e1 = TerminalEvent::new(
+        "acme",
+        "j1",
+        JobStatus::Completed,
+        r#"{"jobId":"j1","status":"completed"}"#.into(),
+    );
+    let e2 = TerminalEvent::new(
+        "acme",
+        "j2",
+        JobStatus::Failed,
+        r#"{"jobId":"j2","status":"failed"}"#.into(),
+    );
+    log.publish(&e1).await.unwrap();
+    log.publish(&e2).await.unwrap();
+    let text = std::fs::read_to_string(dir.path().join("events.ndjson")).unwrap();
+    assert_eq!(
+        text,
+        format!("{}{}", event_line(&e1).unwrap(), event_line(&e2).unwrap())
+    );
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["id"], "fetcher.job.completed.j1");
+    assert_eq!(first["detail-type"], "job.completed");
+    assert_eq!(first["detail"]["status"], "completed");
+    let bad = TerminalEvent::new("acme", "j3", JobStatus::Failed, "not json".into());
+    assert!(log.publish(&bad).await.is_err());
+}

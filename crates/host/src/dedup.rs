@@ -1,0 +1,311 @@
+//! The canonical request hash of job de-duplication (docs/api.md, "Duplicates").
+//!
+//! The hash is the lower-case hex SHA-256 of compact JSON of exactly this shape:
+//!
+//! ```text
+//! {"dataRequest":{"mappedFields":{…},"filters":{…}},"metadata":{…}}
+//! ```
+//!
+//! encoded the way the reference's encoder does it, so a Rust Manager and reference
+//! instances compute the same hash for the same request:
+//!
+//! * object keys sorted byte-wise at every level; arrays keep request order;
+//! * `filters` and `metadata` omitted when empty;
+//! * filter conditions list their operators in the fixed order `eq, gt, gte, lt, lte,
+//!   between, in, nin, ne, like`, each omitted when absent or empty (unknown operators
+//!   were already dropped when the request was decoded);
+//! * numbers re-encoded from `f64` with the shortest round-trip text: plain decimal for
+//!   `1e-6 <= |x| < 1e21`, exponent form (`1e+21`, `1e-7`) otherwise;
+//! * strings escaped with `<`, `>`, `&`, U+2028 and U+2029 as `\u` escapes, the short
+//!   escapes `\n \r \t \b \f`, other control characters as `\u00xx` (lower-case hex).
+//!
+//! Beyond the reference: a request that names a result format (`resultFormat`) appends
+//! `"resultFormat":"v1"|"v2"` as a last top-level key, so the same extraction asked in two
+//! formats is two jobs. Requests without it hash exactly like the reference.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::model::ResultFormat;
+
+/// The fixed operator order of a filter condition.
+pub const OPERATORS: [&str; 10] = [
+    "eq", "gt", "gte", "lt", "lte", "between", "in", "nin", "ne", "like",
+];
+
+/// `datasource → table → [field]`.
+pub type MappedFields = BTreeMap<String, BTreeMap<String, Vec<String>>>;
+
+/// `datasource → table → field → (operator → values)`; operators already restricted to
+/// [`OPERATORS`].
+pub type Filters =
+    BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeMap<String, Vec<Value>>>>>;
+
+/// Lower-case hex SHA-256 of the canonical request.
+pub fn request_hash(
+    mapped_fields: &MappedFields,
+    filters: &Filters,
+    metadata: &serde_json::Map<String, Value>,
+    result_format: Option<ResultFormat>,
+) -> String {
+    let bytes = canonical_request(mapped_fields, filters, metadata, result_format);
+    hex(&Sha256::digest(&bytes))
+}
+
+/// The canonical bytes that are hashed.
+pub fn canonical_request(
+    mapped_fields: &MappedFields,
+    filters: &Filters,
+    metadata: &serde_json::Map<String, Value>,
+    result_format: Option<ResultFormat>,
+) -> Vec<u8> {
+    let mut out = String::with_capacity(256);
+    out.push_str("{\"dataRequest\":{\"mappedFields\":{");
+    for (i, (ds, tables)) in mapped_fields.iter().enumerate() {
+        comma(&mut out, i);
+        string(&mut out, ds);
+        out.push_str(":{");
+        for (j, (table, fields)) in tables.iter().enumerate() {
+            comma(&mut out, j);
+            string(&mut out, table);
+            out.push_str(":[");
+            for (k, f) in fields.iter().enumerate() {
+                comma(&mut out, k);
+                string(&mut out, f);
+            }
+            out.push(']');
+        }
+        out.push('}');
+    }
+    out.push('}');
+    if !filters.is_empty() {
+        out.push_str(",\"filters\":{");
+        for (i, (ds, tables)) in filters.iter().enumerate() {
+            comma(&mut out, i);
+            string(&mut out, ds);
+            out.push_str(":{");
+            for (j, (table, fields)) in tables.iter().enumerate() {
+                comma(&mut out, j);
+                string(&mut out, table);
+                out.push_str(":{");
+                for (k, (field, condition)) in fields.iter().enumerate() {
+                    comma(&mut out, k);
+                    string(&mut out, field);
+                    out.push_str(":{");
+                    let mut n = 0;
+                    for op in OPERATORS {
+                        let Some(values) = condition.get(op).filter(|v| !v.is_empty()) else {
+                            continue;
+                        };
+                        comma(&mut out, n);
+                        n += 1;
+                        string(&mut out, op);
+                        out.push_str(":[");
+                        for (m, v) in values.iter().enumerate() {
+                            comma(&mut out, m);
+                            value(&mut out, v);
+                        }
+                        out.push(']');
+                    }
+                    out.push('}');
+                }
+                out.push('}');
+            }
+            out.push('}');
+        }
+        out.push('}');
+    }
+    out.push('}');
+    if !metadata.is_empty() {
+        out.push_str(",\"metadata\":");
+        object(&mut out, metadata);
+    }
+    if let Some(f) = result_format {
+        out.push_str(",\"resultFormat\":");
+        string(&mut out, if f == ResultFormat::V1 { "v1" } else { "v2" });
+    }
+    out.push('}');
+    out.into_bytes()
+}
+
+fn comma(out: &mut String, i: usize) {
+    if i > 0 {
+        out.push(',');
+    }
+}
+
+fn object(out: &mut String, map: &serde_json::Map<String, Value>) {
+    // serde_json's map is a BTreeMap (no `preserve_order`), but sort anyway so the
+    // canonical form never depends on a feature flag.
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    out.push('{');
+    for (i, k) in keys.into_iter().enumerate() {
+        comma(out, i);
+        string(out, k);
+        out.push(':');
+        value(out, &map[k]);
+    }
+    out.push('}');
+}
+
+fn value(out: &mut String, v: &Value) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => number(out, n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                comma(out, i);
+                value(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => object(out, map),
+    }
+}
+
+/// The reference encoder's float formatting (shortest round-trip text).
+fn number(out: &mut String, x: f64) {
+    if !x.is_finite() {
+        out.push_str("null");
+        return;
+    }
+    let abs = x.abs();
+    if abs == 0.0 || (1e-6..1e21).contains(&abs) {
+        out.push_str(&format!("{x}"));
+    } else {
+        // Rust gives `1e21` / `1.5e-7`; the reference writes `1e+21` / `1.5e-7`.
+        let s = format!("{x:e}");
+        match s.split_once('e') {
+            Some((mantissa, exp)) if !exp.starts_with('-') => {
+                out.push_str(mantissa);
+                out.push_str("e+");
+                out.push_str(exp);
+            }
+            _ => out.push_str(&s),
+        }
+    }
+}
+
+fn string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 0xf) as usize] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mapped(v: Value) -> MappedFields {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn meta(v: Value) -> serde_json::Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn canonical_form_matches_the_reference_encoder() {
+        let m =
+            mapped(json!({"pg": {"users": ["name", "id"], "a.b": ["x"]}, "alpha": {"t": ["f"]}}));
+        let filters: Filters = serde_json::from_value(json!({"pg": {"users": {"id": {"like": ["a%"], "eq": [1.0, 2.5], "between": [1e21, 1e-7]}}}})).unwrap();
+        let md =
+            meta(json!({"source": "crm", "z": {"b": 1, "a": "<&>\u{2028}\n\u{1}"}, "n": null}));
+        let got = String::from_utf8(canonical_request(&m, &filters, &md, None)).unwrap();
+        assert_eq!(
+            got,
+            r#"{"dataRequest":{"mappedFields":{"alpha":{"t":["f"]},"pg":{"a.b":["x"],"users":["name","id"]}},"filters":{"pg":{"users":{"id":{"eq":[1,2.5],"between":[1e+21,1e-7],"like":["a%"]}}}}},"metadata":{"n":null,"source":"crm","z":{"a":"\u003c\u0026\u003e\u2028\n\u0001","b":1}}}"#
+        );
+    }
+
+    #[test]
+    fn empty_parts_are_omitted_and_order_does_not_matter() {
+        let a = mapped(json!({"pg": {"t": ["id"]}}));
+        let got = String::from_utf8(canonical_request(
+            &a,
+            &Filters::new(),
+            &serde_json::Map::new(),
+            None,
+        ))
+        .unwrap();
+        assert_eq!(
+            got,
+            r#"{"dataRequest":{"mappedFields":{"pg":{"t":["id"]}}}}"#
+        );
+        let m1 = meta(serde_json::from_str(r#"{"source":"x","b":1,"a":2}"#).unwrap());
+        let m2 = meta(serde_json::from_str(r#"{"a":2,"source":"x","b":1.0}"#).unwrap());
+        assert_eq!(
+            request_hash(&a, &Filters::new(), &m1, None),
+            request_hash(&a, &Filters::new(), &m2, None)
+        );
+        let other = meta(json!({"source": "x", "b": 1, "a": 3}));
+        assert_ne!(
+            request_hash(&a, &Filters::new(), &m1, None),
+            request_hash(&a, &Filters::new(), &other, None)
+        );
+        assert_ne!(
+            request_hash(&a, &Filters::new(), &m1, None),
+            request_hash(&a, &Filters::new(), &m1, Some(ResultFormat::V1))
+        );
+        let h = request_hash(&a, &Filters::new(), &m1, None);
+        assert_eq!(h.len(), 64);
+        assert!(
+            h.bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+        );
+    }
+
+    #[test]
+    fn number_formatting() {
+        let cases = [
+            (1000.0, "1000"),
+            (89.99, "89.99"),
+            (1.0, "1"),
+            (1e21, "1e+21"),
+            (1e-7, "1e-7"),
+            (0.000001, "0.000001"),
+            (-2.5, "-2.5"),
+            (0.0, "0"),
+            (123456789012345680000.0, "123456789012345680000"),
+        ];
+        for (x, want) in cases {
+            let mut s = String::new();
+            number(&mut s, x);
+            assert_eq!(s, want, "{x}");
+        }
+    }
+}

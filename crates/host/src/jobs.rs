@@ -1,0 +1,521 @@
+//! Job use cases of the API (docs/api.md, "Jobs"): create with validation and
+//! de-duplication, enqueue the signed message, read back.
+//!
+//! Create, in the order of docs/api.md, "Creating a job" (the first failing step decides the answer):
+//! `mappedFields` present → request hash ([`crate::dedup`]) → structure (non-empty, every
+//! datasource has a table with fields, ≤ 10 datasources) → `metadata.source` → filter
+//! references → de-duplication (newest job with the same hash in the last 5 minutes that
+//! is not `failed` → duplicate) → resolve connections (ascending name) → product ownership
+//! → connectivity (sequential, 10 s each) → insert (atomic: [`JobStore::insert`] returns
+//! the active job with the same hash as a duplicate; a duplicate that is no longer active
+//! is retried once) → enqueue ([`crate::message::encode`], carrying the request id) → new.
+//! A failed enqueue marks the job `failed` (`process failed: unable to publish`) and is
+//! an error.
+//!
+//! Also here: [`JobStoreActiveChecker`], the engine's active-execution gate over
+//! [`JobStore::has_active_jobs`] (PATCH/DELETE of a connection answer 409 while a pending
+//! or processing job reads it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fetcher_connectors::HostPolicy;
+use fetcher_crypto::MessageSigner;
+use fetcher_engine::ports::ActiveExecutionChecker;
+use fetcher_engine::{
+    BoxFuture, Category, ConnectionDescriptor, Context, Engine, EngineError, TenantContext,
+    Timestamp,
+};
+use serde_json::Value;
+
+use crate::dedup::{self, Filters, MappedFields};
+use crate::error::ServiceError;
+use crate::model::{Job, JobRequest, JobStatus, PendingEvent, ResultFormat};
+use crate::ports::{InsertOutcome, JobQueue, JobStore};
+
+/// `metadata.error` of a job whose message could not be enqueued.
+pub const PUBLISH_FAILED: &str = "process failed: unable to publish";
+/// Maximum datasources per job.
+pub const MAX_DATASOURCES: usize = 10;
+
+/// The largest job request (mapped fields, filters and metadata, JSON-encoded) accepted:
+/// with the envelope and the event's other fields it stays under the smallest limit on
+/// its way (SQS and EventBridge: 256 KiB; docs/api.md "Limits").
+pub const MAX_JOB_REQUEST_BYTES: usize = 192 * 1024;
+
+/// A decoded create request (the HTTP layer parses the body into this).
+#[derive(Debug, Clone, Default)]
+pub struct CreateJob {
+    /// `None` when `dataRequest` or `dataRequest.mappedFields` is absent or null.
+    pub mapped_fields: Option<MappedFields>,
+    pub filters: Filters,
+    /// `None` when absent or null.
+    pub metadata: Option<serde_json::Map<String, Value>>,
+    pub result_format: Option<ResultFormat>,
+}
+
+/// Why a job could not be created or read. The HTTP layer maps each to the catalogue.
+#[derive(Debug)]
+pub enum JobError {
+    /// `dataRequest.mappedFields` missing (400 `FET-0402`, shape B).
+    MappedFieldsRequired,
+    /// 400 `FET-0401` `Invalid Data Request`.
+    InvalidDataRequest(String),
+    /// 400 `FET-0402`: (title, message) for `metadata` / `metadata.source`.
+    Metadata(&'static str, &'static str),
+    /// 400 `FET-0401` `Invalid Filter References`.
+    FilterReferences(String),
+    /// 400 `FET-1020` `No Connections Found`.
+    NoConnections,
+    /// 400 `FET-1020` `Missing Data Source`.
+    MissingDataSource(String),
+    /// 400 `FET-1014`.
+    NotAssigned(String),
+    /// 400 `FET-1016`.
+    ProductMismatch { config_name: String, source: String },
+    /// 400 `FET-0414`.
+    ForbiddenHost,
+    /// 400 `FET-1040`.
+    ConnectionDown(String),
+    /// A connection-store failure while resolving (mapped like every connection-store error).
+    ConnectionStore(EngineError),
+    /// Any job-store failure: 500 `FET-0002`.
+    JobStore(ServiceError),
+    /// The message could not be enqueued; the job is marked failed. 500 `FET-0002`.
+    Publish(ServiceError),
+    /// The mapping names tables or fields the datasource's schema lacks:
+    /// `(datasource, table, field)`. 422 `FET-1060`, validate-schema's body.
+    SchemaInvalid(Vec<(String, String, Option<String>)>),
+    /// The connection tests did not finish within the budget. 504.
+    Timeout,
+    /// The request, encoded, is this many bytes: over [`MAX_JOB_REQUEST_BYTES`]. 413.
+    TooLarge(usize),
+    /// The host is shutting down and takes no new jobs; nothing was stored. 503
+    /// `Service Unavailable`.
+    ShuttingDown,
+    /// 404 `FET-1001` (job).
+    NotFound,
+}
+
+/// New or existing job.
+#[derive(Debug, Clone)]
+pub enum Created {
+    New(Job),
+    Duplicate(Job),
+}
+
+/// Settings of the job use cases.
+#[derive(Debug, Clone)]
+pub struct JobSettings {
+    /// De-duplication window (5 minutes).
+    pub dedup_window: Duration,
+    /// Per-connection connectivity test timeout at creation (10 s).
+    pub test_timeout: Duration,
+    /// Bound on all of a creation's connection tests together, which run at once (20 s:
+    /// inside API Gateway's 30 s with room for the rest of the request). Past it: 504.
+    pub test_budget: Duration,
+}
+
+impl Default for JobSettings {
+    fn default() -> Self {
+        JobSettings {
+            dedup_window: Duration::from_secs(300),
+            test_timeout: Duration::from_secs(10),
+            test_budget: Duration::from_secs(20),
+        }
+    }
+}
+
+/// The job use cases, over the host ports and the engine.
+#[derive(Clone)]
+pub struct JobService {
+    pub engine: Engine,
+    pub store: Arc<dyn JobStore>,
+    pub queue: Arc<dyn JobQueue>,
+    pub signer: Arc<MessageSigner>,
+    /// The dial-layer SSRF guard (multi-tenant); `None` checks nothing.
+    pub host_policy: Option<HostPolicy>,
+    pub settings: JobSettings,
+}
+
+/// Internal datasources (platform-provided; docs/datasources.md, "Internal datasources") skip ownership and connectivity
+/// checks: a reserved name whose record carries no API identity.
+pub fn is_internal(d: &ConnectionDescriptor) -> bool {
+    fetcher_connectors::env::REGISTRY.contains(&d.config_name.as_str())
+        && !d.host_attributes.contains_key(crate::connection::attr::ID)
+}
+
+/// The dial-layer guard on its own (no connection opened): `Err(ForbiddenHost)` when the
+/// host is blocked. DNS failures are not a block (the dial then fails normally).
+pub async fn check_host(
+    policy: Option<&HostPolicy>,
+    ctx: &Context,
+    d: &ConnectionDescriptor,
+) -> Result<(), ()> {
+    let Some(policy) = policy else { return Ok(()) };
+    if is_internal(d) {
+        return Ok(());
+    }
+    match policy.target(ctx, d).await {
+        Err(e) if fetcher_connectors::is_forbidden_host(&e) => Err(()),
+        _ => Ok(()),
+    }
+}
+
+impl JobService {
+    /// Creates (or de-duplicates) a job for `tenant`. `request_id` travels in the message.
+    pub async fn create(
+        &self,
+        tenant: &TenantContext,
+        request_id: &str,
+        req: CreateJob,
+    ) -> Result<Created, JobError> {
+        let mapped = req.mapped_fields.ok_or(JobError::MappedFieldsRequired)?;
+        let empty_meta = serde_json::Map::new();
+        let hash = dedup::request_hash(
+            &mapped,
+            &req.filters,
+            req.metadata.as_ref().unwrap_or(&empty_meta),
+            req.result_format,
+        );
+        validate_structure(&mapped)?;
+        let metadata = req.metadata.ok_or(JobError::Metadata(
+            "Missing Required Field",
+            "metadata is required and must contain 'source' field",
+        ))?;
+        let source = match metadata.get("source") {
+            None | Some(Value::Null) => {
+                return Err(JobError::Metadata(
+                    "Missing Required Field",
+                    "metadata.source is required for job notification routing",
+                ));
+            }
+            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+            Some(_) => {
+                return Err(JobError::Metadata(
+                    "Invalid Field Value",
+                    "metadata.source must be a non-empty string",
+                ));
+            }
+        };
+        let unknown: Vec<String> = req
+            .filters
+            .keys()
+            .filter(|ds| !mapped.contains_key(*ds))
+            .map(|ds| {
+                format!("filter references unknown datasource '{ds}' not found in mappedFields")
+            })
+            .collect();
+        if !unknown.is_empty() {
+            return Err(JobError::FilterReferences(unknown.join("; ")));
+        }
+        // What is stored must also fit the queue message (SQS: 256 KiB), the job record
+        // (DynamoDB: 400 KB) and the terminal event that echoes the metadata
+        // (EventBridge: 256 KB): refused now rather than stored and stranded.
+        let size =
+            serde_json::to_vec(&(&mapped, &req.filters, &metadata)).map_or(usize::MAX, |v| v.len());
+        if size > MAX_JOB_REQUEST_BYTES {
+            return Err(JobError::TooLarge(size));
+        }
+
+        // De-duplication window.
+        let since = Timestamp::from_unix_nanos(
+            Timestamp::now().unix_nanos() - self.settings.dedup_window.as_nanos() as i128,
+        );
+        if let Some(existing) = self
+            .store
+            .find_recent_by_hash(&tenant.tenant_id, &hash, since)
+            .await
+            .map_err(JobError::JobStore)?
+            && existing.status != JobStatus::Failed
+        {
+            return Ok(Created::Duplicate(existing));
+        }
+
+        // Resolve, own, test.
+        let ctx = Context::background();
+        let mut resolved = Vec::new();
+        let mut missing = Vec::new();
+        for name in mapped.keys() {
+            match self.engine.get_connection(&ctx, tenant, name).await {
+                Ok(d) => resolved.push(d),
+                Err(e) if e.category() == Category::NotFound => missing.push(name.clone()),
+                Err(e) => return Err(JobError::ConnectionStore(e)),
+            }
+        }
+        if resolved.is_empty() {
+            return Err(JobError::NoConnections);
+        }
+        if let Some(name) = missing.into_iter().next() {
+            return Err(JobError::MissingDataSource(name));
+        }
+        for d in resolved.iter().filter(|d| !is_internal(d)) {
+            let product = d
+                .host_attributes
+                .get(crate::connection::attr::PRODUCT)
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if product.is_empty() {
+                return Err(JobError::NotAssigned(d.config_name.clone()));
+            }
+            if product != source {
+                return Err(JobError::ProductMismatch {
+                    config_name: d.config_name.clone(),
+                    source,
+                });
+            }
+        }
+        // Every referenced connection is tested at once, each bounded, all together
+        // within the budget: ten slow datasources cost one timeout, not ten.
+        let tests = resolved
+            .iter()
+            .filter(|d| !is_internal(d))
+            .map(|d| async move {
+                let ctx = Context::background().with_timeout(self.settings.test_timeout);
+                if check_host(self.host_policy.as_ref(), &ctx, d)
+                    .await
+                    .is_err()
+                {
+                    return Err(JobError::ForbiddenHost);
+                }
+                let tested = tokio::time::timeout(
+                    self.settings.test_timeout,
+                    self.engine.test_connection(&ctx, tenant, &d.config_name),
+                )
+                .await;
+                match tested {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) if fetcher_connectors::is_forbidden_host(&e) => {
+                        Err(JobError::ForbiddenHost)
+                    }
+                    _ => Err(JobError::ConnectionDown(d.config_name.clone())),
+                }
+            });
+        let outcomes = tokio::time::timeout(
+            self.settings.test_budget,
+            futures_util::future::join_all(tests),
+        )
+        .await
+        .map_err(|_| JobError::Timeout)?;
+        // The first failure in datasource order, as when they ran one by one.
+        outcomes
+            .into_iter()
+            .collect::<Result<Vec<()>, JobError>>()?;
+
+        // A mapping the cached schema refutes (confirmed by a fresh discovery, so a stale
+        // cache refuses nothing) is refused now, with validate-schema's 422, instead of
+        // queueing a job that must fail.
+        let mut unknown = Vec::new();
+        for d in &resolved {
+            let Some(cached) = self
+                .engine
+                .cached_schema(&ctx, tenant, &d.config_name)
+                .await
+            else {
+                continue;
+            };
+            let selection = &mapped[&d.config_name];
+            if cached.missing(&d.datasource_type, selection).is_empty() {
+                continue;
+            }
+            let ctx = Context::background().with_timeout(self.settings.test_timeout);
+            if let Ok(fresh) = self
+                .engine
+                .discover_schema_fresh(&ctx, tenant, &d.config_name)
+                .await
+            {
+                for (table, field) in fresh.missing(&d.datasource_type, selection) {
+                    unknown.push((d.config_name.clone(), table, field));
+                }
+            }
+        }
+        if !unknown.is_empty() {
+            return Err(JobError::SchemaInvalid(unknown));
+        }
+
+        // A host that is shutting down takes no new work: refuse before storing anything.
+        if !self.queue.is_accepting() {
+            return Err(JobError::ShuttingDown);
+        }
+        // Insert (atomic per hash), then enqueue.
+        let request = JobRequest {
+            mapped_fields: mapped.into_iter().collect(),
+            filters: filters_to_values(req.filters),
+            metadata,
+            result_format: req.result_format,
+        };
+        let job = Job::new(&tenant.tenant_id, request, hash);
+        let mut retried = false;
+        loop {
+            match self.store.insert(&job).await.map_err(JobError::JobStore)? {
+                InsertOutcome::Created => break,
+                InsertOutcome::Duplicate(existing) if existing.status.is_active() || retried => {
+                    return Ok(Created::Duplicate(*existing));
+                }
+                // The conflicting job finished meanwhile: retry exactly once.
+                InsertOutcome::Duplicate(_) => retried = true,
+            }
+        }
+        let message =
+            crate::message::encode(&job, &self.signer, request_id, crate::message::unix_now());
+        if let Err(e) = self.queue.enqueue(message).await {
+            if !self.queue.is_accepting() {
+                // Lost the race with shutdown: the job is durable in the jobs table and
+                // the host re-enqueues pending jobs at its next start. Accepted, not failed.
+                tracing::info!(job_id = %job.id, "queue closed for shutdown; the job stays pending for the next start");
+                return Ok(Created::New(job));
+            }
+            self.mark_publish_failed(&job).await;
+            return Err(JobError::Publish(e));
+        }
+        Ok(Created::New(job))
+    }
+
+    /// Marks a job whose message could not be enqueued as failed. No terminal event is
+    /// published for this case (docs/events.md, "When no event is sent"): the outbox marker that `fail` writes is
+    /// cleared right away. Failures here are only logged (the client already gets 500).
+    async fn mark_publish_failed(&self, job: &Job) {
+        let payload =
+            serde_json::json!({"jobId": job.id, "status": "failed", "error": PUBLISH_FAILED})
+                .to_string();
+        let event = PendingEvent {
+            status: JobStatus::Failed,
+            payload,
+            failures: 0,
+        };
+        let store = &self.store;
+        if let Err(e) = store
+            .fail(
+                &job.tenant_id,
+                &job.id,
+                None,
+                PUBLISH_FAILED,
+                &event,
+                Timestamp::now(),
+            )
+            .await
+        {
+            tracing::error!(job_id = %job.id, error = %e.log_detail(), "could not mark job failed after publish failure");
+            return;
+        }
+        if let Err(e) = store.clear_pending_event(&job.tenant_id, &job.id).await {
+            tracing::error!(job_id = %job.id, error = %e.log_detail(), "could not clear the pending event of a publish failure");
+        }
+    }
+
+    /// Reads one job of the tenant.
+    pub async fn get(&self, tenant: &TenantContext, id: &str) -> Result<Job, JobError> {
+        self.store
+            .get(&tenant.tenant_id, id)
+            .await
+            .map_err(JobError::JobStore)?
+            .ok_or(JobError::NotFound)
+    }
+}
+
+fn validate_structure(mapped: &MappedFields) -> Result<(), JobError> {
+    if mapped.is_empty() {
+        return Err(JobError::InvalidDataRequest(
+            "mappedFields cannot be empty".into(),
+        ));
+    }
+    if mapped
+        .values()
+        .any(|tables| !tables.values().any(|fields| !fields.is_empty()))
+    {
+        return Err(JobError::InvalidDataRequest(
+            "datasource must have at least one table with fields".into(),
+        ));
+    }
+    // No silent widening: a table named with no fields is an error, never "every column".
+    for (ds, tables) in mapped {
+        if let Some((table, _)) = tables.iter().find(|(_, fields)| fields.is_empty()) {
+            return Err(JobError::InvalidDataRequest(format!(
+                "table '{table}' of datasource '{ds}' has no fields: name at least one"
+            )));
+        }
+    }
+    if mapped.len() > MAX_DATASOURCES {
+        return Err(JobError::InvalidDataRequest(format!(
+            "Maximum {MAX_DATASOURCES} datasources allowed per job, got {}",
+            mapped.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The typed filters as the stored / enqueued JSON (`datasource → table → field →
+/// condition`), empty conditions dropped.
+fn filters_to_values(filters: Filters) -> std::collections::BTreeMap<String, Value> {
+    filters
+        .into_iter()
+        .map(|(ds, tables)| {
+            let tables: serde_json::Map<String, Value> = tables
+                .into_iter()
+                .map(|(t, fields)| {
+                    let fields: serde_json::Map<String, Value> = fields
+                        .into_iter()
+                        .map(|(f, cond)| {
+                            let cond: serde_json::Map<String, Value> = cond
+                                .into_iter()
+                                .filter(|(_, v)| !v.is_empty())
+                                .map(|(op, v)| (op, Value::Array(v)))
+                                .collect();
+                            (f, Value::Object(cond))
+                        })
+                        .collect();
+                    (t, Value::Object(fields))
+                })
+                .collect();
+            (ds, Value::Object(tables))
+        })
+        .collect()
+}
+
+/// The engine's active-execution gate over [`JobStore::has_active_jobs`]: a connection
+/// that a pending or processing job reads cannot be updated or deleted.
+pub struct JobStoreActiveChecker(pub Arc<dyn JobStore>);
+
+impl ActiveExecutionChecker for JobStoreActiveChecker {
+    fn has_active_executions<'a>(
+        &'a self,
+        _: &'a Context,
+        tenant: &'a TenantContext,
+        config_name: &'a str,
+    ) -> BoxFuture<'a, fetcher_engine::Result<bool>> {
+        Box::pin(async move {
+            self.0
+                .has_active_jobs(&tenant.tenant_id, config_name)
+                .await
+                .map_err(EngineError::from)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structure_checks_run_in_order() {
+        let m: MappedFields = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert!(
+            matches!(validate_structure(&m), Err(JobError::InvalidDataRequest(s)) if s == "mappedFields cannot be empty")
+        );
+        let mut many: MappedFields = (0..11)
+            .map(|i| {
+                (
+                    format!("ds{i}"),
+                    [("t".to_string(), vec!["f".to_string()])].into(),
+                )
+            })
+            .collect();
+        assert!(
+            matches!(validate_structure(&many), Err(JobError::InvalidDataRequest(s)) if s == "Maximum 10 datasources allowed per job, got 11")
+        );
+        many.insert("empty".into(), [("t".to_string(), vec![])].into());
+        assert!(
+            matches!(validate_structure(&many), Err(JobError::InvalidDataRequest(s)) if s == "datasource must have at least one table with fields")
+        );
+    }
+}

@@ -1,0 +1,316 @@
+//! The job record and the terminal event, as the host ports store and move them.
+
+use std::collections::BTreeMap;
+
+use fetcher_engine::{FieldSelection, Timestamp};
+use serde::{Deserialize, Serialize};
+
+/// Job status (docs/api.md, "Job status"). Terminal states are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    Pending,
+    Processing,
+    Completed,
+    Failed,
+}
+
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Pending => "pending",
+            JobStatus::Processing => "processing",
+            JobStatus::Completed => "completed",
+            JobStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Pending,
+            Self::Processing,
+            Self::Completed,
+            Self::Failed,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Completed | JobStatus::Failed)
+    }
+
+    /// Pending and processing jobs hold the dedup slot of their request hash.
+    pub fn is_active(self) -> bool {
+        !self.is_terminal()
+    }
+}
+
+/// How a result is sealed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultFormat {
+    /// Streaming, framed AES-256-GCM over NDJSON (ours; any size). The default.
+    #[default]
+    V2,
+    /// The reference's format: indented JSON, HMAC then AES-256-GCM, Base64 text.
+    V1,
+}
+
+/// What the client asked for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRequest {
+    /// `configName → table → [field]`.
+    pub mapped_fields: BTreeMap<String, FieldSelection>,
+    /// `configName → table → field → condition`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub filters: BTreeMap<String, serde_json::Value>,
+    /// Client metadata, verbatim (contains `source`).
+    #[serde(default)]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// The result format asked for; `None` means the deployment's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_format: Option<ResultFormat>,
+}
+
+/// Where a completed job's result is and how to verify it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobResult {
+    /// Object-store key (no bucket).
+    pub path: String,
+    pub format: ResultFormat,
+    /// Lowercase hex HMAC-SHA256 of the plaintext (external HMAC key).
+    pub hmac: String,
+    /// Lowercase hex SHA-256 of the plaintext.
+    pub digest: String,
+    /// Plaintext bytes.
+    pub size_bytes: u64,
+    /// Stored (sealed) bytes.
+    pub stored_bytes: u64,
+    pub row_count: u64,
+    /// The key version that sealed the object.
+    pub key_version: String,
+}
+
+/// A terminal event persisted with the terminal status, published, then cleared (the
+/// outbox marker of docs/events.md, "Delivery").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingEvent {
+    pub status: JobStatus,
+    /// The event payload (docs/events.md, "Detail"), compact JSON, published verbatim.
+    pub payload: String,
+    /// Failed publish attempts so far (the repair pass counts them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One extraction job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    /// UUID v7, lowercase canonical text.
+    pub id: String,
+    pub tenant_id: String,
+    pub status: JobStatus,
+    pub request: JobRequest,
+    /// Lowercase hex SHA-256 of the canonical request (docs/api.md, "Duplicates").
+    pub request_hash: String,
+    pub created_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<JobResult>,
+    /// Sanitised failure text (`metadata.error` in the API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// While `processing`: when the current claim expires and may be taken over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at: Option<Timestamp>,
+    /// How many times the job was claimed; a claim's token is this number.
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_event: Option<PendingEvent>,
+    /// The sanitised error of the first attempt that failed retryably, kept across
+    /// attempts: when the retries run out, the job fails with it (the first meaningful
+    /// category: "could not connect", not what a later attempt met on the way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+    /// A terminal event set aside after too many failed publishes: out of the outbox, so
+    /// it no longer takes the repair pass's slots; kept for an operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined_event: Option<PendingEvent>,
+}
+
+impl Job {
+    /// A new pending job.
+    pub fn new(tenant_id: &str, request: JobRequest, request_hash: String) -> Job {
+        Job {
+            id: uuid::Uuid::now_v7().to_string(),
+            tenant_id: tenant_id.to_owned(),
+            status: JobStatus::Pending,
+            request,
+            request_hash,
+            created_at: Timestamp::now(),
+            completed_at: None,
+            result: None,
+            error: None,
+            lease_expires_at: None,
+            attempts: 0,
+            pending_event: None,
+            first_error: None,
+            quarantined_event: None,
+        }
+    }
+
+    /// Config names this job reads (for the active-execution gate).
+    pub fn config_names(&self) -> impl Iterator<Item = &str> {
+        self.request.mapped_fields.keys().map(String::as_str)
+    }
+}
+
+/// A terminal event on its way to subscribers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalEvent {
+    /// `fetcher.job.<status>.<jobId>`: deterministic, the subscribers' dedup key.
+    pub id: String,
+    /// `job.completed` or `job.failed`.
+    pub detail_type: String,
+    pub tenant_id: String,
+    pub job_id: String,
+    /// The event payload (docs/events.md, "Detail"; compact JSON).
+    pub payload: String,
+}
+
+impl TerminalEvent {
+    pub fn new(tenant_id: &str, job_id: &str, status: JobStatus, payload: String) -> TerminalEvent {
+        TerminalEvent {
+            id: format!("fetcher.job.{}.{job_id}", status.as_str()),
+            detail_type: format!("job.{}", status.as_str()),
+            tenant_id: tenant_id.to_owned(),
+            job_id: job_id.to_owned(),
+            payload,
+        }
+    }
+}
+
+/// A message on the work queue: the signed envelope's headers plus the body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueMessage {
+    pub headers: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+/// The job lifecycle rules every [`crate::ports::JobStore`] adapter applies, so the
+/// in-memory, SQLite and DynamoDB stores cannot drift apart. Each returns
+/// `Err(Conflict)` when the transition is not allowed and changes nothing then.
+impl Job {
+    /// Whether a worker may claim the job at `now`: pending, or processing with an
+    /// expired (or missing) lease.
+    pub fn claimable_at(&self, now: Timestamp) -> bool {
+        self.status == JobStatus::Pending
+            || (self.status == JobStatus::Processing
+                && self.lease_expires_at.is_none_or(|l| l <= now))
+    }
+
+    /// `pending → processing` (or a takeover); returns the claim token.
+    pub fn claim(&mut self, now: Timestamp, lease: std::time::Duration) -> Option<u32> {
+        if !self.claimable_at(now) {
+            return None;
+        }
+        self.status = JobStatus::Processing;
+        self.attempts += 1;
+        self.completed_at = None;
+        self.lease_expires_at = Some(Timestamp::from_unix_nanos(
+            now.unix_nanos() + lease.as_nanos() as i128,
+        ));
+        Some(self.attempts)
+    }
+
+    fn check_claim(&self, token: u32) -> crate::Result<()> {
+        if self.status == JobStatus::Processing && self.attempts == token {
+            Ok(())
+        } else {
+            Err(crate::ServiceError::conflict(
+                "job is not held by this claim",
+            ))
+        }
+    }
+
+    pub fn renew(&mut self, token: u32, until: Timestamp) -> crate::Result<()> {
+        self.check_claim(token)?;
+        self.lease_expires_at = Some(until);
+        Ok(())
+    }
+
+    pub fn complete(
+        &mut self,
+        token: u32,
+        result: &JobResult,
+        event: &PendingEvent,
+        at: Timestamp,
+    ) -> crate::Result<()> {
+        self.check_claim(token)?;
+        self.status = JobStatus::Completed;
+        self.result = Some(result.clone());
+        self.completed_at = Some(at);
+        self.lease_expires_at = None;
+        self.pending_event = Some(event.clone());
+        Ok(())
+    }
+
+    /// With a token, only while that claim holds; without, only from `pending`.
+    pub fn fail(
+        &mut self,
+        token: Option<u32>,
+        error: &str,
+        event: &PendingEvent,
+        at: Timestamp,
+    ) -> crate::Result<()> {
+        match token {
+            Some(t) => self.check_claim(t)?,
+            None if self.status == JobStatus::Pending => {}
+            None => return Err(crate::ServiceError::conflict("job is not pending")),
+        }
+        self.status = JobStatus::Failed;
+        self.error = Some(error.to_owned());
+        self.completed_at = Some(at);
+        self.lease_expires_at = None;
+        self.pending_event = Some(event.clone());
+        Ok(())
+    }
+
+    /// One more failed publish of the pending event; at `max` failures the event is set
+    /// aside (quarantined) and leaves the outbox. Returns whether it was quarantined.
+    pub fn note_event_failure(&mut self, max: u32) -> bool {
+        let Some(event) = self.pending_event.as_mut() else {
+            return false;
+        };
+        event.failures += 1;
+        if event.failures < max {
+            return false;
+        }
+        self.quarantined_event = self.pending_event.take();
+        true
+    }
+
+    /// `processing → pending`; `error` is why (a retryable failure), kept if it is the
+    /// first.
+    pub fn release(&mut self, token: u32, error: Option<&str>) -> crate::Result<()> {
+        self.check_claim(token)?;
+        self.status = JobStatus::Pending;
+        self.lease_expires_at = None;
+        if self.first_error.is_none() {
+            self.first_error = error.map(str::to_owned);
+        }
+        Ok(())
+    }
+}

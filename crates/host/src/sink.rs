@@ -1,0 +1,260 @@
+//! The engine's [`ResultSink`] for every host: NDJSON from the engine is sealed with the
+//! v2 streaming format and streamed to an [`ObjectStore`], in constant memory.
+//!
+//! Object keys follow the reference layout (docs/results.md, "Result path"): `external-data/<jobId>`
+//! for the single-tenant tenant `default`, `<tenantId>/external-data/<jobId>` otherwise,
+//! with the extension naming the format (`.ndjson.v2` sealed frames; `.json` for the
+//! reference-compatible v1 object).
+
+use std::sync::Arc;
+
+use fetcher_crypto::{KeyRing, Sealer};
+use fetcher_engine::ports::{ResultSink, ResultStreamWriter};
+use fetcher_engine::{
+    BoxFuture, Category, Context, EngineError, ResultIntegrity, ResultProtection, ResultReference,
+    TenantContext, applied_by,
+};
+use sha2::{Digest, Sha256};
+
+use crate::error::ServiceError;
+use crate::model::ResultFormat;
+use crate::ports::{KeyProvider, ObjectStore, ObjectWriter};
+
+/// The single-tenant tenant id, whose objects carry no tenant prefix.
+pub const SINGLE_TENANT: &str = fetcher_engine::tenant::DEFAULT_TENANT;
+
+/// The object key of a job's result.
+pub fn result_path(tenant: &str, job_id: &str, format: ResultFormat) -> String {
+    let ext = match format {
+        ResultFormat::V2 => "ndjson.v2",
+        ResultFormat::V1 => "json",
+    };
+    if tenant == SINGLE_TENANT || tenant.is_empty() {
+        format!("external-data/{job_id}.{ext}")
+    } else {
+        format!("{tenant}/external-data/{job_id}.{ext}")
+    }
+}
+
+/// Reference attribute names on the returned [`ResultReference`].
+pub mod attr {
+    pub const FORMAT: &str = "format";
+    pub const STORED_BYTES: &str = "storedBytes";
+    pub const SHA256: &str = "sha256";
+    pub const HMAC: &str = "hmac";
+    pub const KEY_VERSION: &str = "keyVersion";
+}
+
+fn persist_failed(e: ServiceError) -> EngineError {
+    EngineError::wrap(
+        Category::Unavailable,
+        "failed to persist extraction result",
+        e,
+    )
+}
+
+/// Seals and stores results.
+pub struct SealedResultSink {
+    objects: Arc<dyn ObjectStore>,
+    keys: Arc<dyn KeyProvider>,
+}
+
+impl SealedResultSink {
+    pub fn new(objects: Arc<dyn ObjectStore>, keys: Arc<dyn KeyProvider>) -> Self {
+        SealedResultSink { objects, keys }
+    }
+}
+
+/// Integrity, protection and attributes of a sealed result.
+pub(crate) fn sealed_reference(
+    path: String,
+    ring: &KeyRing,
+    format: ResultFormat,
+    hmac: String,
+    sha256: String,
+    plaintext: u64,
+    stored: u64,
+) -> ResultReference {
+    let version = ring.current_version().to_owned();
+    ResultReference {
+        path,
+        format: "json".into(),
+        size_bytes: plaintext as i64,
+        integrity: Some(ResultIntegrity {
+            algorithm: "HMAC-SHA256".into(),
+            signature: hmac.clone(),
+            digest: String::new(),
+        }),
+        protection: Some(ResultProtection {
+            encrypted: true,
+            key_version: version.clone(),
+            mode: "AES-256-GCM".into(),
+            applied_by: applied_by::ADAPTER.into(),
+        }),
+        attributes: [
+            (
+                attr::FORMAT.to_string(),
+                serde_json::json!(match format {
+                    ResultFormat::V2 => "v2",
+                    ResultFormat::V1 => "v1",
+                }),
+            ),
+            (attr::STORED_BYTES.to_string(), serde_json::json!(stored)),
+            (attr::SHA256.to_string(), serde_json::json!(sha256)),
+            (attr::HMAC.to_string(), serde_json::json!(hmac)),
+            (attr::KEY_VERSION.to_string(), serde_json::json!(version)),
+        ]
+        .into(),
+        ..Default::default()
+    }
+}
+
+struct SealingWriter {
+    path: String,
+    ring: Arc<KeyRing>,
+    sealer: Option<Sealer>,
+    object: Option<Box<dyn ObjectWriter>>,
+    sha: Sha256,
+    out: Vec<u8>,
+    stored: u64,
+}
+
+impl SealingWriter {
+    async fn push_sealed(&mut self) -> Result<(), EngineError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let object = self.object.as_mut().expect("open until close/abort");
+        object.write(&self.out).await.map_err(persist_failed)?;
+        self.stored += self.out.len() as u64;
+        self.out.clear();
+        Ok(())
+    }
+}
+
+impl ResultStreamWriter for SealingWriter {
+    fn write<'a>(
+        &'a mut self,
+        _ctx: &'a Context,
+        bytes: &'a [u8],
+    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
+        Box::pin(async move {
+            self.sha.update(bytes);
+            let sealer = self.sealer.as_mut().expect("open until close/abort");
+            sealer
+                .update_into(bytes, &mut self.out)
+                .map_err(|e| persist_failed(e.into()))?;
+            self.push_sealed().await
+        })
+    }
+
+    fn close(
+        mut self: Box<Self>,
+        _ctx: &Context,
+    ) -> BoxFuture<'_, fetcher_engine::Result<ResultReference>> {
+        Box::pin(async move {
+            let sealer = self.sealer.take().expect("open until close/abort");
+            let summary = sealer
+                .finish_into(&mut self.out)
+                .map_err(|e| persist_failed(e.into()))?;
+            self.push_sealed().await?;
+            let object = self.object.take().expect("open until close/abort");
+            let stored = object.finish().await.map_err(persist_failed)?;
+            let sha = hex(&std::mem::take(&mut self.sha).finalize());
+            Ok(sealed_reference(
+                self.path.clone(),
+                &self.ring,
+                ResultFormat::V2,
+                summary.hmac,
+                sha,
+                summary.plaintext_len,
+                stored,
+            ))
+        })
+    }
+
+    fn abort(mut self: Box<Self>, _ctx: &Context) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(object) = self.object.take() {
+                object.abort().await;
+            }
+        })
+    }
+}
+
+impl ResultSink for SealedResultSink {
+    fn open_stream<'a>(
+        &'a self,
+        _ctx: &'a Context,
+        tenant: &'a TenantContext,
+        job_id: &'a str,
+    ) -> BoxFuture<'a, fetcher_engine::Result<Box<dyn ResultStreamWriter>>> {
+        Box::pin(async move {
+            let ring = self.keys.key_ring().await.map_err(persist_failed)?;
+            let path = result_path(&tenant.tenant_id, job_id, ResultFormat::V2);
+            let sealer = Sealer::new(&ring, job_id).map_err(|e| persist_failed(e.into()))?;
+            let object = self.objects.put(&path).await.map_err(persist_failed)?;
+            Ok(Box::new(SealingWriter {
+                path,
+                ring,
+                sealer: Some(sealer),
+                object: Some(object),
+                sha: Sha256::new(),
+                out: Vec::with_capacity(128 * 1024),
+                stored: 0,
+            }) as Box<dyn ResultStreamWriter>)
+        })
+    }
+
+    /// Whole payloads are sealed in the reference's v1 format.
+    fn persist<'a>(
+        &'a self,
+        _ctx: &'a Context,
+        tenant: &'a TenantContext,
+        payload: &'a [u8],
+    ) -> BoxFuture<'a, fetcher_engine::Result<ResultReference>> {
+        Box::pin(async move {
+            let ring = self.keys.key_ring().await.map_err(persist_failed)?;
+            let id = uuid::Uuid::now_v7().to_string();
+            store_v1(
+                self.objects.as_ref(),
+                &ring,
+                &result_path(&tenant.tenant_id, &id, ResultFormat::V1),
+                payload,
+            )
+            .await
+            .map_err(persist_failed)
+        })
+    }
+}
+
+/// Seals `payload` (the indented JSON document) in the v1 format and stores it at `path`.
+pub async fn store_v1(
+    objects: &dyn ObjectStore,
+    ring: &KeyRing,
+    path: &str,
+    payload: &[u8],
+) -> crate::Result<ResultReference> {
+    let sealed = fetcher_crypto::seal_v1(ring.current(), payload)?;
+    let mut w = objects.put(path).await?;
+    let text = sealed.object.as_bytes();
+    if let Err(e) = w.write(text).await {
+        w.abort().await;
+        return Err(e);
+    }
+    let stored = w.finish().await?;
+    let sha = hex(&Sha256::digest(payload));
+    Ok(sealed_reference(
+        path.to_owned(),
+        ring,
+        ResultFormat::V1,
+        sealed.hmac.clone(),
+        sha,
+        payload.len() as u64,
+        stored,
+    ))
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,357 @@
+//! Job routes (docs/api.md, "Jobs"): thin handlers over [`fetcher_host::jobs::JobService`].
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody, code};
+use super::extract::{RawBody, parse_id, parse_json};
+use super::{AppState, Scope};
+use fetcher_host::dedup::{Filters, MappedFields, OPERATORS};
+use fetcher_host::jobs::{CreateJob, Created, JobError};
+use fetcher_host::model::{Job, ResultFormat};
+
+/// One filter condition: each operator takes an array of values; unknown operators are
+/// dropped.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct Condition {
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub eq: Option<Vec<Value>>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub gt: Option<Vec<Value>>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub gte: Option<Vec<Value>>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub lt: Option<Vec<Value>>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub lte: Option<Vec<Value>>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub between: Option<Vec<Value>>,
+    #[serde(rename = "in")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub in_: Option<Vec<Value>>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub nin: Option<Vec<Value>>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub ne: Option<Vec<Value>>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub like: Option<Vec<Value>>,
+}
+
+impl Condition {
+    fn into_map(self) -> BTreeMap<String, Vec<Value>> {
+        let values = [
+            self.eq,
+            self.gt,
+            self.gte,
+            self.lt,
+            self.lte,
+            self.between,
+            self.in_,
+            self.nin,
+            self.ne,
+            self.like,
+        ];
+        OPERATORS
+            .iter()
+            .zip(values)
+            .filter_map(|(op, v)| v.filter(|v| !v.is_empty()).map(|v| ((*op).to_owned(), v)))
+            .collect()
+    }
+}
+
+/// `configName → table → field → condition`, as sent.
+pub type FilterInput = BTreeMap<String, BTreeMap<String, BTreeMap<String, Condition>>>;
+
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataRequest {
+    /// `configName → table → [field]`: at most 10 datasources, each table with at least
+    /// one field.
+    #[schema(value_type = std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<String>>>, required = true)]
+    pub mapped_fields: Option<MappedFields>,
+    /// `configName → table → field → condition`.
+    #[schema(value_type = Option<Object>)]
+    pub filters: Option<FilterInput>,
+}
+
+/// Body of `POST /v1/fetcher`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FetcherRequest {
+    #[schema(required = true)]
+    pub data_request: Option<DataRequest>,
+    /// Must contain a non-empty string `source`.
+    #[schema(value_type = Object, required = true)]
+    pub metadata: Option<Map<String, Value>>,
+    /// Beyond the reference: the result format (`v1` = the reference's sealed JSON, `v2` =
+    /// framed NDJSON). Absent: the deployment's default. Part of the dedup hash when set.
+    #[schema(value_type = Option<String>, example = "v2")]
+    pub result_format: Option<ResultFormat>,
+}
+
+/// Answer of job creation (202 new, 200 duplicate).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FetcherResponse {
+    #[schema(format = Uuid)]
+    pub job_id: String,
+    #[schema(value_type = JobState)]
+    pub status: String,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    pub message: &'static str,
+}
+
+/// A job's status.
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum JobState {
+    Pending,
+    Processing,
+    Completed,
+    Failed,
+}
+
+/// A job as returned by `GET /v1/fetcher/{id}`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobResponse {
+    #[schema(format = Uuid)]
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    #[schema(value_type = Object)]
+    pub mapped_fields: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub filters: Option<Value>,
+    #[schema(value_type = JobState)]
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_hmac: Option<String>,
+    /// Beyond the reference: the format of the stored result (`v1` / `v2`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_format: Option<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub request_hash: String,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub completed_at: Option<String>,
+}
+
+/// The API view of a job: internal `terminalEvent*` keys stripped from `metadata`,
+/// `metadata.error` from the job's sanitised error, empty parts omitted.
+pub fn job_response(job: &Job) -> JobResponse {
+    let mut metadata: Map<String, Value> = job
+        .request
+        .metadata
+        .iter()
+        .filter(|(k, _)| !k.starts_with("terminalEvent"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Some(e) = &job.error {
+        metadata.insert("error".into(), Value::String(e.clone()));
+    }
+    let result = job.result.as_ref();
+    JobResponse {
+        id: job.id.clone(),
+        metadata: (!metadata.is_empty()).then_some(metadata),
+        mapped_fields: serde_json::to_value(&job.request.mapped_fields).unwrap_or(Value::Null),
+        filters: (!job.request.filters.is_empty())
+            .then(|| serde_json::to_value(&job.request.filters).unwrap_or(Value::Null)),
+        status: job.status.as_str().to_owned(),
+        result_path: result.map(|r| r.path.clone()).filter(|p| !p.is_empty()),
+        result_hmac: result.map(|r| r.hmac.clone()).filter(|h| !h.is_empty()),
+        result_format: result.map(|r| {
+            if r.format == ResultFormat::V1 {
+                "v1"
+            } else {
+                "v2"
+            }
+            .to_owned()
+        }),
+        request_hash: job.request_hash.clone(),
+        created_at: job.created_at.to_string(),
+        completed_at: job.completed_at.map(|t| t.to_string()),
+    }
+}
+
+fn error_of(e: JobError) -> ApiError {
+    let bad = StatusCode::BAD_REQUEST;
+    match e {
+        JobError::MappedFieldsRequired => {
+            let fields = BTreeMap::from([(
+                "mappedFields".to_owned(),
+                "dataRequest.mappedFields is a required field".to_owned(),
+            )]);
+            ApiError::field_buckets(fields, BTreeMap::new(), false).expect("non-empty")
+        }
+        JobError::InvalidDataRequest(m) => ApiError::invalid_data_request(m),
+        JobError::Metadata(title, message) => {
+            ApiError::business(bad, code::MISSING_FIELDS, title, message)
+        }
+        JobError::FilterReferences(m) => ApiError::business(
+            bad,
+            code::INVALID_DATA_REQUEST,
+            "Invalid Filter References",
+            m,
+        ),
+        JobError::NoConnections => ApiError::business(
+            bad,
+            code::NO_CONNECTIONS,
+            "No Connections Found",
+            "No connections configured for the requested datasources",
+        ),
+        JobError::MissingDataSource(n) => ApiError::business(
+            bad,
+            code::NO_CONNECTIONS,
+            "Missing Data Source",
+            format!("No connection configured for datasource '{n}'"),
+        ),
+        JobError::NotAssigned(n) => ApiError::business(
+            bad,
+            code::NOT_ASSIGNED,
+            "Connection Not Assigned",
+            format!(
+                "Connection '{n}' has no product assigned. Use the migration endpoint to assign it first."
+            ),
+        ),
+        JobError::ProductMismatch {
+            config_name,
+            source,
+        } => ApiError::business(
+            bad,
+            code::PRODUCT_MISMATCH,
+            "Product Mismatch",
+            format!(
+                "Connection '{config_name}' does not belong to the product identified by source '{source}'"
+            ),
+        ),
+        JobError::ForbiddenHost => ApiError::forbidden_host(),
+        JobError::ConnectionDown(n) => ApiError::business(
+            bad,
+            code::CONNECTION_DOWN,
+            "Connection Down",
+            format!("Connection '{n}' is not available"),
+        ),
+        JobError::ConnectionStore(e) => ApiError::from_engine(&e),
+        JobError::JobStore(e) => ApiError::from_job_store(&e),
+        JobError::Publish(e) => {
+            tracing::error!(error = %e.log_detail(), "job message could not be enqueued");
+            ApiError::internal()
+        }
+        JobError::NotFound => ApiError::not_found("job"),
+        JobError::ShuttingDown => ApiError::unavailable(),
+        JobError::Timeout => ApiError::framework(
+            axum::http::StatusCode::GATEWAY_TIMEOUT,
+            "the datasources did not answer in time; try again",
+        ),
+        JobError::TooLarge(size) => ApiError::framework(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "job request is {size} bytes; at most {} (mapped fields, filters and metadata)",
+                fetcher_host::jobs::MAX_JOB_REQUEST_BYTES
+            ),
+        ),
+        JobError::SchemaInvalid(unknown) => {
+            let mut errors = Vec::new();
+            for (datasource, table, field) in unknown {
+                errors.extend(super::connections::schema_problems(
+                    &datasource,
+                    &[(table, field)],
+                ));
+            }
+            super::connections::schema_invalid(errors)
+        }
+    }
+}
+
+/// Create an extraction job (de-duplicated by content).
+#[utoipa::path(post, path = "/v1/fetcher", tag = "fetcher", request_body = FetcherRequest,
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 202, body = FetcherResponse, description = "New job"), (status = 200, body = FetcherResponse, description = "Duplicate of an existing job"),
+        (status = 400, body = ErrorBody, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 413, body = ErrorBody, description = "Body over 4 MiB, or the job request (mapped fields, filters, metadata) over 192 KiB"),
+        (status = 422, body = super::connections::SchemaValidationErrorResponse, description = "FET-1060: the cached schema lacks a mapped table or field (validate-schema's body)"), (status = 500, body = ErrorBody, description = "FET-0002"), (status = 503, body = ErrorBody, description = "FET-0003: shutting down, nothing stored"), (status = 504, body = ErrorBody, description = "The datasources' connection tests did not finish within the budget (20 s)")))]
+pub async fn create_job(
+    State(st): State<AppState>,
+    scope: Scope,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let req: FetcherRequest = parse_json(&headers, &body)?;
+    let data = req.data_request.unwrap_or_default();
+    let filters: Filters = data
+        .filters
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(ds, tables)| {
+            (
+                ds,
+                tables
+                    .into_iter()
+                    .map(|(t, fields)| {
+                        (
+                            t,
+                            fields.into_iter().map(|(f, c)| (f, c.into_map())).collect(),
+                        )
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    let create = CreateJob {
+        mapped_fields: data.mapped_fields,
+        filters,
+        metadata: req.metadata,
+        result_format: req.result_format,
+    };
+    let (status, job, message) = match st
+        .jobs()
+        .create(&scope.tenant, &scope.request_id, create)
+        .await
+        .map_err(error_of)?
+    {
+        Created::New(job) => (
+            StatusCode::ACCEPTED,
+            job,
+            "Job created and queued for processing",
+        ),
+        Created::Duplicate(job) => (
+            StatusCode::OK,
+            job,
+            "Duplicate request detected - returning existing job",
+        ),
+    };
+    let body = FetcherResponse {
+        job_id: job.id.clone(),
+        status: job.status.as_str().to_owned(),
+        created_at: job.created_at.to_string(),
+        message,
+    };
+    Ok((status, Json(body)).into_response())
+}
+
+/// Get a job.
+#[utoipa::path(get, path = "/v1/fetcher/{id}", tag = "fetcher", params(("id" = uuid::Uuid, Path)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = JobResponse), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 500, body = ErrorBody, description = "FET-0002")))]
+pub async fn get_job(
+    State(st): State<AppState>,
+    scope: Scope,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, "invalid job id")?;
+    let job = st.jobs().get(&scope.tenant, &id).await.map_err(error_of)?;
+    Ok(Json(job_response(&job)).into_response())
+}

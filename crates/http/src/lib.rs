@@ -1,0 +1,490 @@
+//! # fetcher-http
+//!
+//! The HTTP API (docs/api.md): the 12 business operations, the probes, the OpenAPI
+//! document, over `fetcher-host`'s job service. `fetcher serve` and the API Lambda mount
+//! the same [`router`].
+//!
+//! ```text
+//! let router = fetcher_http::router(AppState::new(deps, ApiConfig::default()));
+//! ```
+//!
+//! ## Module map
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | this module | [`AppState`], [`AppDeps`], [`ApiConfig`], [`router`], the request pipeline, [`Scope`], [`openapi`] |
+//! | [`error`] | [`ApiError`]: the five body shapes and the FET-xxxx catalogue |
+//! | [`auth`] | [`Authenticator`], [`JwtAuthenticator`], [`ClaimsAuthenticator`], [`VerifiedClaims`], tenant resolution |
+//! | [`extract`] | JSON bodies (content type, 413), `{id}`, `X-Product-Name`, `X-Request-Id` |
+//! | [`paging`] | page/limit/sort/date-window query parameters and the list envelope |
+//! | [`connections`] | routes 3–12: DTOs, request and model validation, the connection record |
+//! | [`fetcher`] | routes 1–2 over [`fetcher_host::jobs`] |
+//! | [`probes`] | `/health`, `/readyz`, `/readyz/tenant/{id}`, `/metrics`, `/version`, `/openapi.json`, [`ReadinessProbe`], [`probes::Metrics`] |
+//!
+//! ## Request pipeline
+//!
+//! Every route: panic → 500 `FET-0002`; CORS (permissive); metrics (count by method,
+//! matched route and status; latency histogram); body limit (default 1 MiB → 413 shape D).
+//! Business routes (1–12) then: `X-Request-Id` (reused when sent, else a UUID v4; echoed
+//! on the response, carried in the job message) → authentication ([`Authenticator`]) →
+//! tenant (single-tenant: `default`; multi-tenant: the `tenantId` claim of the verified
+//! principal) → handler (`{id}` → headers → body → validation → use case). Probes and
+//! `/openapi.json` are mounted outside authentication. Unknown path → 404, wrong method →
+//! 405, both shape D.
+//!
+//! ## Error bodies
+//!
+//! See [`error`]: A `{code:"FET-nnnn",title,message}`; B = A + `fields` (+ `entityType`);
+//! C `{code:<status>,title,message}` (test, schema, 429); D `{code:<status>,
+//! title:"request_failed",message}`; E perimeter `{code:"MISSING_TOKEN"|…,title,message}`;
+//! and the 422 of validate-schema `{title,code:"FET-1060",message,errors:[…]}`.
+//!
+//! ## Differences from the reference
+//!
+//! * **Verified tokens only.** The tenant comes from a JWT whose signature, `exp` and
+//!   `nbf` were verified ([`JwtAuthenticator`], HS256 or RS256) or from claims the host
+//!   verified ([`ClaimsAuthenticator`]). The reference read `tenantId` from an unverified
+//!   token. A token that fails verification is 401 `INVALID_TOKEN` `Authorization token
+//!   is invalid or expired`.
+//! * **`Retry-After`** accompanies the 429 of connection tests.
+//! * **`resultFormat`** (`"v1"` | `"v2"`) may be sent in the create-job body; it is
+//!   stored in the job and the message, and is part of the dedup hash when present.
+//!   `GET /v1/fetcher/{id}` adds `resultFormat` to completed jobs.
+//! * **Body limit** 1 MiB by default (configurable; the reference's framework used 4 MiB).
+//! * **Empty PATCH password** is rejected (400 `FET-0402`; docs/api.md, "Differences from the reference").
+//! * **Date/sort error messages** name `startDate`/`endDate`/`sortOrder` (codes unchanged).
+//! * **`FET-0405`** names the offending parameter instead of `%!v(MISSING)`.
+//! * **`metadata: {}`** is omitted from every response (never echoed).
+//! * **`ssl.key`** is accepted but not stored (no connector uses client keys, and a
+//!   private key must not sit unencrypted in the record).
+//! * **`/readyz/tenant/{id}`** in multi-tenant mode runs the shared checks (tenants share
+//!   the deployment's stores here) and adds `tenant_id`; an invalid id is 400.
+//! * **The SSRF dial-layer check** (multi-tenant) runs before every test, discovery and
+//!   job connectivity check through [`fetcher_connectors::HostPolicy::target`], so a
+//!   blocked host is 400 `FET-0414` even though the engine hides the connector's reason.
+//! * **Soft delete** is the connection store's concern; the in-memory store deletes.
+//! * **Internal datasources** are whatever the connection store returns under the reserved
+//!   names (`midaz_onboarding`, `midaz_transaction`, `plugin_crm`, `demo_sqlite`) without
+//!   an API identity; they skip ownership/connectivity checks and cannot be patched,
+//!   deleted or assigned. Not yet done: listing them (they carry no `createdAt`, so the
+//!   date window hides them; the reference prepends them on page 1) and the
+//!   deterministic UUID v5 ids (docs/datasources.md, "Internal datasources") (the store's concern).
+
+pub mod auth;
+pub mod connections;
+pub mod error;
+pub mod extract;
+pub mod fetcher;
+pub mod paging;
+pub mod probes;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Method, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use fetcher_connectors::HostPolicy;
+use fetcher_crypto::MessageSigner;
+use fetcher_engine::{Engine, TenantContext};
+use tokio::sync::OnceCell;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use auth::{
+    AuthError, Authenticator, ClaimsAuthenticator, JwtAuthenticator, JwtConfigError,
+    MIN_HS256_SECRET_BYTES, NoAuthentication, Principal, VerifiedClaims,
+};
+pub use error::ApiError;
+pub use extract::RequestId;
+pub use probes::ReadinessProbe;
+
+use fetcher_host::jobs::{JobService, JobSettings};
+use fetcher_host::ports::{JobQueue, JobStore, RateLimiter};
+
+pub use fetcher_host::connection::{ApiConnectionStore, attr};
+
+/// Settings of the API.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// `MULTI_TENANT_ENABLED`: tenant from the verified `tenantId` claim, SSRF guard on.
+    pub multi_tenant: bool,
+    /// Which files `SQLITE` datasources may name (single-tenant only; anything else is
+    /// `FET-0414` at create and patch). `fetcher serve` confines them to its
+    /// `--sqlite-dir`; Lambda refuses them: its functions share no disk, and a path would
+    /// name the function's own files. Default: none.
+    pub sqlite_files: fetcher_connectors::SqliteFiles,
+    /// Host safety on API-supplied hosts also in single-tenant mode (the Lambda's
+    /// default); multi-tenant mode always has it.
+    pub guard_hosts: bool,
+    /// Require a verified principal on business routes even in single-tenant mode.
+    /// Multi-tenant mode always requires one.
+    pub require_auth: bool,
+    /// Maximum request body (bytes).
+    pub body_limit: usize,
+    /// Largest connection `metadata`, JSON-encoded (bytes): 400 `FET-0411` above it.
+    pub max_metadata_bytes: usize,
+    /// Connections one tenant may hold: 409 `FET-1022` at create beyond it (0 = no cap).
+    pub max_connections_per_tenant: usize,
+    /// `/version` and `/readyz` `version`.
+    pub version: String,
+    /// `local` | `saas` | `byoc`.
+    pub deployment_mode: String,
+    pub paging: paging::PagingConfig,
+    /// Connection tests allowed per connection per window (10 per 60 s).
+    pub test_rate_limit: u32,
+    pub test_rate_window: Duration,
+    /// Overall timeout of a connection test (10 s).
+    pub test_timeout: Duration,
+    /// Schema discovery timeout (30 s).
+    pub schema_timeout: Duration,
+    /// Default per-probe timeout of `/readyz` (2 s).
+    pub readiness_timeout: Duration,
+    pub jobs: JobSettings,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            multi_tenant: false,
+            sqlite_files: fetcher_connectors::SqliteFiles::Nowhere,
+            require_auth: false,
+            guard_hosts: false,
+            // docs/api.md "Limits": request bodies up to 4 MiB.
+            body_limit: 4 * 1024 * 1024,
+            max_metadata_bytes: 16 * 1024,
+            max_connections_per_tenant: 1000,
+            version: "0.0.0".into(),
+            deployment_mode: "local".into(),
+            paging: paging::PagingConfig::default(),
+            test_rate_limit: 10,
+            test_rate_window: connections::TEST_RATE_WINDOW,
+            test_timeout: Duration::from_secs(10),
+            // Inside API Gateway's 30 s integration limit, with room for the rest.
+            schema_timeout: Duration::from_secs(20),
+            readiness_timeout: Duration::from_secs(2),
+            jobs: JobSettings::default(),
+        }
+    }
+}
+
+/// What the API needs from its host.
+pub struct AppDeps {
+    /// Built with encrypted persistence, a connection store wrapped in
+    /// [`ApiConnectionStore`], and [`fetcher_host::jobs::JobStoreActiveChecker`] as its
+    /// active-execution checker.
+    pub engine: Engine,
+    pub job_store: Arc<dyn JobStore>,
+    pub job_queue: Arc<dyn JobQueue>,
+    pub rate_limiter: Arc<dyn RateLimiter>,
+    /// Signs job messages (`MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)`).
+    pub signer: Arc<MessageSigner>,
+    pub authenticator: Arc<dyn Authenticator>,
+    pub probes: Vec<Arc<dyn ReadinessProbe>>,
+    /// The dial-layer SSRF guard; `None` means `HostPolicy::multi_tenant()` in
+    /// multi-tenant mode and no guard otherwise.
+    pub host_policy: Option<HostPolicy>,
+}
+
+struct Inner {
+    engine: Engine,
+    jobs: JobService,
+    rate_limiter: Arc<dyn RateLimiter>,
+    authenticator: Arc<dyn Authenticator>,
+    probes: Vec<Arc<dyn ReadinessProbe>>,
+    host_policy: Option<HostPolicy>,
+    config: ApiConfig,
+    metrics: probes::Metrics,
+    draining: AtomicBool,
+    self_probe: OnceCell<bool>,
+}
+
+/// Shared state of the router. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+impl AppState {
+    pub fn new(deps: AppDeps, config: ApiConfig) -> AppState {
+        let host_policy = deps
+            .host_policy
+            .or_else(|| config.multi_tenant.then(HostPolicy::multi_tenant));
+        let jobs = JobService {
+            engine: deps.engine.clone(),
+            store: deps.job_store,
+            queue: deps.job_queue,
+            signer: deps.signer,
+            host_policy: host_policy.clone(),
+            settings: config.jobs.clone(),
+        };
+        AppState(Arc::new(Inner {
+            engine: deps.engine,
+            jobs,
+            rate_limiter: deps.rate_limiter,
+            authenticator: deps.authenticator,
+            probes: deps.probes,
+            host_policy,
+            config,
+            metrics: probes::Metrics::default(),
+            draining: AtomicBool::new(false),
+            self_probe: OnceCell::new(),
+        }))
+    }
+
+    /// `/readyz` answers 503 from now on (graceful shutdown).
+    pub fn start_draining(&self) {
+        self.0.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.0.draining.load(Ordering::SeqCst)
+    }
+
+    /// Runs the start-up self-probe once (later calls return the first result); `/health`
+    /// reports it. Hosts call this at start-up; otherwise the first `/health` runs it.
+    pub async fn self_probe(&self) -> bool {
+        *self
+            .0
+            .self_probe
+            .get_or_init(|| probes::self_probe_checks(self))
+            .await
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.0.engine
+    }
+
+    pub fn jobs(&self) -> &JobService {
+        &self.0.jobs
+    }
+
+    pub fn config(&self) -> &ApiConfig {
+        &self.0.config
+    }
+
+    pub fn metrics(&self) -> &probes::Metrics {
+        &self.0.metrics
+    }
+
+    pub(crate) fn rate_limiter(&self) -> &Arc<dyn RateLimiter> {
+        &self.0.rate_limiter
+    }
+
+    pub(crate) fn host_policy(&self) -> Option<&HostPolicy> {
+        self.0.host_policy.as_ref()
+    }
+
+    pub(crate) fn probes(&self) -> &[Arc<dyn ReadinessProbe>] {
+        &self.0.probes
+    }
+
+    pub(crate) fn openapi_json(&self) -> &'static serde_json::Value {
+        static DOC: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+        DOC.get_or_init(|| serde_json::to_value(openapi()).expect("OpenAPI document is JSON"))
+    }
+}
+
+/// The caller's tenant and request id, resolved by the business pipeline.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    pub tenant: TenantContext,
+    pub request_id: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Scope {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Scope>()
+            .cloned()
+            .ok_or_else(ApiError::internal)
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Fetcher API", description = "Connections, schema discovery and extraction jobs (api.md)."),
+    tags((name = "fetcher", description = "Extraction jobs"), (name = "connections", description = "Connections"), (name = "probes", description = "Health, readiness, metrics, version"))
+)]
+struct ApiDoc;
+
+fn business_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(fetcher::create_job))
+        .routes(routes!(fetcher::get_job))
+        .routes(routes!(
+            connections::list_connections,
+            connections::create_connection
+        ))
+        .routes(routes!(connections::validate_schema))
+        .routes(routes!(connections::list_unassigned))
+        .routes(routes!(
+            connections::get_connection,
+            connections::update_connection,
+            connections::delete_connection
+        ))
+        .routes(routes!(connections::test_connection))
+        .routes(routes!(connections::get_schema))
+        .routes(routes!(connections::assign_connection))
+}
+
+fn probe_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(probes::health))
+        .routes(routes!(probes::readyz))
+        .routes(routes!(probes::readyz_tenant))
+        .routes(routes!(probes::metrics))
+        .routes(routes!(probes::version))
+        .routes(routes!(probes::openapi))
+}
+
+/// The OpenAPI 3.1 document of every route (generated from the handlers).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, mut doc) = business_routes().split_for_parts();
+    let (_, probes_doc) = probe_routes().split_for_parts();
+    doc.merge(probes_doc);
+    doc.info.version = env!("CARGO_PKG_VERSION").into();
+    doc
+}
+
+/// The whole API as an axum router.
+pub fn router(state: AppState) -> Router {
+    let (business, _) = business_routes().split_for_parts();
+    let business = business.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        business_pipeline,
+    ));
+    let (probe, _) = probe_routes().split_for_parts();
+    let limit = state.config().body_limit;
+    business
+        .merge(probe)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            record_metrics,
+        ))
+        .layer(axum::middleware::from_fn(request_span))
+        .layer(axum::middleware::from_fn(header_limit))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(tower_http::cors::CorsLayer::permissive())
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            ApiError::internal().into_response()
+        }))
+        .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::framework(
+        axum::http::StatusCode::NOT_FOUND,
+        format!("Cannot {method} {}", uri.path()),
+    )
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::framework(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "Method Not Allowed",
+    )
+}
+
+async fn record_metrics(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let res = next.run(req).await;
+    st.metrics()
+        .record_request(&method, &route, res.status().as_u16(), started.elapsed());
+    res
+}
+
+/// The largest request head (header names and values) the API reads: 64 KiB.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Oversized request heads get the documented error shape (431), like every other
+/// rejection the server makes itself. Hosts give their HTTP server a larger buffer than
+/// this (`fetcher serve`: 4 MiB), so such heads reach the router instead of getting the
+/// server's own body-less 431.
+async fn header_limit(req: Request, next: Next) -> Response {
+    let size: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    if size > MAX_HEADER_BYTES {
+        return ApiError::framework(
+            axum::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "Request Header Fields Too Large",
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// Every log line of a request carries its (sanitised) `X-Request-Id`.
+async fn request_span(mut req: Request, next: Next) -> Response {
+    let id = extract::request_id(req.headers());
+    let span = tracing::info_span!("request", request_id = %id);
+    req.extensions_mut().insert(RequestId(id));
+    tracing::Instrument::instrument(next.run(req), span).await
+}
+
+/// Request id → authentication → tenant, then the handler; the request id is echoed.
+async fn business_pipeline(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    // The id the request span chose (one id per request, also when the client sent none).
+    let request_id = req
+        .extensions()
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_else(|| extract::request_id(req.headers()));
+    let (mut parts, body) = req.into_parts();
+    let mut res = match resolve_tenant(&st, &parts) {
+        Ok(tenant_id) => {
+            let tenant = TenantContext {
+                tenant_id,
+                request_id: request_id.clone(),
+            };
+            parts.extensions.insert(Scope {
+                tenant,
+                request_id: request_id.clone(),
+            });
+            parts.extensions.insert(RequestId(request_id.clone()));
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Err(e) => e.into_response(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        res.headers_mut().insert("x-request-id", v);
+    }
+    res
+}
+
+fn resolve_tenant(st: &AppState, parts: &Parts) -> Result<String, ApiError> {
+    let principal =
+        st.0.authenticator
+            .authenticate(parts)
+            .map_err(|e| e.to_api_error())?;
+    let cfg = st.config();
+    if cfg.multi_tenant {
+        return auth::tenant_of(principal.as_ref());
+    }
+    if cfg.require_auth && principal.is_none() {
+        return Err(ApiError::perimeter(
+            axum::http::StatusCode::UNAUTHORIZED,
+            "MISSING_TOKEN",
+            "Unauthorized",
+            "Authorization token is required",
+        ));
+    }
+    Ok(fetcher_engine::tenant::DEFAULT_TENANT.to_owned())
+}

@@ -1,0 +1,251 @@
+//! Shared harness of the HTTP tests: the router over in-memory ports, driven with
+//! `tower::ServiceExt::oneshot` (no network).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode};
+use fetcher_crypto::{KeyPurpose, KeyRing, MessageSigner};
+use fetcher_engine::memory::{
+    MemoryConnectionStore, MemoryCredentialProtector, MemoryRegistry, MemorySchemaCache,
+    TemplateBehaviour, TemplateFactory,
+};
+use fetcher_engine::{Engine, SchemaSnapshot, TableSnapshot};
+use fetcher_host::jobs::JobStoreActiveChecker;
+use fetcher_host::memory::{MemoryJobQueue, MemoryJobStore, MemoryRateLimiter};
+use fetcher_http::{
+    self as http, ApiConfig, ApiConnectionStore, AppDeps, AppState, Authenticator,
+    NoAuthentication, ReadinessProbe,
+};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+pub const PASSWORD: &str = "s3cr3t-Pa55w0rd";
+pub const MASTER_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+pub struct Harness {
+    pub router: Router,
+    pub state: AppState,
+    pub jobs: Arc<MemoryJobStore>,
+    pub queue: Arc<MemoryJobQueue>,
+    pub factory: Arc<TemplateFactory>,
+    pub connections: Arc<MemoryConnectionStore>,
+    pub signer: Arc<MessageSigner>,
+}
+
+pub struct Options {
+    pub config: ApiConfig,
+    pub authenticator: Arc<dyn Authenticator>,
+    pub probes: Vec<Arc<dyn ReadinessProbe>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            config: ApiConfig::default(),
+            authenticator: Arc::new(NoAuthentication),
+            probes: Vec::new(),
+        }
+    }
+}
+
+pub fn schema() -> SchemaSnapshot {
+    SchemaSnapshot {
+        config_name: String::new(),
+        tables: vec![
+            TableSnapshot {
+                name: "users".into(),
+                fields: vec!["name".into(), "id".into(), "address.city".into()],
+            },
+            TableSnapshot {
+                name: "accounting.invoices".into(),
+                fields: vec!["total".into(), "id".into()],
+            },
+        ],
+        captured_at: None,
+    }
+}
+
+pub fn harness() -> Harness {
+    harness_with(Options::default())
+}
+
+pub fn harness_with(opts: Options) -> Harness {
+    let factory = TemplateFactory::new(TemplateBehaviour {
+        schema: schema(),
+        ..Default::default()
+    });
+    let registry = MemoryRegistry::new();
+    for t in ["POSTGRESQL", "MYSQL", "ORACLE", "SQL_SERVER", "MONGODB"] {
+        registry.register(t, factory.clone());
+    }
+    let connections = MemoryConnectionStore::new();
+    let jobs = MemoryJobStore::new();
+    let queue = MemoryJobQueue::new();
+    let engine = Engine::builder()
+        .connector_registry(registry)
+        .credential_protector(MemoryCredentialProtector::new())
+        .encrypted_persistence(true)
+        .connection_store(ApiConnectionStore::new(connections.clone()))
+        .schema_cache(MemorySchemaCache::new())
+        .active_execution_checker(Arc::new(JobStoreActiveChecker(jobs.clone())))
+        .build()
+        .unwrap();
+    let ring = KeyRing::from_base64(MASTER_KEY, "1").unwrap();
+    let signer = Arc::new(MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac));
+    let deps = AppDeps {
+        engine,
+        job_store: jobs.clone(),
+        job_queue: queue.clone(),
+        rate_limiter: MemoryRateLimiter::new(),
+        signer: signer.clone(),
+        authenticator: opts.authenticator,
+        probes: opts.probes,
+        host_policy: None,
+    };
+    let state = AppState::new(deps, opts.config);
+    Harness {
+        router: http::router(state.clone()),
+        state,
+        jobs,
+        queue,
+        factory,
+        connections,
+        signer,
+    }
+}
+
+impl Harness {
+    /// The same stores and engine served under another configuration (a host that
+    /// changed its settings over existing data).
+    pub fn reconfigured(&self, config: ApiConfig) -> Harness {
+        let deps = AppDeps {
+            engine: self.state.engine().clone(),
+            job_store: self.jobs.clone(),
+            job_queue: self.queue.clone(),
+            rate_limiter: MemoryRateLimiter::new(),
+            signer: self.signer.clone(),
+            authenticator: Arc::new(NoAuthentication),
+            probes: Vec::new(),
+            host_policy: None,
+        };
+        let state = AppState::new(deps, config);
+        Harness {
+            router: http::router(state.clone()),
+            state,
+            jobs: self.jobs.clone(),
+            queue: self.queue.clone(),
+            factory: self.factory.clone(),
+            connections: self.connections.clone(),
+            signer: self.signer.clone(),
+        }
+    }
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|_| panic!("not JSON ({}): {}", self.status, self.text))
+    }
+
+    pub fn code(&self) -> Value {
+        self.json()["code"].clone()
+    }
+}
+
+impl Harness {
+    pub async fn send(&self, req: Request<Body>) -> Reply {
+        let res = self.router.clone().oneshot(req).await.unwrap();
+        let status = res.status();
+        let headers = res.headers().clone();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        assert!(
+            !text.contains(PASSWORD),
+            "a body carried the password: {text}"
+        );
+        assert!(
+            !text.contains("hunter2") && !text.contains("10.1.2.3"),
+            "driver text reached a body: {text}"
+        );
+        Reply {
+            status,
+            headers,
+            text,
+        }
+    }
+
+    /// A JSON request with extra headers.
+    pub async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> Reply {
+        let mut b = Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = match body {
+            Some(v) => b
+                .header("content-type", "application/json")
+                .body(Body::from(v.to_string()))
+                .unwrap(),
+            None => b.body(Body::empty()).unwrap(),
+        };
+        self.send(req).await
+    }
+
+    pub async fn raw(
+        &self,
+        method: Method,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Body>,
+    ) -> Reply {
+        let mut b = Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        self.send(b.body(body.into()).unwrap()).await
+    }
+
+    pub async fn get(&self, uri: &str) -> Reply {
+        self.call(Method::GET, uri, &[], None).await
+    }
+
+    /// Creates a connection for `product`; asserts 201; returns the body.
+    pub async fn create(&self, product: &str, body: Value) -> Value {
+        let r = self
+            .call(
+                Method::POST,
+                "/v1/management/connections",
+                &[("x-product-name", product)],
+                Some(body),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        r.json()
+    }
+}
+
+pub fn connection(name: &str) -> Value {
+    json!({
+        "configName": name, "type": "POSTGRESQL", "host": "db.example.com", "port": 5432,
+        "databaseName": "ledger", "userName": "reporter_ro", "password": PASSWORD,
+    })
+}
+
+pub fn job(ds: &str, source: &str) -> Value {
+    json!({"dataRequest": {"mappedFields": {ds: {"users": ["id", "name"]}}}, "metadata": {"source": source}})
+}
