@@ -1,0 +1,817 @@
+//! The extraction pipeline on in-memory ports: results, events, redelivery, failures.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use fetcher_crypto::{KeyPurpose, KeyRing, MessageSigner, Opener};
+use fetcher_engine::memory::*;
+use fetcher_engine::*;
+use fetcher_host::memory::*;
+use fetcher_host::message;
+use fetcher_host::model::*;
+use fetcher_host::pipeline::*;
+use fetcher_host::ports::*;
+use fetcher_host::sink::SealedResultSink;
+
+const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+struct World {
+    pipeline: Pipeline,
+    jobs: Arc<MemoryJobStore>,
+    events: Arc<MemoryEventPublisher>,
+    objects: Arc<MemoryObjectStore>,
+    ring: Arc<KeyRing>,
+    factory: Arc<TemplateFactory>,
+}
+
+fn row(id: i64, name: &str) -> Row {
+    Row::from_pairs([("id", Value::Int(id)), ("name", Value::from(name))])
+}
+
+async fn world() -> World {
+    let ring = Arc::new(KeyRing::from_base64(KEY, "1").unwrap());
+    let keys: Arc<dyn KeyProvider> = Arc::new(StaticKeyProvider(ring.clone()));
+    let objects = MemoryObjectStore::new();
+    let registry = MemoryRegistry::new();
+    let factory = TemplateFactory::new(TemplateBehaviour {
+        rows: [(
+            "public.accounts".to_string(),
+            vec![row(1, "ada"), row(2, "grace <&>")],
+        )]
+        .into(),
+        schema: SchemaSnapshot {
+            config_name: String::new(),
+            tables: vec![TableSnapshot {
+                name: "public.accounts".into(),
+                fields: vec!["id".into(), "name".into()],
+            }],
+            captured_at: None,
+        },
+        ..Default::default()
+    });
+    registry.register("POSTGRESQL", factory.clone());
+    let store = MemoryConnectionStore::new();
+    let engine = Engine::builder()
+        .connector_registry(registry)
+        .connection_store(store.clone())
+        .result_sink(Arc::new(SealedResultSink::new(
+            objects.clone(),
+            keys.clone(),
+        )))
+        .build()
+        .unwrap();
+    let tenant = TenantContext::new("acme").unwrap();
+    let input = ConnectionInput {
+        config_name: "pg".into(),
+        datasource_type: "POSTGRESQL".into(),
+        ..Default::default()
+    };
+    engine
+        .create_connection(&Context::background(), &tenant, &input)
+        .await
+        .unwrap();
+    let jobs = MemoryJobStore::new();
+    let events = MemoryEventPublisher::new();
+    let pipeline = Pipeline {
+        engine,
+        jobs: jobs.clone(),
+        events: events.clone(),
+        objects: objects.clone(),
+        keys,
+        config: PipelineConfig {
+            lease: Duration::from_secs(60),
+            ..Default::default()
+        },
+    };
+    World {
+        pipeline,
+        jobs,
+        events,
+        objects,
+        ring,
+        factory,
+    }
+}
+
+async fn submit(w: &World, format: Option<ResultFormat>) -> (Job, QueueMessage) {
+    let mut req = JobRequest::default();
+    req.mapped_fields.insert(
+        "pg".into(),
+        [(
+            "public.accounts".to_string(),
+            vec!["id".to_string(), "name".to_string()],
+        )]
+        .into(),
+    );
+    req.metadata.insert("source".into(), "crm".into());
+    req.result_format = format;
+    let job = Job::new("acme", req, format!("hash-{}", uuid::Uuid::now_v7()));
+    assert_eq!(w.jobs.insert(&job).await.unwrap(), InsertOutcome::Created);
+    let signer = MessageSigner::from_ring(&w.ring, KeyPurpose::InternalHmac);
+    let msg = message::encode(&job, &signer, "req-1", message::unix_now());
+    (job, msg)
+}
+
+async fn open_v2(w: &World, path: &str, job_id: &str, hmac: &str) -> Vec<u8> {
+    let sealed = read_all(w.objects.as_ref(), path)
+        .await
+        .unwrap()
+        .expect("object stored");
+    let mut opener = Opener::new(&w.ring, job_id).expect_hmac(hmac);
+    let mut plain = Vec::new();
+    opener.update_into(&sealed, &mut plain).unwrap();
+    opener.finish().unwrap();
+    plain
+}
+
+const NDJSON: &str = "{\"config\":\"pg\",\"table\":\"public.accounts\",\"row\":{\"id\":1,\"name\":\"ada\"}}\n{\"config\":\"pg\",\"table\":\"public.accounts\",\"row\":{\"id\":2,\"name\":\"grace \\u003c\\u0026\\u003e\"}}\n";
+
+#[tokio::test]
+async fn a_job_completes_with_a_sealed_result_and_one_event() {
+    let w = world().await;
+    let (job, msg) = submit(&w, None).await;
+    let outcome = w.pipeline.handle(&msg).await;
+    let Outcome::Completed { rows, bytes, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!((rows, bytes), (2, NDJSON.len() as u64));
+
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Completed);
+    assert!(
+        stored.pending_event.is_none(),
+        "marker cleared after publishing"
+    );
+    let result = stored.result.unwrap();
+    assert_eq!(
+        result.path,
+        format!("acme/external-data/{}.ndjson.v2", job.id)
+    );
+    assert_eq!(
+        (result.format, result.row_count, result.size_bytes),
+        (ResultFormat::V2, 2, NDJSON.len() as u64)
+    );
+    let plain = open_v2(&w, &result.path, &job.id, &result.hmac).await;
+    assert_eq!(std::str::from_utf8(&plain).unwrap(), NDJSON);
+    let sha: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(NDJSON.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    assert_eq!(result.digest, sha);
+
+    let events = w.events.events();
+    assert_eq!(events.len(), 1);
+    let e = &events[0];
+    assert_eq!(e.id, format!("fetcher.job.completed.{}", job.id));
+    assert_eq!(
+        (e.detail_type.as_str(), e.tenant_id.as_str()),
+        ("job.completed", "acme")
+    );
+    let payload: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
+    assert_eq!(payload["jobId"], job.id.as_str());
+    assert_eq!(payload["status"], "completed");
+    assert_eq!(payload["metadata"], serde_json::json!({"source": "crm"}));
+    assert_eq!(payload["result"]["path"], result.path.as_str());
+    assert_eq!(payload["result"]["hmac"], result.hmac.as_str());
+    assert_eq!(
+        payload["result"]["integrity"],
+        serde_json::json!({"algorithm": "HMAC-SHA256", "signature": result.hmac})
+    );
+    assert_eq!(
+        payload["result"]["protection"],
+        serde_json::json!({"encrypted": true, "mode": "adapter-managed", "appliedBy": "adapter"})
+    );
+    assert_eq!(payload["result"]["rowCount"], 2);
+    assert_eq!(payload["result"]["format"], "json");
+    assert!(payload["completedAt"].as_str().unwrap().ends_with('Z'));
+    // Field order as the reference emits it.
+    let prefix = format!(
+        "{{\"jobId\":\"{}\",\"metadata\":{{\"source\":\"crm\"}},\"status\":\"completed\",\"result\":{{\"path\":",
+        job.id
+    );
+    assert!(e.payload.starts_with(&prefix), "{}", e.payload);
+    assert!(e.payload.contains("\"executionTimeMs\":") || e.payload.contains("},\"completedAt\":"));
+
+    // Redelivery: no second result, no second event.
+    let again = w.pipeline.handle(&msg).await;
+    assert!(matches!(again, Outcome::Skipped(_)), "{again:?}");
+    assert_eq!(w.events.events().len(), 1);
+    assert_eq!(
+        w.factory.build_count(),
+        2,
+        "planning + one run; the redelivery built nothing"
+    );
+}
+
+#[tokio::test]
+async fn v1_results_open_with_the_reference_procedure() {
+    let w = world().await;
+    let (job, msg) = submit(&w, Some(ResultFormat::V1)).await;
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Completed { .. }
+    ));
+    let result = w
+        .jobs
+        .get("acme", &job.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .result
+        .unwrap();
+    assert_eq!(result.path, format!("acme/external-data/{}.json", job.id));
+    let object = read_all(w.objects.as_ref(), &result.path)
+        .await
+        .unwrap()
+        .unwrap();
+    let plain = fetcher_crypto::open_v1(w.ring.current(), &object, &result.hmac).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&plain).unwrap();
+    assert_eq!(doc["pg"]["public.accounts"][1]["name"], "grace <&>");
+    assert!(
+        std::str::from_utf8(&plain)
+            .unwrap()
+            .starts_with("{\n  \"pg\": {")
+    );
+}
+
+#[tokio::test]
+async fn a_v1_result_stays_under_its_own_ceiling_when_v2_is_unbounded() {
+    // v1 is built in memory; the deployment's ceiling (here the engine's 256 MiB, or
+    // unbounded) does not lift it.
+    let w = world().await;
+    let w = World {
+        pipeline: Pipeline {
+            config: PipelineConfig {
+                v1_max_result_bytes: 64,
+                ..w.pipeline.config.clone()
+            },
+            ..w.pipeline
+        },
+        ..w
+    };
+    let (job, msg) = submit(&w, Some(ResultFormat::V1)).await;
+    let outcome = w.pipeline.handle(&msg).await;
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Failed);
+    assert_eq!(w.events.events().last().unwrap().detail_type, "job.failed");
+    // The same request as v2 streams and completes.
+    let (_, msg) = submit(&w, Some(ResultFormat::V2)).await;
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Completed { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_failing_extraction_fails_the_job_with_a_sanitised_error() {
+    let w = world().await;
+    w.factory.behaviour.lock().unwrap().fail_query = true;
+    let w = World {
+        pipeline: Pipeline {
+            config: PipelineConfig {
+                max_attempts: 1,
+                ..Default::default()
+            },
+            ..w.pipeline
+        },
+        ..w
+    };
+    let (job, msg2) = submit(&w, None).await;
+    let outcome = w.pipeline.handle(&msg2).await;
+    let Outcome::Failed { error, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(error, "engine: [unavailable] failed to query datasource");
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Failed);
+    assert_eq!(stored.error.as_deref(), Some(error.as_str()));
+    let events = w.events.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].id, format!("fetcher.job.failed.{}", job.id));
+    let payload: serde_json::Value = serde_json::from_str(&events[0].payload).unwrap();
+    assert_eq!(payload["metadata"]["error"]["message"], error.as_str());
+    assert_eq!(payload["metadata"]["source"], "crm");
+    assert!(payload.get("result").is_none() && payload.get("completedAt").is_none());
+    assert!(!events[0].payload.contains("hunter2") && !events[0].payload.contains("10.1.2.3"));
+    assert!(
+        w.objects.paths().is_empty(),
+        "nothing stored for a failed run"
+    );
+}
+
+#[tokio::test]
+async fn retryable_failures_release_the_claim_then_fail_after_max_attempts() {
+    let mut w = world().await;
+    w.pipeline.config.max_attempts = 3;
+    w.factory.behaviour.lock().unwrap().fail_query = true;
+    let (job, msg) = submit(&w, None).await;
+    for attempt in 1..=2 {
+        let outcome = w.pipeline.handle(&msg).await;
+        assert!(outcome.should_retry(), "attempt {attempt}: {outcome:?}");
+        let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+        assert_eq!((j.status, j.attempts), (JobStatus::Pending, attempt));
+    }
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Failed { .. }
+    ));
+    assert_eq!(w.events.events().len(), 1);
+    // A non-retryable failure fails at once.
+    let (bad, msg) = {
+        let mut req = JobRequest::default();
+        req.mapped_fields.insert(
+            "pg".into(),
+            [("public.nope".to_string(), vec!["id".to_string()])].into(),
+        );
+        let job = Job::new("acme", req, "h2".into());
+        w.jobs.insert(&job).await.unwrap();
+        let signer = MessageSigner::from_ring(&w.ring, KeyPurpose::InternalHmac);
+        let m = message::encode(&job, &signer, "", message::unix_now());
+        (job, m)
+    };
+    let Outcome::Failed { error, .. } = w.pipeline.handle(&msg).await else {
+        panic!()
+    };
+    assert_eq!(
+        error,
+        "engine: [validation] extraction request failed schema validation: unknown table 'pg.public.nope'"
+    );
+    assert_eq!(
+        w.jobs.get("acme", &bad.id).await.unwrap().unwrap().attempts,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_bad_signature_fails_the_job_without_a_retry_loop() {
+    let w = world().await;
+    let (job, mut msg) = submit(&w, None).await;
+    msg.headers
+        .insert("x-message-signature".into(), "00".repeat(32));
+    let outcome = w.pipeline.handle(&msg).await;
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    assert!(!outcome.should_retry());
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.status, stored.error.as_deref()),
+        (JobStatus::Failed, Some("invalid message signature"))
+    );
+    assert_eq!(w.factory.build_count(), 0, "nothing extracted");
+    // The same forged message again: skipped, no second event.
+    assert!(matches!(w.pipeline.handle(&msg).await, Outcome::Skipped(_)));
+    assert_eq!(w.events.events().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unpublished_event_is_republished_by_redelivery_or_repair() {
+    let w = world().await;
+    w.events.fail.store(true, Ordering::SeqCst);
+    let (job, msg) = submit(&w, None).await;
+    assert!(w.pipeline.handle(&msg).await.should_retry());
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.status,
+        JobStatus::Completed,
+        "the result is recorded"
+    );
+    let marker = stored.pending_event.clone().expect("marker kept");
+    w.events.fail.store(false, Ordering::SeqCst);
+    // Redelivery republishes the stored payload verbatim; extraction is not repeated.
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Skipped("terminal event republished")
+    ));
+    assert_eq!(w.events.events()[0].payload, marker.payload);
+    assert_eq!(w.factory.build_count(), 2);
+    assert!(
+        w.jobs
+            .get("acme", &job.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .pending_event
+            .is_none()
+    );
+
+    // The repair pass does the same for markers nobody redelivers.
+    w.events.fail.store(true, Ordering::SeqCst);
+    let (job2, msg2) = submit(&w, None).await;
+    assert!(w.pipeline.handle(&msg2).await.should_retry());
+    w.events.fail.store(false, Ordering::SeqCst);
+    assert_eq!(w.pipeline.repair_events(25).await.unwrap(), 1);
+    assert_eq!(w.pipeline.repair_events(25).await.unwrap(), 0);
+    assert_eq!(
+        w.events.events().last().unwrap().id,
+        format!("fetcher.job.completed.{}", job2.id)
+    );
+}
+
+#[tokio::test]
+async fn a_repair_pass_clears_only_the_markers_of_published_events() {
+    let w = world().await;
+    w.events.fail.store(true, Ordering::SeqCst);
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        let (job, msg) = submit(&w, None).await;
+        assert!(w.pipeline.handle(&msg).await.should_retry());
+        jobs.push(job.id);
+    }
+    w.events.fail.store(false, Ordering::SeqCst);
+    w.events.fail_jobs.lock().unwrap().push(jobs[1].clone());
+    assert_eq!(w.pipeline.repair_events(25).await.unwrap(), 2);
+    let marker = |id: &str| {
+        let jobs = w.jobs.clone();
+        let id = id.to_owned();
+        async move {
+            jobs.get("acme", &id)
+                .await
+                .unwrap()
+                .unwrap()
+                .pending_event
+                .is_some()
+        }
+    };
+    assert!(!marker(&jobs[0]).await);
+    assert!(marker(&jobs[1]).await, "the failed event keeps its marker");
+    assert!(!marker(&jobs[2]).await);
+    w.events.fail_jobs.lock().unwrap().clear();
+    assert_eq!(w.pipeline.repair_events(25).await.unwrap(), 1);
+    assert!(!marker(&jobs[1]).await);
+    let ids: Vec<String> = w.events.events().iter().map(|e| e.job_id.clone()).collect();
+    assert_eq!(ids.len(), 3, "each event published once: {ids:?}");
+    assert_eq!(ids.last(), Some(&jobs[1]));
+}
+
+#[tokio::test]
+async fn a_crashed_runs_lease_is_taken_over() {
+    let w = world().await;
+    let (job, msg) = submit(&w, None).await;
+    // Simulate a worker that claimed the job and died.
+    let long_ago = Timestamp::from_unix_nanos(Timestamp::now().unix_nanos() - 3_600_000_000_000);
+    assert!(matches!(
+        w.jobs
+            .claim("acme", &job.id, long_ago, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    let outcome = w.pipeline.handle(&msg).await;
+    assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.attempts), (JobStatus::Completed, 2));
+
+    // A live lease held by someone else: come back later.
+    let (job2, msg2) = submit(&w, None).await;
+    assert!(matches!(
+        w.jobs
+            .claim("acme", &job2.id, Timestamp::now(), Duration::from_secs(600))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    assert!(w.pipeline.handle(&msg2).await.should_retry());
+}
+
+#[tokio::test]
+async fn unusable_messages() {
+    let w = world().await;
+    // Signed, but the body names a datasource with no tables: the job fails.
+    let mut req = JobRequest::default();
+    req.mapped_fields.insert("pg".into(), Default::default());
+    let job = Job::new("acme", req, "h".into());
+    w.jobs.insert(&job).await.unwrap();
+    let signer = MessageSigner::from_ring(&w.ring, KeyPurpose::InternalHmac);
+    let msg = message::encode(&job, &signer, "", message::unix_now());
+    let Outcome::Failed { error, .. } = w.pipeline.handle(&msg).await else {
+        panic!()
+    };
+    assert!(error.contains("FET-0053"));
+    // A message for an unknown job, and garbage: skipped.
+    let ghost = Job::new(
+        "acme",
+        JobRequest {
+            mapped_fields: job.request.mapped_fields.clone(),
+            ..Default::default()
+        },
+        "g".into(),
+    );
+    let mut ghost_req = ghost.clone();
+    ghost_req.request.mapped_fields.insert(
+        "pg".into(),
+        [("t".to_string(), vec!["id".to_string()])].into(),
+    );
+    let msg = message::encode(&ghost_req, &signer, "", message::unix_now());
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Skipped("job not found")
+    ));
+    let garbage = QueueMessage {
+        headers: Default::default(),
+        body: b"not json".to_vec(),
+    };
+    assert!(matches!(
+        w.pipeline.handle(&garbage).await,
+        Outcome::Skipped(_)
+    ));
+}
+
+#[tokio::test]
+async fn retryable_failures_are_retried_within_the_budget_only() {
+    let mut w = world().await;
+    w.factory.behaviour.lock().unwrap().fail_query = true;
+    // Inside the budget: retried, far beyond the reference's three attempts.
+    let (job, msg) = submit(&w, None).await;
+    for attempt in 1..=6 {
+        let outcome = w.pipeline.handle(&msg).await;
+        assert!(outcome.should_retry(), "attempt {attempt}: {outcome:?}");
+        let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+        assert_eq!((j.status, j.attempts), (JobStatus::Pending, attempt));
+    }
+    // Past the budget: the next retryable failure fails the job, with its event.
+    w.pipeline.config.retry_budget = Duration::ZERO;
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Failed { .. }
+    ));
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Failed);
+    assert_eq!(w.events.events().len(), 1);
+}
+
+#[tokio::test]
+async fn a_job_out_of_retries_fails_with_its_first_error() {
+    let mut w = world().await;
+    let (job, msg) = submit(&w, None).await;
+    // First the datasource cannot be reached, then it answers but queries fail.
+    w.factory.behaviour.lock().unwrap().fail_discover = Some(fetcher_engine::Category::Connect);
+    assert!(w.pipeline.handle(&msg).await.should_retry());
+    let first = w
+        .jobs
+        .get("acme", &job.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .first_error;
+    let first = first.expect("the first error is kept");
+    {
+        let mut b = w.factory.behaviour.lock().unwrap();
+        b.fail_discover = None;
+        b.fail_query = true;
+    }
+    assert!(w.pipeline.handle(&msg).await.should_retry());
+    w.pipeline.config.retry_budget = Duration::ZERO;
+    let Outcome::Failed { error, .. } = w.pipeline.handle(&msg).await else {
+        panic!("out of retries")
+    };
+    assert_eq!(
+        error, first,
+        "the first meaningful category, not the last attempt's"
+    );
+    assert!(error.contains("[connect]"), "{error}");
+}
+
+#[tokio::test]
+async fn a_job_whose_workers_keep_dying_fails_at_the_claim_cap() {
+    let mut w = world().await;
+    w.pipeline.config.max_attempts = 2;
+    w.pipeline.config.lease = Duration::from_millis(1);
+    let (job, msg) = submit(&w, None).await;
+    // Two claims whose workers "died": the lease just expires.
+    for _ in 0..2 {
+        let now = fetcher_engine::Timestamp::now();
+        let ClaimOutcome::Claimed { .. } = w
+            .jobs
+            .claim("acme", &job.id, now, Duration::from_millis(1))
+            .await
+            .unwrap()
+        else {
+            panic!("claimable")
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The next delivery would be the third claim: over the cap, the job fails, once, with
+    // its event; a later delivery is a no-op.
+    let Outcome::Failed { error, .. } = w.pipeline.handle(&msg).await else {
+        panic!("over the claim cap")
+    };
+    assert!(error.contains("abandoned"), "{error}");
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Failed);
+    assert_eq!(w.events.events().len(), 1);
+    assert!(!w.pipeline.handle(&msg).await.should_retry());
+    assert_eq!(w.events.events().len(), 1);
+}
+
+#[tokio::test]
+async fn stranded_work_is_requeued() {
+    let w = world().await;
+    let queue = fetcher_host::memory::MemoryJobQueue::new();
+    // A pending job whose message was lost, and a fresh one whose message is in flight.
+    let (lost, _) = submit(&w, None).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let (fresh, _) = submit(&w, Some(ResultFormat::V1)).await;
+    let n = w
+        .pipeline
+        .requeue_stranded(queue.as_ref(), Duration::from_millis(20), 100)
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "only the stale pending job");
+    let sent = queue.sent();
+    assert_eq!(sent[0].headers["jobId"], lost.id);
+    // The re-enqueued message is a valid one: the job completes from it.
+    assert!(matches!(
+        w.pipeline.handle(&sent[0]).await,
+        Outcome::Completed { .. }
+    ));
+    let _ = fresh;
+}
+
+/// Keys rotated since the cold start: the cached ring is the old one until reloaded.
+struct RotatedKeys {
+    cached: Arc<KeyRing>,
+    fresh: Arc<KeyRing>,
+    reloads: std::sync::atomic::AtomicUsize,
+}
+
+impl fetcher_host::ports::KeyProvider for RotatedKeys {
+    fn key_ring(&self) -> BoxFuture<'_, fetcher_host::Result<Arc<KeyRing>>> {
+        let ring = if self.reloads.load(Ordering::SeqCst) > 0 {
+            &self.fresh
+        } else {
+            &self.cached
+        };
+        let ring = ring.clone();
+        Box::pin(async move { Ok(ring) })
+    }
+    fn reload(&self) -> BoxFuture<'_, fetcher_host::Result<Arc<KeyRing>>> {
+        self.reloads.fetch_add(1, Ordering::SeqCst);
+        let ring = self.fresh.clone();
+        Box::pin(async move { Ok(ring) })
+    }
+}
+
+#[tokio::test]
+async fn a_message_signed_after_a_rotation_reloads_the_ring_instead_of_failing() {
+    use fetcher_crypto::{MasterKey, MasterKeys, VersionedMasterKey};
+    let mut w = world().await;
+    let key = |b: u8| MasterKey::from_bytes(vec![b; 32]).unwrap();
+    let old = Arc::new(
+        KeyRing::new(MasterKeys {
+            current: VersionedMasterKey::new("1", key(1)).unwrap(),
+            previous: vec![],
+        })
+        .unwrap(),
+    );
+    let fresh = Arc::new(
+        KeyRing::new(MasterKeys {
+            current: VersionedMasterKey::new("2", key(2)).unwrap(),
+            previous: vec![VersionedMasterKey::new("1", key(1)).unwrap()],
+        })
+        .unwrap(),
+    );
+    let keys = Arc::new(RotatedKeys {
+        cached: old,
+        fresh: fresh.clone(),
+        reloads: Default::default(),
+    });
+    w.pipeline.keys = keys.clone();
+    let (job, _) = submit(&w, None).await;
+    // The API, already on the new key, signs with version 2.
+    let msg = message::encode(
+        &job,
+        &MessageSigner::from_ring(&fresh, KeyPurpose::InternalHmac),
+        "",
+        message::unix_now(),
+    );
+    let outcome = w.pipeline.handle(&msg).await;
+    assert!(
+        !matches!(outcome, Outcome::Failed { ref error, .. } if error.contains("signature")),
+        "{outcome:?}"
+    );
+    assert_eq!(keys.reloads.load(Ordering::SeqCst), 1, "one reload");
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_ne!(j.error.as_deref(), Some("invalid message signature"));
+    // A forged message still fails (the reload is bounded to one per message).
+    let mut forged = message::encode(
+        &job,
+        &MessageSigner::from_ring(&fresh, KeyPurpose::InternalHmac),
+        "",
+        message::unix_now(),
+    );
+    forged.body.push(b' ');
+    assert!(matches!(
+        w.pipeline.handle(&forged).await,
+        Outcome::Skipped(_) | Outcome::Failed { .. }
+    ));
+}
+
+#[tokio::test]
+async fn an_event_that_never_publishes_is_quarantined_not_retried_forever() {
+    let mut w = world().await;
+    w.pipeline.config.max_event_attempts = 3;
+    let (job, msg) = submit(&w, None).await;
+    w.events.fail.store(true, Ordering::SeqCst);
+    let _ = w.pipeline.handle(&msg).await; // completes; its event cannot go out
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert!(j.pending_event.is_some(), "left in the outbox");
+    // Each repair pass fails to publish it; the third sets it aside.
+    for pass in 1..=3 {
+        assert_eq!(
+            w.pipeline.repair_events(10).await.unwrap(),
+            0,
+            "pass {pass}"
+        );
+    }
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(j.pending_event, None);
+    assert_eq!(j.quarantined_event.as_ref().map(|e| e.failures), Some(3));
+    assert!(
+        w.jobs.list_pending_events(10).await.unwrap().is_empty(),
+        "its slot is free"
+    );
+    assert_eq!(
+        j.status,
+        JobStatus::Completed,
+        "the job itself stays completed"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_lease_cancels_the_run_and_stores_nothing() {
+    let mut w = world().await;
+    w.pipeline.config.lease = Duration::from_millis(300);
+    w.factory.behaviour.lock().unwrap().block_on_context = true;
+    let (job, msg) = submit(&w, None).await;
+    let pipeline = Arc::new(w.pipeline);
+    let run = tokio::spawn({
+        let p = pipeline.clone();
+        async move { p.handle(&msg).await }
+    });
+    // Wait for the claim, then let another worker take the job over, as it would once
+    // this run's lease had expired (a stalled process).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while w.jobs.get("acme", &job.id).await.unwrap().unwrap().status != JobStatus::Processing {
+        assert!(std::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let later = Timestamp::from_unix_nanos(Timestamp::now().unix_nanos() + 3_600_000_000_000);
+    assert!(matches!(
+        w.jobs
+            .claim("acme", &job.id, later, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    // The next renewal (a third of the lease) finds the claim gone and cancels the run.
+    let outcome = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("the run stops once its lease is lost")
+        .unwrap();
+    assert!(
+        matches!(outcome, Outcome::Skipped("lease lost")),
+        "{outcome:?}"
+    );
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.attempts), (JobStatus::Processing, 2));
+    assert!(w.objects.paths().is_empty(), "nothing stored");
+    assert!(w.events.events().is_empty());
+}
+
+#[tokio::test]
+async fn an_aborted_run_stops_renewing_its_lease() {
+    let mut w = world().await;
+    w.pipeline.config.lease = Duration::from_millis(300);
+    w.factory.behaviour.lock().unwrap().block_on_context = true;
+    let (job, msg) = submit(&w, None).await;
+    let pipeline = Arc::new(w.pipeline);
+    let run = tokio::spawn({
+        let p = pipeline.clone();
+        async move { p.handle(&msg).await }
+    });
+    let lease = |j: Job| j.lease_expires_at.map(|t| t.unix_nanos());
+    // Renewed while the run lives…
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let first = loop {
+        let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+        if j.status == JobStatus::Processing {
+            break lease(j);
+        }
+        assert!(std::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let renewed = lease(w.jobs.get("acme", &job.id).await.unwrap().unwrap());
+    assert!(renewed > first, "the heartbeat renews");
+    // …and not after its task is aborted (a host's `abort_all`, a panic).
+    run.abort();
+    let _ = run.await;
+    let at_abort = lease(w.jobs.get("acme", &job.id).await.unwrap().unwrap());
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let after = lease(w.jobs.get("acme", &job.id).await.unwrap().unwrap());
+    assert_eq!(after, at_abort, "no renewal once the run is gone");
+}
