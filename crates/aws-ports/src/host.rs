@@ -18,7 +18,7 @@
 //! | `FETCHER_ALLOW_PRIVATE_HOSTS` | `true`: API-supplied hosts may be private, loopback or metadata addresses (tests against a local database). Default `false`: host safety (SSRF) is on for every API-supplied host, in every mode |
 //! | `FETCHER_SCHEMA_CACHE_TTL_SECS` | schema cache TTL (default 300) |
 //! | `FETCHER_LEASE_SECS` | job lease (default 900, the Lambda maximum) |
-//! | `FETCHER_EXTRACTION_TIMEOUT_SECS` | bound on one extraction (default 300, the reference's; `0` = none); keep it about 30 s under the function's timeout so a slow job fails cleanly with `timeout` and its event goes out (the template does) |
+//! | `FETCHER_EXTRACTION_TIMEOUT_SECS` | fixed bound on one extraction (default 300, the reference's; `0` = none, the template's). The extract function also bounds each run by its invocation's deadline less 30 s, so a slow job fails cleanly with `timeout` and its event goes out before Lambda stops the function |
 //! | `FETCHER_MAX_RESULT_BYTES` | serialized result ceiling (default 268435456, the reference's 256 MiB; `0` = unbounded). v2 results stream to S3 in constant memory, so raising it costs no memory; v1 results (built in memory) stay capped at 256 MiB whatever this says |
 
 use std::sync::Arc;

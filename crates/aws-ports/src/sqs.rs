@@ -104,17 +104,13 @@ pub fn queue_message<'a>(
     }
 }
 
-/// A queue message from one record of a Lambda SQS event, as JSON
-/// (`{"body": …, "messageAttributes": {"name": {"stringValue": …}}}`).
-pub fn queue_message_from_record(record: &serde_json::Value) -> QueueMessage {
-    let body = record.get("body").and_then(|b| b.as_str()).unwrap_or("");
+/// A queue message from one record of a Lambda SQS event.
+pub fn queue_message_from_record(record: &aws_lambda_events::sqs::SqsMessage) -> QueueMessage {
     let attrs = record
-        .get("messageAttributes")
-        .and_then(|a| a.as_object())
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.as_str(), v.get("stringValue").and_then(|s| s.as_str())));
-    queue_message(body, attrs)
+        .message_attributes
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.string_value.as_deref()));
+    queue_message(record.body.as_deref().unwrap_or(""), attrs)
 }
 
 /// A queue message from a `ReceiveMessage` result (tests and tools).

@@ -235,16 +235,34 @@ impl Pipeline {
     /// job is `pending` again, for the next start or another worker) and nothing is
     /// stored.
     pub async fn handle_until(&self, msg: &QueueMessage, stop: &Context) -> Outcome {
+        self.handle_within(msg, stop, None).await
+    }
+
+    /// [`Pipeline::handle_until`] with the host's deadline for the extraction (a Lambda
+    /// invocation's end, less a margin): past it the job fails with `timeout` and its
+    /// event goes out while the host still runs, instead of the host being killed
+    /// mid-run. `stop` is different: a stopped run is handed back, not failed.
+    pub async fn handle_within(
+        &self,
+        msg: &QueueMessage,
+        stop: &Context,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Outcome {
         let header = |k: &str| msg.headers.get(k).map(String::as_str).unwrap_or("");
         let span = tracing::info_span!(
             "job",
             job_id = header(message::HEADER_JOB_ID),
             request_id = header(message::HEADER_REQUEST_ID),
         );
-        tracing::Instrument::instrument(self.handle_in_span(msg, stop), span).await
+        tracing::Instrument::instrument(self.handle_in_span(msg, stop, deadline), span).await
     }
 
-    async fn handle_in_span(&self, msg: &QueueMessage, stop: &Context) -> Outcome {
+    async fn handle_in_span(
+        &self,
+        msg: &QueueMessage,
+        stop: &Context,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Outcome {
         let ring = match self.keys.key_ring().await {
             Ok(r) => r,
             Err(e) => return Outcome::Retry(e),
@@ -267,7 +285,7 @@ impl Pipeline {
             }
         }
         match decoded {
-            Ok(received) => self.process(received, stop).await,
+            Ok(received) => self.process(received, stop, deadline).await,
             Err(Rejected::BadSignature(e)) => {
                 // Never retried. The job it names (if any, and still pending) fails, so
                 // it does not wait forever for a message that cannot be trusted.
@@ -307,7 +325,12 @@ impl Pipeline {
         }
     }
 
-    async fn process(&self, r: Received, stop: &Context) -> Outcome {
+    async fn process(
+        &self,
+        r: Received,
+        stop: &Context,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Outcome {
         let Received {
             tenant, message: m, ..
         } = r;
@@ -349,14 +372,23 @@ impl Pipeline {
             warn!(job_id = %job.id, attempts = job.attempts, "claim cap reached; failing the job");
             return self.fail_claimed(&job, token, &error).await;
         }
-        self.run_claimed(job, token, stop).await
+        self.run_claimed(job, token, stop, deadline).await
     }
 
-    async fn run_claimed(&self, job: Job, token: u32, stop: &Context) -> Outcome {
+    async fn run_claimed(
+        &self,
+        job: Job,
+        token: u32,
+        stop: &Context,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Outcome {
         let started = Instant::now();
         // The run's own context: the heartbeat cancels it when the lease is lost, and
         // the guard stops renewing however this function ends (a panic included).
-        let run = stop.child();
+        let run = match deadline {
+            Some(d) => stop.with_deadline(d),
+            None => stop.child(),
+        };
         let heartbeat = self.heartbeat(&job, token, &run);
         let extracted = self.extract(&job, &run).await;
         let lost = heartbeat.stop();

@@ -815,3 +815,38 @@ async fn an_aborted_run_stops_renewing_its_lease() {
     let after = lease(w.jobs.get("acme", &job.id).await.unwrap().unwrap());
     assert_eq!(after, at_abort, "no renewal once the run is gone");
 }
+
+#[tokio::test]
+async fn a_run_past_the_hosts_deadline_fails_with_timeout_and_its_event() {
+    // A Lambda invocation's end (less a margin) bounds the extraction: the run ends
+    // with `timeout` while the function still runs, rather than the function being
+    // killed mid-run. Like any timeout it is retried while attempts last, then fails.
+    let mut w = world().await;
+    w.factory.behaviour.lock().unwrap().block_on_context = true;
+    let (job, msg) = submit(&w, None).await;
+    async fn run(w: &World, msg: &QueueMessage) -> Outcome {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(150);
+        let stop = Context::background();
+        let fut = w.pipeline.handle_within(msg, &stop, Some(deadline));
+        tokio::time::timeout(Duration::from_secs(5), fut)
+            .await
+            .expect("the deadline ends the run")
+    }
+    let first = run(&w, &msg).await;
+    assert!(first.should_retry(), "{first:?}");
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Pending, "the claim is released");
+    w.pipeline.config.max_attempts = 2;
+    let outcome = run(&w, &msg).await;
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Failed);
+    let events = w.events.events();
+    assert_eq!(events.len(), 1);
+    assert!(
+        events[0].payload.contains("timeout") || events[0].payload.contains("timed out"),
+        "{}",
+        events[0].payload
+    );
+    assert!(w.objects.paths().is_empty());
+}

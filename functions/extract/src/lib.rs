@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use fetcher_aws::EventBridgePublisher;
 use fetcher_aws::host::{Host, HostConfig, emf_line};
 use fetcher_aws::sqs::queue_message_from_record;
@@ -27,6 +28,26 @@ pub const REPAIR_BATCH: usize = 25;
 
 /// How old a pending job must be before the repair pass treats its message as lost.
 pub const STRANDED_AFTER: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// How long before the invocation's end an extraction is stopped, so the job's failure
+/// (`timeout`) and its event are written while the function still runs.
+pub const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The extraction deadline of an invocation whose end is `deadline_ms` (the runtime's
+/// `Lambda-Runtime-Deadline-Ms`, milliseconds since the Unix epoch): that end less
+/// [`DEADLINE_MARGIN`], at least a second from now. `None` without a deadline.
+pub fn run_deadline(deadline_ms: u64) -> Option<tokio::time::Instant> {
+    if deadline_ms == 0 {
+        return None;
+    }
+    let end = std::time::UNIX_EPOCH + std::time::Duration::from_millis(deadline_ms);
+    let left = end
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default()
+        .saturating_sub(DEADLINE_MARGIN)
+        .max(std::time::Duration::from_secs(1));
+    Some(tokio::time::Instant::now() + left)
+}
 
 /// The handler and its pipeline.
 pub struct Extractor {
@@ -117,8 +138,31 @@ pub fn is_repair(event: &Value) -> bool {
 impl Extractor {
     /// Handles one invocation: an SQS batch, or a scheduled repair.
     pub async fn handle(&self, event: Value) -> Value {
-        if let Some(records) = event.get("Records").and_then(Value::as_array) {
-            return self.handle_batch(records).await;
+        self.invoke(event, None).await
+    }
+
+    /// [`Extractor::handle`] within the invocation's deadline ([`run_deadline`]): an
+    /// extraction still running then ends with `timeout` while the function lives.
+    pub async fn invoke(&self, event: Value, deadline: Option<tokio::time::Instant>) -> Value {
+        if event.get("Records").is_some() {
+            let response = match serde_json::from_value::<SqsEvent>(event.clone()) {
+                Ok(batch) => self.handle_batch(&batch, deadline).await,
+                Err(_) => {
+                    // Not an SQS batch after all: every record we can name comes back.
+                    error!("malformed SQS event; every record will be retried");
+                    let mut r = SqsBatchResponse::default();
+                    for id in event["Records"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|m| m.get("messageId")?.as_str())
+                    {
+                        r.add_failure(id);
+                    }
+                    r
+                }
+            };
+            return serde_json::to_value(response).expect("a batch response is JSON");
         }
         if is_reencrypt(&event) {
             return self.reencrypt().await;
@@ -130,33 +174,36 @@ impl Extractor {
         json!({})
     }
 
-    /// An SQS batch; returns the `SQSBatchResponse`.
-    pub async fn handle_batch(&self, records: &[Value]) -> Value {
-        let mut failures = Vec::new();
-        for record in records {
-            let id = record
-                .get("messageId")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            if !self.handle_record(record).await {
-                failures.push(json!({ "itemIdentifier": id }));
+    /// An SQS batch: the messages to retry are its `batchItemFailures`.
+    pub async fn handle_batch(
+        &self,
+        batch: &SqsEvent,
+        deadline: Option<tokio::time::Instant>,
+    ) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        for record in &batch.records {
+            if !self.handle_record(record, deadline).await {
+                response.add_failure(record.message_id.clone().unwrap_or_default());
             }
         }
-        json!({ "batchItemFailures": failures })
+        response
     }
 
     /// One record, isolated in its own task; `false` when it must come back.
-    async fn handle_record(&self, record: &Value) -> bool {
+    async fn handle_record(
+        &self,
+        record: &SqsMessage,
+        deadline: Option<tokio::time::Instant>,
+    ) -> bool {
         let msg = queue_message_from_record(record);
-        let message_id = record
-            .get("messageId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        let message_id = record.message_id.clone().unwrap_or_default();
         let pipeline = self.pipeline.clone();
         let started = Instant::now();
-        let outcome = tokio::spawn(async move { pipeline.handle(&msg).await }).await;
+        let outcome = tokio::spawn(async move {
+            let stop = fetcher_engine::Context::background();
+            pipeline.handle_within(&msg, &stop, deadline).await
+        })
+        .await;
         match outcome {
             Ok(Outcome::Completed {
                 job_id,
@@ -248,13 +295,13 @@ impl Extractor {
 
     /// A retried message comes back after [`retry_delay`], not the queue's visibility
     /// timeout. If that fails the timeout applies: slower, never lost.
-    async fn back_off(&self, record: &Value) {
-        let Some(receipt) = record.get("receiptHandle").and_then(Value::as_str) else {
+    async fn back_off(&self, record: &SqsMessage) {
+        let Some(receipt) = record.receipt_handle.as_deref() else {
             return;
         };
         let receives = record
-            .pointer("/attributes/ApproximateReceiveCount")
-            .and_then(Value::as_str)
+            .attributes
+            .get("ApproximateReceiveCount")
             .and_then(|n| n.parse().ok())
             .unwrap_or(1);
         let delay = retry_delay(self.retry_backoff, receives);
@@ -298,5 +345,36 @@ impl Extractor {
             )
         );
         json!({ "republished": republished, "requeued": requeued })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    fn ms_from_now(d: Duration) -> u64 {
+        (SystemTime::now() + d)
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    }
+
+    #[tokio::test]
+    async fn the_run_deadline_is_the_invocations_end_less_the_margin() {
+        assert!(run_deadline(0).is_none(), "no deadline, no bound");
+        let left = run_deadline(ms_from_now(Duration::from_secs(900)))
+            .unwrap()
+            .duration_since(tokio::time::Instant::now());
+        let want = Duration::from_secs(900) - DEADLINE_MARGIN;
+        assert!(
+            left <= want && left > want - Duration::from_secs(2),
+            "{left:?}"
+        );
+        // An invocation already inside its margin still gets a second, not zero.
+        let short = run_deadline(ms_from_now(Duration::from_secs(5)))
+            .unwrap()
+            .duration_since(tokio::time::Instant::now());
+        assert!(short <= Duration::from_secs(1) && short > Duration::from_millis(500));
     }
 }

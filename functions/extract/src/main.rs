@@ -24,7 +24,8 @@ async fn main() -> Result<(), Error> {
     })?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let extractor = extractor.clone();
-        async move { Ok::<Value, Error>(extractor.handle(event.payload).await) }
+        let deadline = fetcher_fn_extract::run_deadline(event.context.deadline);
+        async move { Ok::<Value, Error>(extractor.invoke(event.payload, deadline).await) }
     }))
     .await
 }
