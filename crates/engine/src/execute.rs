@@ -566,8 +566,11 @@ impl Engine {
         {
             return Err(EngineError::validation(msg::APPLIED_BY_INVALID));
         }
-        if reference.integrity.is_none() {
-            reference.integrity = Some(ResultIntegrity::sha256(digest));
+        match &mut reference.integrity {
+            None => reference.integrity = Some(ResultIntegrity::sha256(digest)),
+            // A keyed signature from the sink; the digest is the engine's.
+            Some(i) if i.digest.is_empty() => i.digest = digest,
+            Some(_) => {}
         }
         // The reference says `json` here although the bytes are NDJSON; we say what
         // they are.

@@ -263,7 +263,9 @@ pub trait ResultSink: Send + Sync {
 pub trait ResultStreamWriter: Send + 'static {
     fn write<'a>(&'a mut self, ctx: &'a Context, bytes: &'a [u8]) -> BoxFuture<'a, Result<()>>;
 
-    /// Finalises the object and returns its reference. Consumes the writer.
+    /// Finalises the object and returns its reference. Consumes the writer. The engine
+    /// hashes the stream itself: a writer leaves `integrity.digest` empty and the engine
+    /// fills in the SHA-256 of the bytes written (one pass over the plaintext).
     fn close(self: Box<Self>, ctx: &Context) -> BoxFuture<'_, Result<ResultReference>>;
 
     /// Discards everything written (e.g. aborts a multipart upload). Consumes the writer.

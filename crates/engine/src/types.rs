@@ -713,10 +713,18 @@ pub struct ResultReference {
     pub protection: Option<ResultProtection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<Timestamp>,
-    /// Adapter-defined facts about the stored object (e.g. sealed format, plaintext
-    /// digest); never secret. Beyond the reference.
+    /// Bytes the stored object occupies (sealed), when the sink knows; `size_bytes` is
+    /// the plaintext. Beyond the reference.
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub stored_bytes: i64,
+    /// Adapter-defined facts about the stored object; never secret. Beyond the
+    /// reference.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: BTreeMap<String, serde_json::Value>,
+}
+
+fn is_zero_i64(v: &i64) -> bool {
+    *v == 0
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

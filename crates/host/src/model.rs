@@ -94,6 +94,28 @@ pub struct JobResult {
     pub key_version: String,
 }
 
+impl JobResult {
+    /// The job's result from the sink's typed reference: HMAC from the integrity's
+    /// signature, plaintext digest from its digest, key version from the protection.
+    pub fn sealed(r: &fetcher_engine::ResultReference, format: ResultFormat) -> JobResult {
+        let integrity = r.integrity.clone().unwrap_or_default();
+        JobResult {
+            path: r.path.clone(),
+            format,
+            hmac: integrity.signature,
+            digest: integrity.digest,
+            size_bytes: r.size_bytes.max(0) as u64,
+            stored_bytes: r.stored_bytes.max(0) as u64,
+            row_count: r.row_count.max(0) as u64,
+            key_version: r
+                .protection
+                .as_ref()
+                .map(|p| p.key_version.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 /// A terminal event persisted with the terminal status, published, then cleared (the
 /// outbox marker of docs/events.md, "Delivery").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -31,7 +31,7 @@ use crate::message::{self, Received, Rejected};
 use crate::model::*;
 use crate::ports::*;
 use crate::sanitize::sanitize;
-use crate::sink::{attr, result_path, store_v1};
+use crate::sink::{result_path, store_v1};
 
 /// Pipeline settings.
 #[derive(Debug, Clone)]
@@ -514,27 +514,7 @@ impl Pipeline {
                 let r = out
                     .reference
                     .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
-                let text = |k: &str| {
-                    r.attributes
-                        .get(k)
-                        .and_then(|v| v.as_str())
-                        .unwrap_or_default()
-                        .to_owned()
-                };
-                Ok(JobResult {
-                    path: r.path.clone(),
-                    format: ResultFormat::V2,
-                    hmac: text(attr::HMAC),
-                    digest: text(attr::SHA256),
-                    size_bytes: r.size_bytes.max(0) as u64,
-                    stored_bytes: r
-                        .attributes
-                        .get(attr::STORED_BYTES)
-                        .and_then(|v| v.as_u64())
-                        .unwrap_or(0),
-                    row_count: r.row_count.max(0) as u64,
-                    key_version: text(attr::KEY_VERSION),
-                })
+                Ok(JobResult::sealed(&r, ResultFormat::V2))
             }
             ResultFormat::V1 => {
                 plan.mode = ExecutionMode::Direct;
@@ -550,20 +530,13 @@ impl Pipeline {
                     .ok_or_else(|| ServiceError::internal("direct mode returned no payload"))?;
                 let ring = self.keys.key_ring().await?;
                 let path = result_path(&job.tenant_id, &job.id, ResultFormat::V1);
-                let r = store_v1(self.objects.as_ref(), &ring, &path, &d.data).await?;
-                Ok(JobResult {
-                    path,
-                    format: ResultFormat::V1,
-                    hmac: r.attributes[attr::HMAC]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    digest: d.integrity.map(|i| i.digest).unwrap_or_default(),
-                    size_bytes: d.data.len() as u64,
-                    stored_bytes: r.attributes[attr::STORED_BYTES].as_u64().unwrap_or(0),
-                    row_count: d.row_count.max(0) as u64,
-                    key_version: ring.current_version().to_owned(),
-                })
+                let mut r = store_v1(self.objects.as_ref(), &ring, &path, &d.data).await?;
+                // The engine hashed the document already.
+                if let (Some(i), Some(direct)) = (r.integrity.as_mut(), d.integrity) {
+                    i.digest = direct.digest;
+                }
+                r.row_count = d.row_count;
+                Ok(JobResult::sealed(&r, ResultFormat::V1))
             }
         }
     }

@@ -14,7 +14,6 @@ use fetcher_engine::{
     BoxFuture, Category, Context, EngineError, ResultIntegrity, ResultProtection, ResultReference,
     TenantContext, applied_by,
 };
-use sha2::{Digest, Sha256};
 
 use crate::error::ServiceError;
 use crate::model::ResultFormat;
@@ -34,15 +33,6 @@ pub fn result_path(tenant: &str, job_id: &str, format: ResultFormat) -> String {
     } else {
         format!("{tenant}/external-data/{job_id}.{ext}")
     }
-}
-
-/// Reference attribute names on the returned [`ResultReference`].
-pub mod attr {
-    pub const FORMAT: &str = "format";
-    pub const STORED_BYTES: &str = "storedBytes";
-    pub const SHA256: &str = "sha256";
-    pub const HMAC: &str = "hmac";
-    pub const KEY_VERSION: &str = "keyVersion";
 }
 
 fn persist_failed(e: ServiceError) -> EngineError {
@@ -65,46 +55,33 @@ impl SealedResultSink {
     }
 }
 
-/// Integrity, protection and attributes of a sealed result.
+/// The typed reference of a sealed result: `integrity.signature` is the HMAC, the
+/// protection names the key version, `stored_bytes` the sealed size. The plaintext
+/// digest is not computed here: the engine fills it in from the stream it wrote (one
+/// SHA-256 pass), and the v1 path from its direct result.
 pub(crate) fn sealed_reference(
     path: String,
     ring: &KeyRing,
-    format: ResultFormat,
     hmac: String,
-    sha256: String,
     plaintext: u64,
     stored: u64,
 ) -> ResultReference {
-    let version = ring.current_version().to_owned();
     ResultReference {
         path,
         format: "json".into(),
         size_bytes: plaintext as i64,
+        stored_bytes: stored as i64,
         integrity: Some(ResultIntegrity {
             algorithm: "HMAC-SHA256".into(),
-            signature: hmac.clone(),
+            signature: hmac,
             digest: String::new(),
         }),
         protection: Some(ResultProtection {
             encrypted: true,
-            key_version: version.clone(),
+            key_version: ring.current_version().to_owned(),
             mode: "AES-256-GCM".into(),
             applied_by: applied_by::ADAPTER.into(),
         }),
-        attributes: [
-            (
-                attr::FORMAT.to_string(),
-                serde_json::json!(match format {
-                    ResultFormat::V2 => "v2",
-                    ResultFormat::V1 => "v1",
-                }),
-            ),
-            (attr::STORED_BYTES.to_string(), serde_json::json!(stored)),
-            (attr::SHA256.to_string(), serde_json::json!(sha256)),
-            (attr::HMAC.to_string(), serde_json::json!(hmac)),
-            (attr::KEY_VERSION.to_string(), serde_json::json!(version)),
-        ]
-        .into(),
         ..Default::default()
     }
 }
@@ -114,7 +91,6 @@ struct SealingWriter {
     ring: Arc<KeyRing>,
     sealer: Option<Sealer>,
     object: Option<Box<dyn ObjectWriter>>,
-    sha: Sha256,
     out: Vec<u8>,
     stored: u64,
 }
@@ -139,7 +115,6 @@ impl ResultStreamWriter for SealingWriter {
         bytes: &'a [u8],
     ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
         Box::pin(async move {
-            self.sha.update(bytes);
             let sealer = self.sealer.as_mut().expect("open until close/abort");
             sealer
                 .update_into(bytes, &mut self.out)
@@ -160,13 +135,10 @@ impl ResultStreamWriter for SealingWriter {
             self.push_sealed().await?;
             let object = self.object.take().expect("open until close/abort");
             let stored = object.finish().await.map_err(persist_failed)?;
-            let sha = hex(&std::mem::take(&mut self.sha).finalize());
             Ok(sealed_reference(
                 self.path.clone(),
                 &self.ring,
-                ResultFormat::V2,
                 summary.hmac,
-                sha,
                 summary.plaintext_len,
                 stored,
             ))
@@ -199,7 +171,6 @@ impl ResultSink for SealedResultSink {
                 ring,
                 sealer: Some(sealer),
                 object: Some(object),
-                sha: Sha256::new(),
                 out: Vec::with_capacity(128 * 1024),
                 stored: 0,
             }) as Box<dyn ResultStreamWriter>)
@@ -243,18 +214,11 @@ pub async fn store_v1(
         return Err(e);
     }
     let stored = w.finish().await?;
-    let sha = hex(&Sha256::digest(payload));
     Ok(sealed_reference(
         path.to_owned(),
         ring,
-        ResultFormat::V1,
         sealed.hmac.clone(),
-        sha,
         payload.len() as u64,
         stored,
     ))
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -162,6 +162,9 @@ async fn a_job_completes_with_a_sealed_result_and_one_event() {
             .collect()
     };
     assert_eq!(result.digest, sha);
+    // The sealed object (header, frames, trailer) is larger than its plaintext.
+    assert!(result.stored_bytes > result.size_bytes, "{result:?}");
+    assert_eq!(result.key_version, "1");
 
     let events = w.events.events();
     assert_eq!(events.len(), 1);
