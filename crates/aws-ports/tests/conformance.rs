@@ -7,7 +7,7 @@ use std::time::Duration;
 use fetcher_aws::bootstrap::rotate_master_key;
 use fetcher_aws::testing::{self, clients, resources};
 use fetcher_aws::*;
-use fetcher_crypto::{KeyRing, MasterKeySource, Opener};
+use fetcher_crypto::{KeyRing, MasterKeySource};
 use fetcher_engine::ports::{ConnectionStore, ExecutionStore, ResultSink, SchemaCache};
 use fetcher_engine::testing as engine_suites;
 use fetcher_host::model::{JobStatus, QueueMessage, TerminalEvent};
@@ -115,19 +115,9 @@ async fn sealed_result_sink_over_s3_conforms() {
         let (objects, ring) = (objects.clone(), ring.clone());
         Box::pin(async move {
             let sealed = read_all(objects.as_ref(), &r.path).await.ok()??;
-            let plain = if sealed.starts_with(&fetcher_crypto::v2::MAGIC) {
-                let mut opener = Opener::new_any_job(&ring);
-                let mut out = Vec::new();
-                opener.update_into(&sealed, &mut out).ok()?;
-                opener.finish().ok()?;
-                out
-            } else {
-                let hmac = r.integrity.as_ref()?.signature.clone();
-                fetcher_crypto::open_v1(ring.current(), &sealed, &hmac)
-                    .ok()?
-                    .to_vec()
-            };
-            Some(plain)
+            let hmac = r.integrity.as_ref().map(|i| i.signature.clone());
+            let plain = fetcher_crypto::open_sealed(&ring, &sealed, None, hmac.as_deref()).ok()?;
+            Some(plain.to_vec())
         })
     });
     engine_suites::result_sink(&(Arc::new(sink) as Arc<dyn ResultSink>), reader).await;

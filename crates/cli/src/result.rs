@@ -124,10 +124,9 @@ async fn open(args: OpenArgs) -> Result<()> {
     let len = file.metadata().await?.len();
     let mut head = [0u8; 4];
     let n = file.read(&mut head).await?;
-    let format = if n == 4 && head == fetcher_crypto::v2::MAGIC {
-        ResultFormat::V2
-    } else {
-        ResultFormat::V1
+    let format = match fetcher_crypto::SealedFormat::detect(&head[..n]) {
+        fetcher_crypto::SealedFormat::V2 => ResultFormat::V2,
+        fetcher_crypto::SealedFormat::V1 => ResultFormat::V1,
     };
     let bar = progress(len, args.quiet);
     let mut stdout = tokio::io::stdout();

@@ -196,6 +196,7 @@ mod encoding;
 pub mod envelope;
 pub mod error;
 pub mod keys;
+pub mod sealed;
 pub mod source;
 pub mod v1;
 pub mod v2;
@@ -209,6 +210,7 @@ pub use keys::{
     DerivedKeys, KeyPurpose, KeyRing, MasterKey, MasterKeys, SecretKey, VersionedMasterKey,
     is_internal_key_version,
 };
+pub use sealed::{SealedFormat, open_sealed};
 pub use source::{BoxFuture, EnvMasterKeySource, MasterKeySource, StaticMasterKeySource};
 pub use v1::{SealedV1, document_hmac, open_v1, seal_v1};
 pub use v2::{OpenReader, OpenSummary, Opener, SealSummary, SealWriter, Sealer};
