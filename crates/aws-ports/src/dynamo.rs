@@ -25,7 +25,7 @@ use fetcher_engine::{
     TenantContext, Timestamp,
 };
 use fetcher_host::error::{Result, ServiceError};
-use fetcher_host::model::{Job, JobResult, PendingEvent};
+use fetcher_host::model::{Job, Transition};
 use fetcher_host::ports::{ClaimOutcome, InsertOutcome, JobStore, RateDecision, RateLimiter};
 
 type Item = HashMap<String, AttributeValue>;
@@ -617,8 +617,8 @@ impl ConnectionStore for DynamoStore {
                         .is_some_and(|r| r.iter().any(|c| c == "ConditionalCheckFailed")) =>
                 {
                     Err(EngineError::new(
-                        Category::Validation,
-                        "connection already exists",
+                        Category::Conflict,
+                        fetcher_engine::error::msg::CONNECTION_EXISTS,
                     ))
                 }
                 Err(e) => Err(engine_unavailable(CONN_UNAVAILABLE)(e)),
@@ -745,9 +745,12 @@ impl ConnectionStore for DynamoStore {
             match self.transact(items).await {
                 Ok(()) => Ok(()),
                 Err(e) => match cancellation(&e) {
-                    Some(r) if r.get(1).is_some_and(|c| c == "ConditionalCheckFailed") => Err(
-                        EngineError::new(Category::Validation, "connection already exists"),
-                    ),
+                    Some(r) if r.get(1).is_some_and(|c| c == "ConditionalCheckFailed") => {
+                        Err(EngineError::new(
+                            Category::Conflict,
+                            fetcher_engine::error::msg::CONNECTION_EXISTS,
+                        ))
+                    }
                     Some(_) => Err(not_found()),
                     None => Err(engine_unavailable(CONN_UNAVAILABLE)(e)),
                 },
@@ -1080,7 +1083,7 @@ impl DynamoStore {
     /// Read, decide with `change` (the in-memory store's rules), write back conditional
     /// on the version read; on a lost race, read again. A job leaving the active states
     /// releases its dedup lock and its active-config markers in the same transaction.
-    async fn transition<T>(
+    async fn read_modify_write<T>(
         &self,
         tenant: &str,
         id: &str,
@@ -1276,7 +1279,7 @@ impl JobStore for DynamoStore {
     ) -> BoxFuture<'a, Result<ClaimOutcome>> {
         Box::pin(async move {
             let out = self
-                .transition(tenant, id, |job| match job.claim(now, lease) {
+                .read_modify_write(tenant, id, |job| match job.claim(now, lease) {
                     Some(token) => Ok((
                         ClaimOutcome::Claimed {
                             job: Box::new(job.clone()),
@@ -1291,99 +1294,16 @@ impl JobStore for DynamoStore {
         })
     }
 
-    fn renew<'a>(
+    fn transition<'a>(
         &'a self,
         tenant: &'a str,
         id: &'a str,
-        token: u32,
-        until: Timestamp,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            self.transition(tenant, id, |job| {
-                job.renew(token, until).map(|()| ((), true))
-            })
-            .await?
-            .ok_or_else(job_not_found)
-        })
-    }
-
-    fn complete<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        token: u32,
-        result: &'a JobResult,
-        event: &'a PendingEvent,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            self.transition(tenant, id, |job| {
-                job.complete(token, result, event, at).map(|()| ((), true))
-            })
-            .await?
-            .ok_or_else(job_not_found)
-        })
-    }
-
-    fn fail<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        token: Option<u32>,
-        error: &'a str,
-        event: &'a PendingEvent,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            self.transition(tenant, id, |job| {
-                job.fail(token, error, event, at).map(|()| ((), true))
-            })
-            .await?
-            .ok_or_else(job_not_found)
-        })
-    }
-
-    fn release<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        token: u32,
-        error: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            self.transition(tenant, id, |job| {
-                job.release(token, error).map(|()| ((), true))
-            })
-            .await?
-            .ok_or_else(job_not_found)
-        })
-    }
-
-    fn note_event_failure<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        max: u32,
+        change: Transition<'a>,
     ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            self.transition(tenant, id, |job| Ok((job.note_event_failure(max), true)))
+            self.read_modify_write(tenant, id, |job| job.apply(&change).map(|q| (q, true)))
                 .await?
                 .ok_or_else(job_not_found)
-        })
-    }
-
-    fn clear_pending_event<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            self.transition(tenant, id, |job| {
-                job.pending_event = None;
-                Ok(((), true))
-            })
-            .await?
-            .ok_or_else(job_not_found)
         })
     }
 

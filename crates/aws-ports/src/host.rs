@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fetcher_connectors::{HostPolicy, SqlRegistry};
+use fetcher_engine::ports::ConnectionStore;
 use fetcher_engine::{Engine, Limits};
-use fetcher_host::connection::ApiConnectionStore;
 use fetcher_host::credentials::{CipherProtector, StoredCredentials};
 use fetcher_host::jobs::JobStoreActiveChecker;
 use fetcher_host::ports::ReadinessProbe;
@@ -183,8 +183,11 @@ impl Host {
         let jobs: Arc<dyn JobStore> = Arc::new(store.clone());
 
         let protector = Arc::new(CipherProtector::new(keys.clone()));
-        let api_store = ApiConnectionStore::new(Arc::new(store.clone()));
-        let credentials = Arc::new(StoredCredentials::new(api_store.clone(), protector.clone()));
+        let connections: Arc<dyn ConnectionStore> = Arc::new(store.clone());
+        let credentials = Arc::new(StoredCredentials::new(
+            connections.clone(),
+            protector.clone(),
+        ));
         let policy = if config.guard_hosts {
             HostPolicy::multi_tenant()
         } else {
@@ -195,7 +198,7 @@ impl Host {
                 credentials,
                 policy.clone(),
             )))
-            .connection_store(api_store)
+            .connection_store(connections)
             .schema_cache(Arc::new(DynamoSchemaCache::new(
                 store.clone(),
                 config.schema_cache_ttl,

@@ -28,7 +28,7 @@ use fetcher_host::model::ResultFormat;
 use fetcher_host::pipeline::{Pipeline, PipelineConfig};
 use fetcher_host::ports::{JobStore, KeyProvider, ObjectStore as _};
 use fetcher_host::sink::SealedResultSink;
-use fetcher_http::{self as http, ApiConfig, ApiConnectionStore, AppDeps, AppState};
+use fetcher_http::{self as http, ApiConfig, AppDeps, AppState};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -291,13 +291,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let jobs: Arc<dyn JobStore> = store.clone();
 
     let protector = Arc::new(CipherProtector::new(keys.clone()));
-    let api_store = ApiConnectionStore::new(store.clone());
-    let credentials = Arc::new(StoredCredentials::new(api_store.clone(), protector.clone()));
+    let credentials = Arc::new(StoredCredentials::new(store.clone(), protector.clone()));
     let sqlite_files = sqlite_files(&args)?;
     let policy = HostPolicy::for_tenancy(args.multi_tenant).with_sqlite_files(sqlite_files.clone());
     let engine = Engine::builder()
         .connector_registry(Arc::new(SqlRegistry::new(credentials, policy.clone())))
-        .connection_store(api_store)
+        .connection_store(store.clone())
         .schema_cache(store.clone())
         .credential_protector(protector)
         .encrypted_persistence(true)

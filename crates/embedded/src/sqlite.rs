@@ -298,8 +298,8 @@ impl ConnectionStore for SqliteStore {
             match res {
                 Ok(_) => Ok(()),
                 Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(EngineError::new(
-                    Category::Validation,
-                    "connection already exists",
+                    Category::Conflict,
+                    fetcher_engine::error::msg::CONNECTION_EXISTS,
                 )),
                 Err(e) => Err(engine_db_error(e)),
             }
@@ -577,7 +577,7 @@ async fn save_job(tx: &mut Transaction<'static, Sqlite>, job: &Job) -> Result<()
 impl SqliteStore {
     /// Runs `change` on the job inside one write transaction; `change` decides whether the
     /// transition is allowed.
-    async fn transition<T>(
+    async fn read_modify_write<T>(
         &self,
         tenant: &str,
         id: &str,
@@ -704,70 +704,13 @@ impl JobStore for SqliteStore {
         })
     }
 
-    fn renew<'a>(
+    fn transition<'a>(
         &'a self,
         tenant: &'a str,
         id: &'a str,
-        token: u32,
-        until: Timestamp,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.transition(tenant, id, move |job| job.renew(token, until)))
-    }
-
-    fn complete<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        token: u32,
-        result: &'a JobResult,
-        event: &'a PendingEvent,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.transition(tenant, id, move |job| {
-            job.complete(token, result, event, at)
-        }))
-    }
-
-    fn fail<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        token: Option<u32>,
-        error: &'a str,
-        event: &'a PendingEvent,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.transition(tenant, id, move |job| job.fail(token, error, event, at)))
-    }
-
-    fn release<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        token: u32,
-        error: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.transition(tenant, id, move |job| job.release(token, error)))
-    }
-
-    fn note_event_failure<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        max: u32,
+        change: Transition<'a>,
     ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.transition(tenant, id, move |job| Ok(job.note_event_failure(max))))
-    }
-
-    fn clear_pending_event<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.transition(tenant, id, |job| {
-            job.pending_event = None;
-            Ok(())
-        }))
+        Box::pin(self.read_modify_write(tenant, id, move |job| job.apply(&change)))
     }
 
     fn list_pending_events<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {

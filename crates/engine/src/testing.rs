@@ -90,7 +90,7 @@ pub async fn connection_store(store: &Arc<dyn ConnectionStore>) {
         Some(credential("pg"))
     );
 
-    // A duplicate config name within a tenant fails and changes nothing.
+    // A duplicate config name within a tenant is a conflict and changes nothing.
     let dup = ConnectionDescriptor {
         host: "other".into(),
         ..descriptor("pg", &id("dup"))
@@ -99,8 +99,9 @@ pub async fn connection_store(store: &Arc<dyn ConnectionStore>) {
         .create(&ctx, &a, &dup, Some(&credential("dup")))
         .await
         .expect_err("duplicate create must fail");
-    assert!(
-        matches!(err.category(), Category::Validation | Category::Conflict),
+    assert_eq!(
+        (err.category(), err.message()),
+        (Category::Conflict, crate::error::msg::CONNECTION_EXISTS),
         "duplicate: {err}"
     );
     assert_same(&store.find(&ctx, &a, "pg").await.unwrap().unwrap(), &pg);

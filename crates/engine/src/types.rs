@@ -33,6 +33,9 @@ pub struct ConnectionInput {
     pub username: String,
     pub ssl_mode: String,
     pub host_attributes: HostAttributes,
+    /// The host's identity for the new record (opaque to the engine; empty for none):
+    /// copied to the created descriptor's `id`.
+    pub id: String,
     /// The secret. [`Secret`] is redacted in every rendering and readable only through
     /// [`Secret::expose`].
     pub password: Secret,
@@ -147,10 +150,11 @@ pub struct ConnectionDescriptor {
 }
 
 impl ConnectionDescriptor {
-    /// Every non-secret field plus host attributes; `id` and `key_version` stay empty.
+    /// Every non-secret field plus host attributes and identity; `key_version` stays
+    /// empty.
     pub fn from_input(input: &ConnectionInput) -> Self {
         ConnectionDescriptor {
-            id: String::new(),
+            id: input.id.clone(),
             config_name: input.config_name.clone(),
             datasource_type: input.datasource_type.clone(),
             host: input.host.clone(),

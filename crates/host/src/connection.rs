@@ -1,156 +1,230 @@
-//! The API's connection record on top of the engine's descriptor: the host-attribute keys
-//! it keeps there, and the store decorator that gives a created record its API id.
-//! Host-level (no HTTP types), because the job service reads the same record.
+//! The API's connection record, typed: product, API id, metadata, timestamps and the
+//! TLS material next to the engine's descriptor fields. Stores keep the host part in the
+//! descriptor's `host_attributes` (the engine's opaque extension of a record); this
+//! module is the one codec between the two, so no other layer reads those keys.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 
-use fetcher_engine::ports::ConnectionStore;
-use fetcher_engine::{
-    BoxFuture, Category, ConnectionDescriptor, ConnectionListParams, ConnectionPage, Context,
-    EngineError, ProtectedCredential, TenantContext,
-};
+use fetcher_engine::{ConnectionDescriptor, Timestamp};
+use serde_json::{Map, Value};
 
-/// Host-attribute keys of the API's connection record.
-pub mod attr {
+/// Host-attribute keys of the record: read and written only by [`ConnectionRecord`]
+/// (the connectors read the CA under the same key, `fetcher_connectors::SSL_ROOT_CERT_KEY`).
+mod attr {
     pub const ID: &str = "id";
     pub const PRODUCT: &str = "productName";
     pub const METADATA: &str = "metadata";
     pub const CREATED_AT: &str = "createdAt";
     pub const UPDATED_AT: &str = "updatedAt";
-    /// The tenant CA, where the connectors read it.
     pub const SSL_CA: &str = fetcher_connectors::SSL_ROOT_CERT_KEY;
     pub const SSL_CERT: &str = "sslCert";
 }
 
-/// Wraps a connection store for the API: a record's API identity (host attribute
-/// [`attr::ID`]) becomes the descriptor's `id` on create (the engine's create leaves it
-/// empty), and a duplicate create is reported as `conflict` whatever the store says.
-pub struct ApiConnectionStore(pub Arc<dyn ConnectionStore>);
+/// A connection's TLS settings (docs/datasources.md, "TLS").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SslSettings {
+    /// `disable`, `require`, `verify-ca`, `verify-full`.
+    pub mode: String,
+    /// The tenant CA (PEM); empty for none.
+    pub ca: String,
+    /// The client certificate (PEM), if any.
+    pub cert: Option<String>,
+}
 
-impl ApiConnectionStore {
-    pub fn new(inner: Arc<dyn ConnectionStore>) -> Arc<Self> {
-        Arc::new(ApiConnectionStore(inner))
+/// The API's connection record (docs/api.md, "Connections").
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConnectionRecord {
+    /// The API identity (`{id}` in the routes). Empty for an internal datasource.
+    pub id: String,
+    /// The owning product; empty for a legacy (unassigned) record.
+    pub product: String,
+    pub config_name: String,
+    pub datasource_type: String,
+    pub host: String,
+    pub port: u16,
+    pub database_name: String,
+    pub schema: String,
+    pub username: String,
+    pub ssl: Option<SslSettings>,
+    pub metadata: Option<Map<String, Value>>,
+    /// RFC 3339, as stored.
+    pub created_at: String,
+    pub updated_at: String,
+    pub key_version: String,
+    /// Host attributes this codec does not own (another host's), kept as they are.
+    pub other: BTreeMap<String, Value>,
+}
+
+fn attr_str(d: &ConnectionDescriptor, key: &str) -> String {
+    d.host_attributes
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned()
+}
+
+impl ConnectionRecord {
+    /// Decodes a stored descriptor.
+    pub fn from_descriptor(d: &ConnectionDescriptor) -> ConnectionRecord {
+        let mut other = d.host_attributes.clone();
+        for k in [
+            attr::ID,
+            attr::PRODUCT,
+            attr::METADATA,
+            attr::CREATED_AT,
+            attr::UPDATED_AT,
+            attr::SSL_CA,
+            attr::SSL_CERT,
+        ] {
+            other.remove(k);
+        }
+        let id = match attr_str(d, attr::ID) {
+            s if s.is_empty() => d.id.clone(),
+            s => s,
+        };
+        let ssl = (!d.ssl_mode.is_empty()).then(|| {
+            let cert = attr_str(d, attr::SSL_CERT);
+            SslSettings {
+                mode: d.ssl_mode.clone(),
+                ca: attr_str(d, attr::SSL_CA),
+                cert: (!cert.is_empty()).then_some(cert),
+            }
+        });
+        ConnectionRecord {
+            id,
+            product: attr_str(d, attr::PRODUCT),
+            config_name: d.config_name.clone(),
+            datasource_type: d.datasource_type.clone(),
+            host: d.host.clone(),
+            port: d.port,
+            database_name: d.database_name.clone(),
+            schema: d.schema.clone(),
+            username: d.username.clone(),
+            ssl,
+            metadata: d
+                .host_attributes
+                .get(attr::METADATA)
+                .and_then(Value::as_object)
+                .cloned(),
+            created_at: attr_str(d, attr::CREATED_AT),
+            updated_at: attr_str(d, attr::UPDATED_AT),
+            key_version: d.key_version.clone(),
+            other,
+        }
+    }
+
+    /// Encodes the record for a store (and the engine's connectors).
+    pub fn descriptor(&self) -> ConnectionDescriptor {
+        ConnectionDescriptor {
+            id: self.id.clone(),
+            config_name: self.config_name.clone(),
+            datasource_type: self.datasource_type.clone(),
+            host: self.host.clone(),
+            port: self.port,
+            database_name: self.database_name.clone(),
+            schema: self.schema.clone(),
+            username: self.username.clone(),
+            ssl_mode: self
+                .ssl
+                .as_ref()
+                .map(|s| s.mode.clone())
+                .unwrap_or_default(),
+            key_version: self.key_version.clone(),
+            host_attributes: self.attributes(),
+        }
+    }
+
+    fn attributes(&self) -> BTreeMap<String, Value> {
+        let mut a = self.other.clone();
+        a.insert(attr::ID.into(), Value::String(self.id.clone()));
+        if !self.product.is_empty() {
+            a.insert(attr::PRODUCT.into(), Value::String(self.product.clone()));
+        }
+        if let Some(m) = self.metadata.as_ref().filter(|m| !m.is_empty()) {
+            a.insert(attr::METADATA.into(), Value::Object(m.clone()));
+        }
+        a.insert(
+            attr::CREATED_AT.into(),
+            Value::String(self.created_at.clone()),
+        );
+        a.insert(
+            attr::UPDATED_AT.into(),
+            Value::String(self.updated_at.clone()),
+        );
+        if let Some(ssl) = &self.ssl {
+            if !ssl.ca.is_empty() {
+                a.insert(attr::SSL_CA.into(), Value::String(ssl.ca.clone()));
+            }
+            if let Some(c) = &ssl.cert {
+                a.insert(attr::SSL_CERT.into(), Value::String(c.clone()));
+            }
+        }
+        a
+    }
+
+    /// Whether the stored record carries an API identity (internal datasources, seeded
+    /// by the platform, do not).
+    pub fn has_api_identity(d: &ConnectionDescriptor) -> bool {
+        d.host_attributes.contains_key(attr::ID)
+    }
+
+    /// The product owning a stored record, without decoding the rest.
+    pub fn product_of(d: &ConnectionDescriptor) -> &str {
+        d.host_attributes
+            .get(attr::PRODUCT)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+
+    /// `created_at` as Unix seconds (`i64::MIN` when unset or unreadable: it sorts
+    /// first and falls outside every date window).
+    pub fn created_unix(&self) -> i64 {
+        Timestamp::parse(&self.created_at)
+            .map(|t| t.unix_nanos().div_euclid(1_000_000_000) as i64)
+            .unwrap_or(i64::MIN)
     }
 }
 
-fn with_api_id(d: &ConnectionDescriptor) -> ConnectionDescriptor {
-    let mut d = d.clone();
-    if d.id.is_empty()
-        && let Some(serde_json::Value::String(id)) = d.host_attributes.get(attr::ID)
-    {
-        d.id.clone_from(id);
-    }
-    d
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl ConnectionStore for ApiConnectionStore {
-    fn find<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-        name: &'a str,
-    ) -> BoxFuture<'a, fetcher_engine::Result<Option<ConnectionDescriptor>>> {
-        self.0.find(ctx, tenant, name)
-    }
-
-    fn create<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-        d: &'a ConnectionDescriptor,
-        credential: Option<&'a ProtectedCredential>,
-    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
-        Box::pin(async move {
-            let d = with_api_id(d);
-            self.0
-                .create(ctx, tenant, &d, credential)
-                .await
-                .map_err(|e| {
-                    if e.category() == Category::Validation
-                        && e.message() == fetcher_engine::error::msg::CONNECTION_EXISTS
-                    {
-                        EngineError::new(
-                            Category::Conflict,
-                            fetcher_engine::error::msg::CONNECTION_EXISTS,
-                        )
-                    } else {
-                        e
-                    }
-                })
-        })
-    }
-
-    fn update<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-        d: &'a ConnectionDescriptor,
-        credential: Option<&'a ProtectedCredential>,
-    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
-        self.0.update(ctx, tenant, d, credential)
-    }
-
-    fn delete<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-        name: &'a str,
-    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
-        self.0.delete(ctx, tenant, name)
-    }
-
-    fn list<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-    ) -> BoxFuture<'a, fetcher_engine::Result<Vec<ConnectionDescriptor>>> {
-        self.0.list(ctx, tenant)
-    }
-
-    fn find_by_id<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-        id: &'a str,
-    ) -> BoxFuture<'a, fetcher_engine::Result<Option<ConnectionDescriptor>>> {
-        self.0.find_by_id(ctx, tenant, id)
-    }
-
-    fn update_by_id<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-        id: &'a str,
-        d: &'a ConnectionDescriptor,
-        credential: Option<&'a ProtectedCredential>,
-    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
-        self.0.update_by_id(ctx, tenant, id, d, credential)
-    }
-
-    fn delete_by_id<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-        id: &'a str,
-    ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
-        self.0.delete_by_id(ctx, tenant, id)
-    }
-
-    fn list_paged<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-        params: &'a ConnectionListParams,
-    ) -> BoxFuture<'a, fetcher_engine::Result<ConnectionPage>> {
-        self.0.list_paged(ctx, tenant, params)
-    }
-
-    fn credential<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-        name: &'a str,
-    ) -> BoxFuture<'a, fetcher_engine::Result<Option<ProtectedCredential>>> {
-        self.0.credential(ctx, tenant, name)
+    #[test]
+    fn a_record_round_trips_through_its_descriptor() {
+        let mut metadata = Map::new();
+        metadata.insert("team".into(), "growth".into());
+        let r = ConnectionRecord {
+            id: "c-1".into(),
+            product: "crm".into(),
+            config_name: "ledger".into(),
+            datasource_type: "POSTGRESQL".into(),
+            host: "db".into(),
+            port: 5432,
+            database_name: "ledger".into(),
+            username: "reader".into(),
+            ssl: Some(SslSettings {
+                mode: "verify-full".into(),
+                ca: "PEM".into(),
+                cert: Some("CERT".into()),
+            }),
+            metadata: Some(metadata),
+            created_at: "2026-01-02T03:04:05Z".into(),
+            updated_at: "2026-01-02T03:04:05Z".into(),
+            ..Default::default()
+        };
+        let d = r.descriptor();
+        assert_eq!(
+            d.host_attributes[fetcher_connectors::SSL_ROOT_CERT_KEY],
+            "PEM"
+        );
+        assert_eq!(ConnectionRecord::from_descriptor(&d), r);
+        assert_eq!(ConnectionRecord::product_of(&d), "crm");
+        assert!(ConnectionRecord::has_api_identity(&d));
+        assert_eq!(r.created_unix(), 1_767_323_045);
+        // Attributes it does not own survive a round trip.
+        let mut d2 = d.clone();
+        d2.host_attributes.insert("other".into(), 1.into());
+        let again = ConnectionRecord::from_descriptor(&d2).descriptor();
+        assert_eq!(again.host_attributes["other"], 1);
     }
 }

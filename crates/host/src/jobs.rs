@@ -28,6 +28,7 @@ use fetcher_engine::{
 };
 use serde_json::Value;
 
+use crate::connection::ConnectionRecord;
 use crate::dedup::{self, Filters, MappedFields};
 use crate::error::ServiceError;
 use crate::model::{Job, JobRequest, JobStatus, PendingEvent, ResultFormat};
@@ -142,7 +143,7 @@ pub struct JobService {
 /// checks: a reserved name whose record carries no API identity.
 pub fn is_internal(d: &ConnectionDescriptor) -> bool {
     fetcher_connectors::env::REGISTRY.contains(&d.config_name.as_str())
-        && !d.host_attributes.contains_key(crate::connection::attr::ID)
+        && !ConnectionRecord::has_api_identity(d)
 }
 
 /// The dial-layer guard on its own (no connection opened): `Err(ForbiddenHost)` when the
@@ -250,11 +251,7 @@ impl JobService {
             return Err(JobError::MissingDataSource(name));
         }
         for d in resolved.iter().filter(|d| !is_internal(d)) {
-            let product = d
-                .host_attributes
-                .get(crate::connection::attr::PRODUCT)
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let product = ConnectionRecord::product_of(d);
             if product.is_empty() {
                 return Err(JobError::NotAssigned(d.config_name.clone()));
             }

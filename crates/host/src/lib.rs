@@ -15,7 +15,7 @@
 //! |---|---|
 //! | [`ports`] | host ports: [`ports::JobStore`], [`ports::JobQueue`], [`ports::EventPublisher`], [`ports::RateLimiter`], [`ports::KeyProvider`], [`ports::ObjectStore`], [`ports::ReadinessProbe`] |
 //! | [`model`] | the job record, result descriptor, terminal event and queue message |
-//! | [`connection`] | the API's connection record on the engine's descriptor (attribute keys) and [`connection::ApiConnectionStore`] |
+//! | [`connection`] | [`connection::ConnectionRecord`]: the API's connection record, typed, and its one codec to the engine's descriptor |
 //! | [`jobs`] | job use cases: create (validation, dedup, enqueue), get; the active-job gate |
 //! | [`dedup`] | the canonical request hash of job de-duplication (docs/api.md, "Duplicates") |
 //! | [`message`] | the signed job message: encode on the API side, verify + parse on the worker side |

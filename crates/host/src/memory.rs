@@ -133,68 +133,13 @@ impl JobStore for MemoryJobStore {
         ready(out)
     }
 
-    fn renew<'a>(
+    fn transition<'a>(
         &'a self,
         tenant: &'a str,
         id: &'a str,
-        token: u32,
-        until: Timestamp,
-    ) -> BoxFuture<'a, Result<()>> {
-        ready(self.with_job(tenant, id, |job| job.renew(token, until)))
-    }
-
-    fn complete<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        token: u32,
-        result: &'a JobResult,
-        event: &'a PendingEvent,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<()>> {
-        ready(self.with_job(tenant, id, |job| job.complete(token, result, event, at)))
-    }
-
-    fn fail<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        token: Option<u32>,
-        error: &'a str,
-        event: &'a PendingEvent,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<()>> {
-        ready(self.with_job(tenant, id, |job| job.fail(token, error, event, at)))
-    }
-
-    fn release<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        token: u32,
-        error: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<()>> {
-        ready(self.with_job(tenant, id, |job| job.release(token, error)))
-    }
-
-    fn note_event_failure<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-        max: u32,
+        change: Transition<'a>,
     ) -> BoxFuture<'a, Result<bool>> {
-        ready(self.with_job(tenant, id, |job| Ok(job.note_event_failure(max))))
-    }
-
-    fn clear_pending_event<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<()>> {
-        ready(self.with_job(tenant, id, |job| {
-            job.pending_event = None;
-            Ok(())
-        }))
+        ready(self.with_job(tenant, id, |job| job.apply(&change)))
     }
 
     fn list_pending_events<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {

@@ -231,10 +231,65 @@ pub struct QueueMessage {
     pub body: Vec<u8>,
 }
 
+/// One conditional change to a stored job after its claim: what
+/// [`crate::ports::JobStore::transition`] applies, with [`Job::apply`], inside one
+/// conditional write.
+#[derive(Debug, Clone, Copy)]
+pub enum Transition<'a> {
+    /// Extends a live claim (heartbeat).
+    Renew { token: u32, until: Timestamp },
+    /// `processing → completed`, with the result and the pending event.
+    Complete {
+        token: u32,
+        result: &'a JobResult,
+        event: &'a PendingEvent,
+        at: Timestamp,
+    },
+    /// `pending|processing → failed`, with the error and the pending event.
+    Fail {
+        token: Option<u32>,
+        error: &'a str,
+        event: &'a PendingEvent,
+        at: Timestamp,
+    },
+    /// `processing → pending`, giving the claim back.
+    Release { token: u32, error: Option<&'a str> },
+    /// Counts a failed publish of the pending event; quarantines it at `max`.
+    NoteEventFailure { max: u32 },
+    /// Removes the pending-event marker (the event is published).
+    ClearPendingEvent,
+}
+
 /// The job lifecycle rules every [`crate::ports::JobStore`] adapter applies, so the
 /// in-memory, SQLite and DynamoDB stores cannot drift apart. Each returns
 /// `Err(Conflict)` when the transition is not allowed and changes nothing then.
 impl Job {
+    /// Applies `change` (`Err(Conflict)` when it is not allowed, and nothing changed).
+    /// `Ok(true)` only for a [`Transition::NoteEventFailure`] that quarantined the event.
+    pub fn apply(&mut self, change: &Transition<'_>) -> crate::Result<bool> {
+        match *change {
+            Transition::Renew { token, until } => self.renew(token, until).map(|()| false),
+            Transition::Complete {
+                token,
+                result,
+                event,
+                at,
+            } => self.complete(token, result, event, at).map(|()| false),
+            Transition::Fail {
+                token,
+                error,
+                event,
+                at,
+            } => self.fail(token, error, event, at).map(|()| false),
+            Transition::Release { token, error } => self.release(token, error).map(|()| false),
+            Transition::NoteEventFailure { max } => Ok(self.note_event_failure(max)),
+            Transition::ClearPendingEvent => {
+                self.pending_event = None;
+                Ok(false)
+            }
+        }
+    }
+
     /// Whether a worker may claim the job at `now`: pending, or processing with an
     /// expired (or missing) lease.
     pub fn claimable_at(&self, now: Timestamp) -> bool {

@@ -63,6 +63,17 @@ pub trait JobStore: Send + Sync {
         lease: Duration,
     ) -> BoxFuture<'a, Result<ClaimOutcome>>;
 
+    /// Applies one [`Transition`] ([`Job::apply`]) in one conditional write: read,
+    /// decide, write only if the job did not change meanwhile. `Err(Conflict)` when the
+    /// transition is not allowed, `Err(NotFound)` without the job. The methods below
+    /// are this call with their transition.
+    fn transition<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        change: Transition<'a>,
+    ) -> BoxFuture<'a, Result<bool>>;
+
     /// Extends a live claim (heartbeat). Fails with `Conflict` if the claim was lost.
     fn renew<'a>(
         &'a self,
@@ -70,7 +81,9 @@ pub trait JobStore: Send + Sync {
         id: &'a str,
         token: u32,
         until: Timestamp,
-    ) -> BoxFuture<'a, Result<()>>;
+    ) -> BoxFuture<'a, Result<()>> {
+        unit(self.transition(tenant, id, Transition::Renew { token, until }))
+    }
 
     /// `processing → completed` with the result and the pending event, in one write,
     /// only while `token` still holds the claim (`Conflict` otherwise).
@@ -82,7 +95,15 @@ pub trait JobStore: Send + Sync {
         result: &'a JobResult,
         event: &'a PendingEvent,
         at: Timestamp,
-    ) -> BoxFuture<'a, Result<()>>;
+    ) -> BoxFuture<'a, Result<()>> {
+        let change = Transition::Complete {
+            token,
+            result,
+            event,
+            at,
+        };
+        unit(self.transition(tenant, id, change))
+    }
 
     /// `pending|processing → failed` with the sanitised error and the pending event, in
     /// one write. With `token`, only while that claim holds; without, only from `pending`
@@ -95,7 +116,15 @@ pub trait JobStore: Send + Sync {
         error: &'a str,
         event: &'a PendingEvent,
         at: Timestamp,
-    ) -> BoxFuture<'a, Result<()>>;
+    ) -> BoxFuture<'a, Result<()>> {
+        let change = Transition::Fail {
+            token,
+            error,
+            event,
+            at,
+        };
+        unit(self.transition(tenant, id, change))
+    }
 
     /// `processing → pending`, giving a claim back (a retryable failure, whose
     /// sanitised `error` the job keeps if it is its first; graceful shutdown: `None`).
@@ -105,7 +134,9 @@ pub trait JobStore: Send + Sync {
         id: &'a str,
         token: u32,
         error: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<()>>;
+    ) -> BoxFuture<'a, Result<()>> {
+        unit(self.transition(tenant, id, Transition::Release { token, error }))
+    }
 
     /// Counts a failed publish of the job's pending event; at `max` failures the event
     /// is quarantined ([`Job::note_event_failure`]). Returns whether it was.
@@ -114,11 +145,18 @@ pub trait JobStore: Send + Sync {
         tenant: &'a str,
         id: &'a str,
         max: u32,
-    ) -> BoxFuture<'a, Result<bool>>;
+    ) -> BoxFuture<'a, Result<bool>> {
+        self.transition(tenant, id, Transition::NoteEventFailure { max })
+    }
 
     /// Removes the pending-event marker once the event is published.
-    fn clear_pending_event<'a>(&'a self, tenant: &'a str, id: &'a str)
-    -> BoxFuture<'a, Result<()>>;
+    fn clear_pending_event<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        unit(self.transition(tenant, id, Transition::ClearPendingEvent))
+    }
 
     /// Terminal jobs whose event is still pending, oldest first, across tenants.
     fn list_pending_events<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>>;
@@ -334,4 +372,8 @@ pub trait ReadinessProbe: Send + Sync {
     fn tls(&self) -> Option<bool> {
         None
     }
+}
+
+fn unit<'a>(f: BoxFuture<'a, Result<bool>>) -> BoxFuture<'a, Result<()>> {
+    Box::pin(async move { f.await.map(|_| ()) })
 }

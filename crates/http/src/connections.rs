@@ -29,7 +29,8 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody, is_forbidden_host};
 use super::extract::{RawBody, parse_id, parse_json, product_name};
 use super::paging::{self, Page};
-use super::{ApiConfig, AppState, Scope, attr};
+use super::{ApiConfig, AppState, Scope};
+use fetcher_host::connection::{ConnectionRecord, SslSettings};
 use fetcher_host::jobs::check_host;
 
 /// The five connection types of the API.
@@ -216,163 +217,44 @@ pub struct SchemaValidationErrorResponse {
 // The record
 // ---------------------------------------------------------------------------------------
 
-/// The API's connection record, mapped onto a descriptor and its host attributes.
-#[derive(Debug, Clone, Default)]
-struct Record {
-    id: String,
-    product: String,
-    config_name: String,
-    datasource_type: String,
-    host: String,
-    port: u16,
-    database_name: String,
-    schema: String,
-    username: String,
-    ssl: Option<(String, String, Option<String>)>,
-    metadata: Option<Map<String, Value>>,
-    created_at: String,
-    updated_at: String,
-    key_version: String,
-    /// Host attributes this layer does not own (kept as they are).
-    other: BTreeMap<String, Value>,
+fn response(r: &ConnectionRecord) -> ConnectionResponse {
+    let time = |s: &str| {
+        if s.is_empty() {
+            ZERO_TIME.to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    ConnectionResponse {
+        id: r.id.clone(),
+        product_name: r.product.clone(),
+        config_name: r.config_name.clone(),
+        datasource_type: r.datasource_type.clone(),
+        host: r.host.clone(),
+        port: r.port,
+        database_name: r.database_name.clone(),
+        schema: r.schema.clone(),
+        user_name: r.username.clone(),
+        ssl: r.ssl.as_ref().map(|s| SslOutput {
+            mode: s.mode.clone(),
+        }),
+        metadata: r.metadata.clone().filter(|m| !m.is_empty()),
+        created_at: time(&r.created_at),
+        updated_at: time(&r.updated_at),
+    }
 }
 
-fn attr_str(d: &ConnectionDescriptor, key: &str) -> String {
-    d.host_attributes
-        .get(key)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned()
-}
-
-impl Record {
-    fn from_descriptor(d: &ConnectionDescriptor) -> Record {
-        let mut other = d.host_attributes.clone();
-        for k in [
-            attr::ID,
-            attr::PRODUCT,
-            attr::METADATA,
-            attr::CREATED_AT,
-            attr::UPDATED_AT,
-            attr::SSL_CA,
-            attr::SSL_CERT,
-        ] {
-            other.remove(k);
-        }
-        let id = match attr_str(d, attr::ID) {
-            s if s.is_empty() => d.id.clone(),
-            s => s,
-        };
-        let ssl = (!d.ssl_mode.is_empty()).then(|| {
-            let cert = attr_str(d, attr::SSL_CERT);
-            (
-                d.ssl_mode.clone(),
-                attr_str(d, attr::SSL_CA),
-                (!cert.is_empty()).then_some(cert),
-            )
-        });
-        Record {
-            id,
-            product: attr_str(d, attr::PRODUCT),
-            config_name: d.config_name.clone(),
-            datasource_type: d.datasource_type.clone(),
-            host: d.host.clone(),
-            port: d.port,
-            database_name: d.database_name.clone(),
-            schema: d.schema.clone(),
-            username: d.username.clone(),
-            ssl,
-            metadata: d
-                .host_attributes
-                .get(attr::METADATA)
-                .and_then(Value::as_object)
-                .cloned(),
-            created_at: attr_str(d, attr::CREATED_AT),
-            updated_at: attr_str(d, attr::UPDATED_AT),
-            key_version: d.key_version.clone(),
-            other,
-        }
-    }
-
-    fn attributes(&self) -> BTreeMap<String, Value> {
-        let mut a = self.other.clone();
-        a.insert(attr::ID.into(), Value::String(self.id.clone()));
-        if !self.product.is_empty() {
-            a.insert(attr::PRODUCT.into(), Value::String(self.product.clone()));
-        }
-        if let Some(m) = self.metadata.as_ref().filter(|m| !m.is_empty()) {
-            a.insert(attr::METADATA.into(), Value::Object(m.clone()));
-        }
-        a.insert(
-            attr::CREATED_AT.into(),
-            Value::String(self.created_at.clone()),
-        );
-        a.insert(
-            attr::UPDATED_AT.into(),
-            Value::String(self.updated_at.clone()),
-        );
-        if let Some((_, ca, cert)) = &self.ssl {
-            if !ca.is_empty() {
-                a.insert(attr::SSL_CA.into(), Value::String(ca.clone()));
-            }
-            if let Some(c) = cert {
-                a.insert(attr::SSL_CERT.into(), Value::String(c.clone()));
-            }
-        }
-        a
-    }
-
-    fn descriptor(&self) -> ConnectionDescriptor {
-        ConnectionDescriptor {
-            id: self.id.clone(),
-            config_name: self.config_name.clone(),
-            datasource_type: self.datasource_type.clone(),
-            host: self.host.clone(),
-            port: self.port,
-            database_name: self.database_name.clone(),
-            schema: self.schema.clone(),
-            username: self.username.clone(),
-            ssl_mode: self.ssl.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
-            key_version: self.key_version.clone(),
-            host_attributes: self.attributes(),
-        }
-    }
-
-    fn response(&self) -> ConnectionResponse {
-        let time = |s: &str| {
-            if s.is_empty() {
-                ZERO_TIME.to_owned()
-            } else {
-                s.to_owned()
-            }
-        };
-        ConnectionResponse {
-            id: self.id.clone(),
-            product_name: self.product.clone(),
-            config_name: self.config_name.clone(),
-            datasource_type: self.datasource_type.clone(),
-            host: self.host.clone(),
-            port: self.port,
-            database_name: self.database_name.clone(),
-            schema: self.schema.clone(),
-            user_name: self.username.clone(),
-            ssl: self.ssl.as_ref().map(|s| SslOutput { mode: s.0.clone() }),
-            metadata: self.metadata.clone().filter(|m| !m.is_empty()),
-            created_at: time(&self.created_at),
-            updated_at: time(&self.updated_at),
-        }
-    }
-
-    fn created_unix(&self) -> i64 {
-        Timestamp::parse(&self.created_at)
-            .map(paging::unix_seconds)
-            .unwrap_or(i64::MIN)
+fn ssl_settings(s: &SslInput) -> SslSettings {
+    SslSettings {
+        mode: s.mode.clone().unwrap_or_default(),
+        ca: s.ca.clone().unwrap_or_default(),
+        cert: s.cert.clone().filter(|c| !c.is_empty()),
     }
 }
 
 /// The response body for a descriptor (also used by tests and other hosts).
 pub fn connection_response(d: &ConnectionDescriptor) -> ConnectionResponse {
-    Record::from_descriptor(d).response()
+    response(&ConnectionRecord::from_descriptor(d))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -459,7 +341,7 @@ fn local_file_refused(cfg: &ApiConfig, datasource_type: &str) -> bool {
 
 /// The complete record (created, or patched and merged): a SQLite file must be one the
 /// host allows (under `--sqlite-dir`, no `..`, no symlink, not the service's own data).
-fn sqlite_file_refused(cfg: &ApiConfig, r: &Record) -> bool {
+fn sqlite_file_refused(cfg: &ApiConfig, r: &ConnectionRecord) -> bool {
     r.datasource_type == fetcher_connectors::SQLITE
         && (local_file_refused(cfg, &r.datasource_type)
             || cfg.sqlite_files.resolve(&r.database_name).is_err())
@@ -507,7 +389,7 @@ fn shape_rules(b: &ConnectionBody, invalid: &mut Fields) {
 }
 
 /// Layer 2 (docs/api.md, "Connections": the record) on the trimmed / patched record.
-fn model_rules(r: &Record) -> Result<(), ApiError> {
+fn model_rules(r: &ConnectionRecord) -> Result<(), ApiError> {
     let (mut missing, mut invalid) = (Fields::new(), Fields::new());
     if r.product.is_empty() {
         missing.insert("product_name".into(), "product name is required".into());
@@ -546,7 +428,7 @@ fn model_rules(r: &Record) -> Result<(), ApiError> {
     if !type_ok {
         invalid.insert("type".into(), "invalid connection type".into());
     }
-    if let Some((mode, ca, _)) = &r.ssl {
+    if let Some(SslSettings { mode, ca, .. }) = &r.ssl {
         if mode.is_empty() {
             missing.insert("ssl.mode".into(), "SSL mode is required".into());
         } else if type_ok && let Err(e) = validate_ssl_mode(&r.datasource_type, mode) {
@@ -596,20 +478,23 @@ pub async fn list_connections(
         .list_connections(&ctx(), &scope.tenant)
         .await
         .map_err(|e| ApiError::from_engine(&e))?;
-    let records = all.iter().map(Record::from_descriptor).filter(|r| {
-        product.as_ref().is_none_or(|p| &r.product == p)
-            && query
-                .datasource_type
-                .as_ref()
-                .is_none_or(|t| &r.datasource_type == t)
-            && query.metadata.iter().all(|(k, v)| {
-                r.metadata
+    let records = all
+        .iter()
+        .map(ConnectionRecord::from_descriptor)
+        .filter(|r| {
+            product.as_ref().is_none_or(|p| &r.product == p)
+                && query
+                    .datasource_type
                     .as_ref()
-                    .and_then(|m| m.get(k))
-                    .and_then(Value::as_str)
-                    == Some(v.as_str())
-            })
-    });
+                    .is_none_or(|t| &r.datasource_type == t)
+                && query.metadata.iter().all(|(k, v)| {
+                    r.metadata
+                        .as_ref()
+                        .and_then(|m| m.get(k))
+                        .and_then(Value::as_str)
+                        == Some(v.as_str())
+                })
+        });
     Ok(Json(page_of(records, &query)).into_response())
 }
 
@@ -632,16 +517,16 @@ pub async fn list_unassigned(
     let records = all
         .iter()
         .filter(|d| !fetcher_host::jobs::is_internal(d))
-        .map(Record::from_descriptor)
+        .map(ConnectionRecord::from_descriptor)
         .filter(|r| r.product.is_empty());
     Ok(Json(page_of(records, &query)).into_response())
 }
 
 fn page_of(
-    records: impl Iterator<Item = Record>,
+    records: impl Iterator<Item = ConnectionRecord>,
     q: &paging::ListQuery,
 ) -> Page<ConnectionResponse> {
-    let mut v: Vec<Record> = records
+    let mut v: Vec<ConnectionRecord> = records
         .filter(|r| (q.start..=q.end).contains(&r.created_unix()))
         .collect();
     v.sort_by(|a, b| {
@@ -657,7 +542,7 @@ fn page_of(
         .iter()
         .skip(skip)
         .take(q.limit as usize)
-        .map(Record::response)
+        .map(response)
         .collect();
     Page {
         items,
@@ -738,7 +623,7 @@ async fn create(
         }
     }
     let now = now_text();
-    let record = Record {
+    let record = ConnectionRecord {
         id: uuid::Uuid::now_v7().to_string(),
         product,
         config_name: b.config_name.as_deref().unwrap_or("").trim().to_owned(),
@@ -748,18 +633,11 @@ async fn create(
         database_name: b.database_name.as_deref().unwrap_or("").trim().to_owned(),
         schema: b.schema.as_deref().unwrap_or("").trim().to_owned(),
         username: b.user_name.as_deref().unwrap_or("").trim().to_owned(),
-        ssl: b.ssl.as_ref().filter(|_| has_ssl).map(|s| {
-            (
-                s.mode.clone().unwrap_or_default(),
-                s.ca.clone().unwrap_or_default(),
-                s.cert.clone().filter(|c| !c.is_empty()),
-            )
-        }),
+        ssl: b.ssl.as_ref().filter(|_| has_ssl).map(ssl_settings),
         metadata: b.metadata.clone(),
         created_at: now.clone(),
         updated_at: now,
-        key_version: String::new(),
-        other: BTreeMap::new(),
+        ..Default::default()
     };
     model_rules(&record)?;
     if sqlite_file_refused(cfg, &record) {
@@ -776,6 +654,7 @@ async fn create(
         username: d.username.clone(),
         ssl_mode: d.ssl_mode.clone(),
         host_attributes: d.host_attributes.clone(),
+        id: d.id.clone(),
         password: Secret::from(b.password.clone().unwrap_or_default().into_bytes()),
     };
     let created = st
@@ -783,7 +662,7 @@ async fn create(
         .create_connection(&ctx(), tenant, &input)
         .await
         .map_err(|e| ApiError::from_engine(&e))?;
-    Ok(Record::from_descriptor(&created).response())
+    Ok(response(&ConnectionRecord::from_descriptor(&created)))
 }
 
 async fn load(st: &AppState, scope: &Scope, id: &str) -> Result<ConnectionDescriptor, ApiError> {
@@ -856,7 +735,7 @@ pub async fn update_connection(
     metadata_size(&b, st.config())?;
     let current = load(&st, &scope, &id).await?;
     gate(&st, &scope, &current.config_name, "update").await?;
-    let mut r = Record::from_descriptor(&current);
+    let mut r = ConnectionRecord::from_descriptor(&current);
     if let Some(v) = &b.config_name {
         r.config_name = v.trim().to_owned();
     }
@@ -879,11 +758,7 @@ pub async fn update_connection(
         r.username = v.trim().to_owned();
     }
     if let Some(s) = b.ssl.as_ref().filter(|s| s.mode.is_some()) {
-        r.ssl = Some((
-            s.mode.clone().unwrap_or_default(),
-            s.ca.clone().unwrap_or_default(),
-            s.cert.clone().filter(|c| !c.is_empty()),
-        ));
+        r.ssl = Some(ssl_settings(s));
     }
     if let Some(m) = &b.metadata {
         r.metadata = Some(m.clone());
@@ -901,7 +776,7 @@ pub async fn update_connection(
             .get_connection(&ctx(), &scope.tenant, &r.config_name)
             .await
         {
-            Ok(other) if Record::from_descriptor(&other).id != id => {
+            Ok(other) if ConnectionRecord::from_descriptor(&other).id != id => {
                 return Err(ApiError::duplicate_connection());
             }
             Ok(_) => {}
@@ -923,7 +798,7 @@ pub async fn update_connection(
         .update_connection_by_id(&ctx(), &scope.tenant, &stored_id, &r.descriptor(), &patch)
         .await
         .map_err(|e| ApiError::from_engine(&e))?;
-    Ok(Json(Record::from_descriptor(&updated).response()).into_response())
+    Ok(Json(response(&ConnectionRecord::from_descriptor(&updated))).into_response())
 }
 
 /// Soft-delete a connection.
@@ -968,7 +843,7 @@ pub async fn assign_connection(
     if fetcher_host::jobs::is_internal(&current) {
         return Err(ApiError::not_found("connection"));
     }
-    let mut r = Record::from_descriptor(&current);
+    let mut r = ConnectionRecord::from_descriptor(&current);
     if !r.product.is_empty() {
         return Err(ApiError::already_assigned());
     }
@@ -990,7 +865,7 @@ pub async fn assign_connection(
         )
         .await
         .map_err(|e| ApiError::from_engine(&e))?;
-    Ok(Json(Record::from_descriptor(&updated).response()).into_response())
+    Ok(Json(response(&ConnectionRecord::from_descriptor(&updated))).into_response())
 }
 
 /// Test connectivity (rate limited per connection).
@@ -1097,7 +972,7 @@ pub async fn get_schema(
         })
         .collect();
     tables.sort_by(|a, b| a.name.cmp(&b.name));
-    let r = Record::from_descriptor(&d);
+    let r = ConnectionRecord::from_descriptor(&d);
     Ok(Json(ConnectionSchemaResponse {
         id: r.id,
         config_name: r.config_name,
@@ -1367,7 +1242,7 @@ mod tests {
 
     #[test]
     fn model_rules_ssl() {
-        let mut r = Record {
+        let mut r = ConnectionRecord {
             product: "p".into(),
             config_name: "core".into(),
             datasource_type: "POSTGRESQL".into(),
@@ -1378,7 +1253,11 @@ mod tests {
             ..Default::default()
         };
         assert!(model_rules(&r).is_ok());
-        r.ssl = Some(("skip-verify".into(), "PEM".into(), None));
+        r.ssl = Some(SslSettings {
+            mode: "skip-verify".into(),
+            ca: "PEM".into(),
+            cert: None,
+        });
         let e = model_rules(&r).unwrap_err();
         assert_eq!(
             (e.body["code"].as_str(), e.body["entityType"].as_str()),
@@ -1390,7 +1269,11 @@ mod tests {
                 .unwrap()
                 .starts_with("FET-0413 - Invalid SSL mode. The provided SSL mode 'skip-verify'")
         );
-        r.ssl = Some(("skip-verify".into(), "".into(), None));
+        r.ssl = Some(SslSettings {
+            mode: "skip-verify".into(),
+            ca: String::new(),
+            cert: None,
+        });
         let e = model_rules(&r).unwrap_err();
         assert_eq!(e.body["code"], "FET-0402");
         assert_eq!(e.body["fields"]["ssl.ca"], "SSL CA is required");

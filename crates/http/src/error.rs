@@ -432,11 +432,6 @@ impl ApiError {
                 Self::job_in_progress("update")
             }
             Category::Conflict => Self::duplicate_connection(),
-            Category::Validation
-                if e.message() == fetcher_engine::error::msg::CONNECTION_EXISTS =>
-            {
-                Self::duplicate_connection()
-            }
             Category::Unavailable | Category::Timeout | Category::Canceled => {
                 tracing::warn!(error = %e, "connection store unavailable");
                 Self::unavailable()

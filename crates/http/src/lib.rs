@@ -107,8 +107,6 @@ pub use probes::ReadinessProbe;
 use fetcher_host::jobs::{JobService, JobSettings};
 use fetcher_host::ports::{JobQueue, JobStore, RateLimiter};
 
-pub use fetcher_host::connection::{ApiConnectionStore, attr};
-
 /// Settings of the API.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
@@ -175,9 +173,8 @@ impl Default for ApiConfig {
 
 /// What the API needs from its host.
 pub struct AppDeps {
-    /// Built with encrypted persistence, a connection store wrapped in
-    /// [`ApiConnectionStore`], and [`fetcher_host::jobs::JobStoreActiveChecker`] as its
-    /// active-execution checker.
+    /// Built with encrypted persistence and [`fetcher_host::jobs::JobStoreActiveChecker`]
+    /// as its active-execution checker.
     pub engine: Engine,
     pub job_store: Arc<dyn JobStore>,
     pub job_queue: Arc<dyn JobQueue>,

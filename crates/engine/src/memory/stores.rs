@@ -97,7 +97,10 @@ impl ConnectionStore for MemoryConnectionStore {
         let mut records = self.records.lock().unwrap();
         let k = key(tenant, &d.config_name);
         if records.contains_key(&k) {
-            return ready(Err(EngineError::validation(msg::CONNECTION_EXISTS)));
+            return ready(Err(EngineError::new(
+                Category::Conflict,
+                msg::CONNECTION_EXISTS,
+            )));
         }
         records.insert(
             k,

@@ -16,8 +16,7 @@ use fetcher_engine::{Engine, SchemaSnapshot, TableSnapshot};
 use fetcher_host::jobs::JobStoreActiveChecker;
 use fetcher_host::memory::{MemoryJobQueue, MemoryJobStore, MemoryRateLimiter};
 use fetcher_http::{
-    self as http, ApiConfig, ApiConnectionStore, AppDeps, AppState, Authenticator,
-    NoAuthentication, ReadinessProbe,
+    self as http, ApiConfig, AppDeps, AppState, Authenticator, NoAuthentication, ReadinessProbe,
 };
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -89,7 +88,7 @@ pub fn harness_with(opts: Options) -> Harness {
         .connector_registry(registry)
         .credential_protector(MemoryCredentialProtector::new())
         .encrypted_persistence(true)
-        .connection_store(ApiConnectionStore::new(connections.clone()))
+        .connection_store(connections.clone())
         .schema_cache(MemorySchemaCache::new())
         .active_execution_checker(Arc::new(JobStoreActiveChecker(jobs.clone())))
         .build()
