@@ -715,7 +715,7 @@ impl JobStore for SqliteStore {
 
     fn list_pending_events<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
         Box::pin(self.jobs_where(
-            "SELECT doc FROM jobs WHERE event_pending = 1 AND status IN ('completed', 'failed') ORDER BY completed_at, created_at LIMIT ?",
+            "SELECT doc FROM jobs WHERE event_pending = 1 AND status IN ('completed', 'failed', 'canceled') ORDER BY completed_at, created_at LIMIT ?",
             limit,
         ))
     }

@@ -23,6 +23,8 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+
+use crate::progress::ExtractionProgress;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -162,6 +164,8 @@ impl Sink<'_> {
 struct Batch {
     bytes: Vec<u8>,
     rows: i64,
+    /// Tables of the step that ended before this batch's last row (progress only).
+    tables_ended: u64,
 }
 
 /// Encodes a step's rows into 256-row batches and hands them off with back-pressure.
@@ -196,6 +200,8 @@ struct Producer {
     config_prefix: Vec<u8>,
     /// The last table seen and its full line prefix `...,"table":"<t>","row":`.
     table: Option<(Arc<str>, Vec<u8>)>,
+    /// Table switches since the last flush.
+    tables_ended: u64,
     buf: Vec<u8>,
     rows: i64,
     tx: mpsc::Sender<Batch>,
@@ -210,6 +216,7 @@ impl Producer {
         Producer {
             config_prefix,
             table: None,
+            tables_ended: 0,
             buf: pool.take(),
             rows: 0,
             tx,
@@ -219,6 +226,9 @@ impl Producer {
 
     async fn push(&mut self, ctx: &Context, batch: RowBatch) -> Result<()> {
         if self.table.as_ref().is_none_or(|(t, _)| *t != batch.table) {
+            if self.table.is_some() {
+                self.tables_ended += 1;
+            }
             let mut prefix = self.config_prefix.clone();
             crate::json::write_str(&mut prefix, &batch.table);
             prefix.extend_from_slice(b",\"row\":");
@@ -246,6 +256,7 @@ impl Producer {
         let batch = Batch {
             bytes: std::mem::replace(&mut self.buf, self.pool.take()),
             rows: self.rows,
+            tables_ended: std::mem::take(&mut self.tables_ended),
         };
         self.rows = 0;
         match ctx.run(self.tx.send(batch)).await {
@@ -270,11 +281,31 @@ impl Engine {
         ctx: &Context,
         plan: &ExtractionPlan,
     ) -> Result<ExtractionResult> {
-        self.traced("engine.extraction.execute", self.execute(ctx, plan))
-            .await
+        let progress = ExtractionProgress::default();
+        self.execute_extraction_observed(ctx, plan, &progress).await
     }
 
-    async fn execute(&self, ctx: &Context, plan: &ExtractionPlan) -> Result<ExtractionResult> {
+    /// [`Engine::execute_extraction`], counting what store mode writes into `progress`
+    /// as it goes (direct mode counts nothing: its result is one bounded document).
+    pub async fn execute_extraction_observed(
+        &self,
+        ctx: &Context,
+        plan: &ExtractionPlan,
+        progress: &ExtractionProgress,
+    ) -> Result<ExtractionResult> {
+        self.traced(
+            "engine.extraction.execute",
+            self.execute(ctx, plan, progress),
+        )
+        .await
+    }
+
+    async fn execute(
+        &self,
+        ctx: &Context,
+        plan: &ExtractionPlan,
+        progress: &ExtractionProgress,
+    ) -> Result<ExtractionResult> {
         self.inner
             .connection_store
             .as_ref()
@@ -312,7 +343,7 @@ impl Engine {
         )
         .await;
         let out = if store_mode {
-            self.run_store(&run, ctx, &tenant, plan).await
+            self.run_store(&run, ctx, &tenant, plan, progress).await
         } else {
             self.run_direct(&run, ctx, &tenant, plan).await
         };
@@ -536,6 +567,7 @@ impl Engine {
         caller: &Context,
         tenant: &TenantContext,
         plan: &ExtractionPlan,
+        progress: &ExtractionProgress,
     ) -> Result<ExtractionResult> {
         if let Some(d) = run.err() {
             return Err(d.into());
@@ -547,7 +579,7 @@ impl Engine {
             .map_err(|_| EngineError::new(Category::Unavailable, msg::PERSIST_FAILED))?;
 
         let streamed = self
-            .stream_steps(run, caller, tenant, plan, writer.as_mut())
+            .stream_steps(run, caller, tenant, plan, writer.as_mut(), progress)
             .await;
         let (digest, total_bytes, row_counts) = match streamed {
             Ok(s) => s,
@@ -602,7 +634,9 @@ impl Engine {
         tenant: &TenantContext,
         plan: &ExtractionPlan,
         writer: &mut dyn ResultStreamWriter,
+        progress: &ExtractionProgress,
     ) -> Result<(String, i64, BTreeMap<String, i64>)> {
+        progress.start(plan.steps.iter().map(|s| s.tables.len() as u64).sum());
         let window = plan.limits.concurrency();
         let first = FirstError::new(run);
         let mut queues = Vec::with_capacity(plan.steps.len());
@@ -648,10 +682,16 @@ impl Engine {
         let mut writer_error = None;
         'steps: for (step, queue) in plan.steps.iter().zip(queues.iter_mut()) {
             let count = row_counts.entry(step.config_name.clone()).or_insert(0);
+            let mut tables_ended = 0;
             loop {
                 let batch = match run.run(queue.recv()).await {
                     Ok(Some(b)) => b,
-                    Ok(None) => break,
+                    Ok(None) => {
+                        // The step is done: every table of it (empty ones too).
+                        let rest = (step.tables.len() as u64).saturating_sub(tables_ended);
+                        progress.wrote(0, 0, rest);
+                        break;
+                    }
                     Err(_) => break 'steps, // the run failed or was cancelled
                 };
                 total += batch.bytes.len() as i64;
@@ -675,6 +715,12 @@ impl Engine {
                 }
                 hasher.update(&batch.bytes);
                 *count += batch.rows;
+                tables_ended += batch.tables_ended;
+                progress.wrote(
+                    batch.rows as u64,
+                    batch.bytes.len() as u64,
+                    batch.tables_ended,
+                );
                 pool.give(batch.bytes);
             }
         }

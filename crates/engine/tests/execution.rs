@@ -999,3 +999,32 @@ async fn connector_validation_rejections_keep_their_category_and_text() {
     assert_eq!(h.sink.stored_count(), 0);
     assert_eq!(a.last_built().unwrap().closes.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn store_mode_counts_its_progress_to_the_results_figures() {
+    let h = harness(store_wiring(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let plan = ExtractionPlan {
+        mode: ExecutionMode::Store,
+        ..golden_plan(&h, &t).await
+    };
+    let progress = ExtractionProgress::default();
+    let r = h
+        .engine
+        .execute_extraction_observed(&ctx(), &plan, &progress)
+        .await
+        .unwrap();
+    let reference = r.reference.unwrap();
+    let tables: usize = plan.steps.iter().map(|s| s.tables.len()).sum();
+    assert!(tables > 1, "the golden plan reads several tables");
+    assert_eq!(
+        progress.snapshot(),
+        ProgressSnapshot {
+            rows: reference.row_count as u64,
+            bytes: reference.size_bytes as u64,
+            tables_done: tables as u64,
+            tables_total: tables as u64,
+        }
+    );
+    assert!(reference.row_count > 0);
+}

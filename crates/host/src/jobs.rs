@@ -31,7 +31,7 @@ use serde_json::Value;
 use crate::connection::ConnectionRecord;
 use crate::dedup::{self, Filters, MappedFields};
 use crate::error::ServiceError;
-use crate::model::{Job, JobRequest, JobStatus, PendingEvent, ResultFormat};
+use crate::model::{Job, JobRequest, JobStatus, PendingEvent, ResultFormat, Transition};
 use crate::ports::{InsertOutcome, JobQueue, JobStore};
 
 /// `metadata.error` of a job whose message could not be enqueued.
@@ -78,6 +78,8 @@ pub enum JobError {
     ForbiddenHost,
     /// 400 `FET-1040`.
     ConnectionDown(String),
+    /// A cancel of a job that already ended (`completed`, `failed`, `canceled`): 409.
+    Finished(JobStatus),
     /// A connection-store failure while resolving (mapped like every connection-store error).
     ConnectionStore(EngineError),
     /// Any job-store failure: 500 `FET-0002`.
@@ -228,7 +230,7 @@ impl JobService {
             .find_recent_by_hash(&tenant.tenant_id, &hash, since)
             .await
             .map_err(JobError::JobStore)?
-            && existing.status != JobStatus::Failed
+            && !matches!(existing.status, JobStatus::Failed | JobStatus::Canceled)
         {
             return Ok(Created::Duplicate(existing));
         }
@@ -401,6 +403,32 @@ impl JobService {
     }
 
     /// Reads one job of the tenant.
+    /// A client's cancel (docs/api.md, "Canceling a job"): a `pending` job is
+    /// `canceled` at once, its event in the outbox (published when its queued message
+    /// reaches a worker, or by the repair pass); a `processing` one is asked, and its
+    /// worker stops within one heartbeat. Returns the job as it is now.
+    pub async fn cancel(&self, tenant: &TenantContext, id: &str) -> Result<Job, JobError> {
+        let job = self.get(tenant, id).await?;
+        if job.status.is_terminal() {
+            return Err(JobError::Finished(job.status));
+        }
+        let event = crate::pipeline::canceled_event(&job);
+        let change = Transition::Cancel {
+            event: &event,
+            at: fetcher_engine::Timestamp::now(),
+        };
+        match self.store.transition(&tenant.tenant_id, id, change).await {
+            Ok(_) => {}
+            // It ended meanwhile (the worker completed it, or another cancel won).
+            Err(e) if e.kind() == crate::ErrorKind::Conflict => {
+                let now = self.get(tenant, id).await?;
+                return Err(JobError::Finished(now.status));
+            }
+            Err(e) => return Err(JobError::JobStore(e)),
+        }
+        self.get(tenant, id).await
+    }
+
     pub async fn get(&self, tenant: &TenantContext, id: &str) -> Result<Job, JobError> {
         self.store
             .get(&tenant.tenant_id, id)

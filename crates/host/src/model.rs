@@ -13,7 +13,13 @@ pub enum JobStatus {
     Processing,
     Completed,
     Failed,
+    /// Stopped on request (`POST /v1/fetcher/{id}/cancel`); its event is a `job.failed`
+    /// with the error category `canceled` (docs/api.md, "Canceling a job").
+    Canceled,
 }
+
+/// The error text of a canceled job (its `metadata.error`, and the event's).
+pub const CANCELED_ERROR: &str = "engine: [canceled] job canceled by request";
 
 impl JobStatus {
     pub fn as_str(self) -> &'static str {
@@ -22,6 +28,7 @@ impl JobStatus {
             JobStatus::Processing => "processing",
             JobStatus::Completed => "completed",
             JobStatus::Failed => "failed",
+            JobStatus::Canceled => "canceled",
         }
     }
 
@@ -31,13 +38,17 @@ impl JobStatus {
             Self::Processing,
             Self::Completed,
             Self::Failed,
+            Self::Canceled,
         ]
         .into_iter()
         .find(|v| v.as_str() == s)
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobStatus::Completed | JobStatus::Failed)
+        matches!(
+            self,
+            JobStatus::Completed | JobStatus::Failed | JobStatus::Canceled
+        )
     }
 
     /// Pending and processing jobs hold the dedup slot of their request hash.
@@ -169,6 +180,25 @@ pub struct Job {
     /// it no longer takes the repair pass's slots; kept for an operator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantined_event: Option<PendingEvent>,
+    /// Live figures of the running extraction, written with the lease heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    /// When a cancel was asked for while the job was `processing`: its worker sees it at
+    /// the next heartbeat and stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_requested_at: Option<Timestamp>,
+}
+
+/// How far a running extraction is (docs/api.md, "Progress"): rows and bytes of the
+/// plaintext NDJSON so far, tables finished of the job's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    pub rows: u64,
+    pub bytes: u64,
+    pub tables_done: u64,
+    pub tables_total: u64,
+    pub updated_at: Timestamp,
 }
 
 impl Job {
@@ -189,6 +219,8 @@ impl Job {
             pending_event: None,
             first_error: None,
             quarantined_event: None,
+            progress: None,
+            cancel_requested_at: None,
         }
     }
 
@@ -213,10 +245,17 @@ pub struct TerminalEvent {
 }
 
 impl TerminalEvent {
+    /// The event of a job that ended in `status`. Subscribers know two routes: a
+    /// canceled job's event is a `job.failed` (its error says `canceled`), with that
+    /// route's id.
     pub fn new(tenant_id: &str, job_id: &str, status: JobStatus, payload: String) -> TerminalEvent {
+        let route = match status {
+            JobStatus::Completed => "completed",
+            _ => "failed",
+        };
         TerminalEvent {
-            id: format!("fetcher.job.{}.{job_id}", status.as_str()),
-            detail_type: format!("job.{}", status.as_str()),
+            id: format!("fetcher.job.{route}.{job_id}"),
+            detail_type: format!("job.{route}"),
             tenant_id: tenant_id.to_owned(),
             job_id: job_id.to_owned(),
             payload,
@@ -236,8 +275,26 @@ pub struct QueueMessage {
 /// conditional write.
 #[derive(Debug, Clone, Copy)]
 pub enum Transition<'a> {
-    /// Extends a live claim (heartbeat).
-    Renew { token: u32, until: Timestamp },
+    /// Extends a live claim and records the run's progress (heartbeat); answers whether
+    /// a cancel was asked for.
+    Renew {
+        token: u32,
+        until: Timestamp,
+        progress: Option<Progress>,
+    },
+    /// A client's cancel: `pending → canceled` at once (answers `true`), or, while
+    /// `processing`, a request the worker's next heartbeat sees (`false`). `Conflict`
+    /// once the job is terminal.
+    Cancel {
+        event: &'a PendingEvent,
+        at: Timestamp,
+    },
+    /// The worker stopped a run whose cancel was asked for: `processing → canceled`.
+    FinishCanceled {
+        token: u32,
+        event: &'a PendingEvent,
+        at: Timestamp,
+    },
     /// `processing → completed`, with the result and the pending event.
     Complete {
         token: u32,
@@ -265,10 +322,20 @@ pub enum Transition<'a> {
 /// `Err(Conflict)` when the transition is not allowed and changes nothing then.
 impl Job {
     /// Applies `change` (`Err(Conflict)` when it is not allowed, and nothing changed).
-    /// `Ok(true)` only for a [`Transition::NoteEventFailure`] that quarantined the event.
+    /// The answer is the transition's question: for `Renew`, whether a cancel was asked
+    /// for; for `Cancel`, whether the job is canceled now; for `NoteEventFailure`,
+    /// whether the event was quarantined; `false` otherwise.
     pub fn apply(&mut self, change: &Transition<'_>) -> crate::Result<bool> {
         match *change {
-            Transition::Renew { token, until } => self.renew(token, until).map(|()| false),
+            Transition::Renew {
+                token,
+                until,
+                progress,
+            } => self.renew(token, until, progress),
+            Transition::Cancel { event, at } => self.request_cancel(event, at),
+            Transition::FinishCanceled { token, event, at } => {
+                self.finish_canceled(token, event, at).map(|()| true)
+            }
             Transition::Complete {
                 token,
                 result,
@@ -322,10 +389,67 @@ impl Job {
         }
     }
 
-    pub fn renew(&mut self, token: u32, until: Timestamp) -> crate::Result<()> {
+    /// Extends the claim; returns whether a cancel was asked for.
+    pub fn renew(
+        &mut self,
+        token: u32,
+        until: Timestamp,
+        progress: Option<Progress>,
+    ) -> crate::Result<bool> {
         self.check_claim(token)?;
         self.lease_expires_at = Some(until);
+        if progress.is_some() {
+            self.progress = progress;
+        }
+        Ok(self.cancel_requested_at.is_some())
+    }
+
+    /// A client's cancel (see [`Transition::Cancel`]); `true` when canceled at once.
+    pub fn request_cancel(&mut self, event: &PendingEvent, at: Timestamp) -> crate::Result<bool> {
+        match self.status {
+            JobStatus::Pending => {
+                self.end_canceled(event, at);
+                Ok(true)
+            }
+            JobStatus::Processing => {
+                self.cancel_requested_at.get_or_insert(at);
+                Ok(false)
+            }
+            _ => Err(crate::ServiceError::conflict("job already finished")),
+        }
+    }
+
+    /// `processing → canceled` by the claim's worker, once a cancel was asked for.
+    pub fn finish_canceled(
+        &mut self,
+        token: u32,
+        event: &PendingEvent,
+        at: Timestamp,
+    ) -> crate::Result<()> {
+        self.check_claim(token)?;
+        if self.cancel_requested_at.is_none() {
+            return Err(crate::ServiceError::conflict("no cancel was asked for"));
+        }
+        self.end_canceled(event, at);
         Ok(())
+    }
+
+    fn end_canceled(&mut self, event: &PendingEvent, at: Timestamp) {
+        self.status = JobStatus::Canceled;
+        self.error = Some(CANCELED_ERROR.to_owned());
+        self.completed_at = Some(at);
+        self.lease_expires_at = None;
+        self.pending_event = Some(event.clone());
+    }
+
+    /// A cancel asked for: a retry or a failure of the run becomes the cancel instead
+    /// (the pipeline then writes [`Transition::FinishCanceled`]).
+    fn check_not_canceling(&self) -> crate::Result<()> {
+        if self.cancel_requested_at.is_some() {
+            Err(crate::ServiceError::conflict("a cancel was asked for"))
+        } else {
+            Ok(())
+        }
     }
 
     pub fn complete(
@@ -337,6 +461,20 @@ impl Job {
     ) -> crate::Result<()> {
         self.check_claim(token)?;
         self.status = JobStatus::Completed;
+        // The final figures: the result's (a cancel asked for this late loses).
+        let tables = self
+            .request
+            .mapped_fields
+            .values()
+            .map(|t| t.len() as u64)
+            .sum();
+        self.progress = Some(Progress {
+            rows: result.row_count,
+            bytes: result.size_bytes,
+            tables_done: tables,
+            tables_total: tables,
+            updated_at: at,
+        });
         self.result = Some(result.clone());
         self.completed_at = Some(at);
         self.lease_expires_at = None;
@@ -353,7 +491,10 @@ impl Job {
         at: Timestamp,
     ) -> crate::Result<()> {
         match token {
-            Some(t) => self.check_claim(t)?,
+            Some(t) => {
+                self.check_claim(t)?;
+                self.check_not_canceling()?;
+            }
             None if self.status == JobStatus::Pending => {}
             None => return Err(crate::ServiceError::conflict("job is not pending")),
         }
@@ -383,6 +524,7 @@ impl Job {
     /// first.
     pub fn release(&mut self, token: u32, error: Option<&str>) -> crate::Result<()> {
         self.check_claim(token)?;
+        self.check_not_canceling()?;
         self.status = JobStatus::Pending;
         self.lease_expires_at = None;
         if self.first_error.is_none() {

@@ -19,10 +19,13 @@
 //! `max_attempts`); everything else fails the job now.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use fetcher_crypto::{KeyPurpose, MessageSigner, VerifyPolicy};
-use fetcher_engine::{Context, Engine, ExecutionMode, ExtractionRequest, TenantContext, Timestamp};
+use fetcher_engine::{
+    Context, Engine, ExecutionMode, ExtractionProgress, ExtractionRequest, TenantContext, Timestamp,
+};
 use serde::Serialize;
 use tracing::{info, warn};
 
@@ -60,6 +63,10 @@ pub struct PipelineConfig {
     /// Failed publishes after which the repair pass quarantines a terminal event, so
     /// one that can never be published stops taking its slots.
     pub max_event_attempts: u32,
+    /// How often a running job's heartbeat writes its progress and renews its lease
+    /// (one conditional write each), and so how soon a cancel is seen. At most a third
+    /// of the lease is used.
+    pub progress_interval: Duration,
 }
 
 impl Default for PipelineConfig {
@@ -72,6 +79,7 @@ impl Default for PipelineConfig {
             max_message_age: Duration::from_secs(6 * 3600),
             v1_max_result_bytes: fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES,
             max_event_attempts: 50,
+            progress_interval: Duration::from_secs(2),
         }
     }
 }
@@ -221,6 +229,15 @@ pub fn failed_payload(
         completed_at: None,
     };
     serde_json::to_string(&payload).expect("payload is JSON")
+}
+
+/// The pending `job.failed` event of a canceled job (error category `canceled`).
+pub fn canceled_event(job: &Job) -> PendingEvent {
+    PendingEvent {
+        status: JobStatus::Canceled,
+        payload: failed_payload(&job.id, &job.request.metadata, CANCELED_ERROR),
+        failures: 0,
+    }
 }
 
 impl Pipeline {
@@ -385,18 +402,28 @@ impl Pipeline {
         let started = Instant::now();
         // The run's own context: the heartbeat cancels it when the lease is lost, and
         // the guard stops renewing however this function ends (a panic included).
+        if job.cancel_requested_at.is_some() {
+            // Asked to stop while no worker ran it (its last one died): nothing to run.
+            return self.cancel_claimed(&job, token).await;
+        }
         let run = match deadline {
             Some(d) => stop.with_deadline(d),
             None => stop.child(),
         };
-        let heartbeat = self.heartbeat(&job, token, &run);
-        let extracted = self.extract(&job, &run).await;
-        let lost = heartbeat.stop();
-        if lost && extracted.is_err() {
+        let progress = Arc::new(ExtractionProgress::default());
+        let heartbeat = self.heartbeat(&job, token, &run, progress.clone());
+        let extracted = self.extract(&job, &run, &progress).await;
+        let end = heartbeat.stop();
+        if end.lost && extracted.is_err() {
             // Another worker holds the job now (this one stalled past its lease): what
             // this run did is void, and the job is theirs to finish.
             warn!(job_id = %job.id, "lease lost during the extraction; run abandoned");
             return Outcome::Skipped("lease lost");
+        }
+        if end.cancel_requested && extracted.is_err() {
+            // The heartbeat stopped the run on request; the engine aborted the result
+            // writer, so nothing is left in the object store.
+            return self.cancel_claimed(&job, token).await;
         }
         if extracted.is_err() && stop.is_done() {
             // Abandoned at shutdown: hand the job back now rather than leave its lease to
@@ -421,14 +448,21 @@ impl Pipeline {
             Err(e) if e.is_retryable() && self.may_retry(&job) => {
                 warn!(job_id = %job.id, attempt = job.attempts, error = %e.log_detail(), "extraction failed, will retry");
                 let text = sanitize(e.message());
-                if let Err(release) = self
+                match self
                     .jobs
                     .release(&job.tenant_id, &job.id, token, Some(&text))
                     .await
                 {
-                    warn!(job_id = %job.id, error = %release.log_detail(), "could not release the claim; the lease will expire");
+                    Ok(()) => Outcome::Retry(e),
+                    // A cancel asked for since the last heartbeat: it wins over a retry.
+                    Err(c) if c.kind() == ErrorKind::Conflict => {
+                        self.cancel_claimed(&job, token).await
+                    }
+                    Err(release) => {
+                        warn!(job_id = %job.id, error = %release.log_detail(), "could not release the claim; the lease will expire");
+                        Outcome::Retry(e)
+                    }
                 }
-                Outcome::Retry(e)
             }
             Err(e) => {
                 // Out of retries: the first retryable failure says what went wrong.
@@ -449,11 +483,19 @@ impl Pipeline {
             && age_nanos < self.config.retry_budget.as_nanos() as i128
     }
 
-    /// Renews the claim every third of the lease while the run goes on. A renewal the
-    /// store refuses as a conflict means the lease was lost (another worker took the
-    /// job over): the run's context is cancelled, so the extraction stops and stores
-    /// nothing. Other renewal errors are retried at the next tick.
-    fn heartbeat(&self, job: &Job, token: u32, run: &Context) -> Heartbeat {
+    /// Renews the claim and writes the run's progress every `progress_interval` (at
+    /// most a third of the lease) while the run goes on. A renewal the store refuses as
+    /// a conflict means the lease was lost (another worker took the job over); one that
+    /// answers "cancel asked for" is a client's cancel. Either way the run's context is
+    /// cancelled, so the extraction stops and stores nothing. Other renewal errors are
+    /// retried at the next tick.
+    fn heartbeat(
+        &self,
+        job: &Job,
+        token: u32,
+        run: &Context,
+        progress: Arc<ExtractionProgress>,
+    ) -> Heartbeat {
         let (jobs, tenant, id, lease, run) = (
             self.jobs.clone(),
             job.tenant_id.clone(),
@@ -461,19 +503,34 @@ impl Pipeline {
             self.config.lease,
             run.clone(),
         );
-        let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = lost.clone();
+        let every = self.config.progress_interval.min(lease / 3);
+        let state = Arc::new(HeartbeatState::default());
+        let seen = state.clone();
         let task = tokio::spawn(async move {
             loop {
-                tokio::time::sleep(lease / 3).await;
+                tokio::time::sleep(every).await;
                 let until = Timestamp::from_unix_nanos(
                     Timestamp::now().unix_nanos() + lease.as_nanos() as i128,
                 );
-                match jobs.renew(&tenant, &id, token, until).await {
-                    Ok(()) => {}
+                let p = progress.snapshot();
+                let now = Progress {
+                    rows: p.rows,
+                    bytes: p.bytes,
+                    tables_done: p.tables_done,
+                    tables_total: p.tables_total,
+                    updated_at: Timestamp::now(),
+                };
+                match jobs.renew(&tenant, &id, token, until, Some(now)).await {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        if !seen.cancel_requested.swap(true, Ordering::SeqCst) {
+                            info!(job_id = %id, "cancel asked for; stopping the run");
+                            run.cancel();
+                        }
+                    }
                     Err(e) if e.kind() == ErrorKind::Conflict => {
                         warn!(job_id = %id, "lease lost; cancelling the run");
-                        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                        seen.lost.store(true, Ordering::SeqCst);
                         run.cancel();
                         return;
                     }
@@ -483,11 +540,16 @@ impl Pipeline {
                 }
             }
         });
-        Heartbeat { task, lost }
+        Heartbeat { task, state }
     }
 
     /// Plans and executes the job; returns where the sealed result is.
-    async fn extract(&self, job: &Job, stop: &Context) -> Result<JobResult> {
+    async fn extract(
+        &self,
+        job: &Job,
+        stop: &Context,
+        progress: &ExtractionProgress,
+    ) -> Result<JobResult> {
         let ctx = stop.child();
         let tenant = TenantContext::new(&job.tenant_id)?.with_request_id(&job.id);
         let request = ExtractionRequest {
@@ -510,7 +572,10 @@ impl Pipeline {
         {
             ResultFormat::V2 => {
                 plan.mode = ExecutionMode::Store;
-                let out = self.engine.execute_extraction(&ctx, &plan).await?;
+                let out = self
+                    .engine
+                    .execute_extraction_observed(&ctx, &plan, progress)
+                    .await?;
                 let r = out
                     .reference
                     .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
@@ -606,7 +671,12 @@ impl Pipeline {
         {
             Ok(()) => {}
             Err(e) if e.kind() == crate::ErrorKind::Conflict => {
-                return Outcome::Skipped("claim lost before failing");
+                // A cancel asked for meanwhile wins over the failure; otherwise the
+                // claim was lost and the job is another worker's.
+                return match self.cancel_claimed(job, token).await {
+                    Outcome::Skipped(_) => Outcome::Skipped("claim lost before failing"),
+                    canceled => canceled,
+                };
             }
             Err(e) => return Outcome::Retry(e),
         }
@@ -620,6 +690,35 @@ impl Pipeline {
         Outcome::Failed {
             job_id: job.id.clone(),
             error: error.to_owned(),
+        }
+    }
+
+    /// Ends a claimed job whose cancel was asked for: `canceled`, with its `job.failed`
+    /// event (error category `canceled`) through the outbox.
+    async fn cancel_claimed(&self, job: &Job, token: u32) -> Outcome {
+        let event = canceled_event(job);
+        let change = Transition::FinishCanceled {
+            token,
+            event: &event,
+            at: Timestamp::now(),
+        };
+        match self.jobs.transition(&job.tenant_id, &job.id, change).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Conflict => {
+                return Outcome::Skipped("claim lost before canceling");
+            }
+            Err(e) => return Outcome::Retry(e),
+        }
+        info!(job_id = %job.id, "job canceled");
+        if let Err(e) = self
+            .publish_and_clear(&job.tenant_id, &job.id, JobStatus::Canceled, &event.payload)
+            .await
+        {
+            return Outcome::Retry(e);
+        }
+        Outcome::Failed {
+            job_id: job.id.clone(),
+            error: CANCELED_ERROR.to_owned(),
         }
     }
 
@@ -825,13 +924,28 @@ impl Pipeline {
 /// `processing`.
 struct Heartbeat {
     task: tokio::task::JoinHandle<()>,
-    lost: Arc<std::sync::atomic::AtomicBool>,
+    state: Arc<HeartbeatState>,
+}
+
+/// What the heartbeat saw.
+#[derive(Default)]
+struct HeartbeatState {
+    lost: AtomicBool,
+    cancel_requested: AtomicBool,
+}
+
+struct HeartbeatEnd {
+    lost: bool,
+    cancel_requested: bool,
 }
 
 impl Heartbeat {
-    /// Stops renewing; whether the lease was lost meanwhile.
-    fn stop(self) -> bool {
-        self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    /// Stops renewing; what it saw meanwhile.
+    fn stop(self) -> HeartbeatEnd {
+        HeartbeatEnd {
+            lost: self.state.lost.load(Ordering::SeqCst),
+            cancel_requested: self.state.cancel_requested.load(Ordering::SeqCst),
+        }
     }
 }
 

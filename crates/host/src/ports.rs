@@ -74,15 +74,22 @@ pub trait JobStore: Send + Sync {
         change: Transition<'a>,
     ) -> BoxFuture<'a, Result<bool>>;
 
-    /// Extends a live claim (heartbeat). Fails with `Conflict` if the claim was lost.
+    /// Extends a live claim and records progress (heartbeat); answers whether a cancel
+    /// was asked for. Fails with `Conflict` if the claim was lost.
     fn renew<'a>(
         &'a self,
         tenant: &'a str,
         id: &'a str,
         token: u32,
         until: Timestamp,
-    ) -> BoxFuture<'a, Result<()>> {
-        unit(self.transition(tenant, id, Transition::Renew { token, until }))
+        progress: Option<Progress>,
+    ) -> BoxFuture<'a, Result<bool>> {
+        let change = Transition::Renew {
+            token,
+            until,
+            progress,
+        };
+        self.transition(tenant, id, change)
     }
 
     /// `processing → completed` with the result and the pending event, in one write,

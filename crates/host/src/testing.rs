@@ -191,6 +191,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
             &a.id,
             token,
             Timestamp::from_unix_nanos(now.unix_nanos() + 120_000_000_000),
+            None,
         )
         .await
         .unwrap();
@@ -221,7 +222,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     );
     assert_eq!(
         store
-            .renew(t, &a.id, token, later)
+            .renew(t, &a.id, token, later, None)
             .await
             .unwrap_err()
             .kind(),
@@ -416,6 +417,135 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
             .fail(t, missing, None, "x", &event(JobStatus::Failed), later)
             .await
             .is_err()
+    );
+
+    cancel(store.as_ref(), &unique_tenant("jobs-cancel").tenant_id).await;
+}
+
+/// Cancellation: a pending job ends at once; a processing one is asked, sees it at its
+/// heartbeat (with its progress stored), can no longer retry or fail, and ends
+/// `canceled` by its worker; a terminal one refuses. Each ends in the outbox once, and
+/// leaves the active set (its dedup slot and its connections' lock are free).
+async fn cancel(store: &dyn JobStore, t: &str) {
+    let now = Timestamp::now();
+    let canceled = event(JobStatus::Canceled);
+    let cancel = |at| Transition::Cancel {
+        event: &canceled,
+        at,
+    };
+
+    let p = Job::new(t, request("cancel-pending"), format!("hash-cp-{t}"));
+    store.insert(&p).await.unwrap();
+    assert!(
+        store.transition(t, &p.id, cancel(now)).await.unwrap(),
+        "canceled at once"
+    );
+    let got = store.get(t, &p.id).await.unwrap().unwrap();
+    assert_eq!(got.status, JobStatus::Canceled);
+    assert_eq!(got.error.as_deref(), Some(crate::model::CANCELED_ERROR));
+    assert!(in_outbox(store, &p.id).await);
+    assert!(
+        !store.has_active_jobs(t, "pg").await.unwrap(),
+        "a canceled job holds no connection"
+    );
+    let again = Job::new(t, request("cancel-pending"), p.request_hash.clone());
+    assert_eq!(
+        store.insert(&again).await.unwrap(),
+        InsertOutcome::Created,
+        "nor its dedup slot"
+    );
+    assert_eq!(
+        store
+            .transition(t, &p.id, cancel(now))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Conflict,
+        "a terminal job refuses"
+    );
+    assert!(
+        !matches!(
+            store
+                .claim(t, &p.id, now, Duration::from_secs(60))
+                .await
+                .unwrap(),
+            ClaimOutcome::Claimed { .. }
+        ),
+        "a canceled job is never claimed"
+    );
+
+    let r = Job::new(t, request("cancel-running"), format!("hash-cr-{t}"));
+    store.insert(&r).await.unwrap();
+    let ClaimOutcome::Claimed { token, .. } = store
+        .claim(t, &r.id, now, Duration::from_secs(60))
+        .await
+        .unwrap()
+    else {
+        panic!("claimed")
+    };
+    let until = Timestamp::from_unix_nanos(now.unix_nanos() + 60_000_000_000);
+    let progress = Progress {
+        rows: 10,
+        bytes: 100,
+        tables_done: 1,
+        tables_total: 2,
+        updated_at: now,
+    };
+    assert!(
+        !store
+            .renew(t, &r.id, token, until, Some(progress))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.get(t, &r.id).await.unwrap().unwrap().progress,
+        Some(progress),
+        "progress is stored with the heartbeat"
+    );
+    assert!(
+        !store.transition(t, &r.id, cancel(now)).await.unwrap(),
+        "a running job is asked, not stopped"
+    );
+    assert_eq!(
+        store.get(t, &r.id).await.unwrap().unwrap().status,
+        JobStatus::Processing
+    );
+    assert!(
+        store.renew(t, &r.id, token, until, None).await.unwrap(),
+        "the heartbeat sees the request"
+    );
+    assert_eq!(
+        store
+            .release(t, &r.id, token, Some("x"))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Conflict,
+        "no retry once a cancel is asked"
+    );
+    let failed = event(JobStatus::Failed);
+    assert_eq!(
+        store
+            .fail(t, &r.id, Some(token), "x", &failed, now)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Conflict,
+        "nor a failure"
+    );
+    let finish = Transition::FinishCanceled {
+        token,
+        event: &canceled,
+        at: now,
+    };
+    store.transition(t, &r.id, finish).await.unwrap();
+    let got = store.get(t, &r.id).await.unwrap().unwrap();
+    assert_eq!(got.status, JobStatus::Canceled);
+    assert!(in_outbox(store, &r.id).await);
+    assert_eq!(
+        store.transition(t, &r.id, finish).await.unwrap_err().kind(),
+        ErrorKind::Conflict,
+        "once"
     );
 }
 

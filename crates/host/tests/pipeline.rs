@@ -853,3 +853,132 @@ async fn a_run_past_the_hosts_deadline_fails_with_timeout_and_its_event() {
     );
     assert!(w.objects.paths().is_empty());
 }
+
+fn canceled_world_config(w: &mut World) {
+    w.pipeline.config.progress_interval = Duration::from_millis(40);
+}
+
+async fn wait_for_status(w: &World, id: &str, status: JobStatus) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while w.jobs.get("acme", id).await.unwrap().unwrap().status != status {
+        assert!(std::time::Instant::now() < deadline, "never {status:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_running_job_canceled_stops_within_a_heartbeat_and_leaves_nothing() {
+    let mut w = world().await;
+    canceled_world_config(&mut w);
+    w.factory.behaviour.lock().unwrap().block_on_context = true;
+    let (job, msg) = submit(&w, None).await;
+    let (jobs, events, objects) = (w.jobs.clone(), w.events.clone(), w.objects.clone());
+    let pipeline = Arc::new(w.pipeline);
+    let run = tokio::spawn({
+        let p = pipeline.clone();
+        async move { p.handle(&msg).await }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while jobs.get("acme", &job.id).await.unwrap().unwrap().status != JobStatus::Processing {
+        assert!(std::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let asked = std::time::Instant::now();
+    let event = canceled_event(&job);
+    let change = Transition::Cancel {
+        event: &event,
+        at: Timestamp::now(),
+    };
+    assert!(!jobs.transition("acme", &job.id, change).await.unwrap());
+    let outcome = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("the run stops")
+        .unwrap();
+    assert!(asked.elapsed() < Duration::from_secs(5), "seen within 5 s");
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    let stored = jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Canceled);
+    assert!(stored.pending_event.is_none(), "published");
+    assert!(objects.paths().is_empty(), "no object left");
+    let sent = events.events();
+    assert_eq!(sent.len(), 1, "one event");
+    assert_eq!(sent[0].detail_type, "job.failed");
+    assert_eq!(sent[0].id, format!("fetcher.job.failed.{}", job.id));
+    let payload: serde_json::Value = serde_json::from_str(&sent[0].payload).unwrap();
+    assert_eq!(payload["status"], "failed");
+    assert_eq!(
+        payload["metadata"]["error"]["message"],
+        "engine: [canceled] job canceled by request"
+    );
+}
+
+#[tokio::test]
+async fn a_pending_cancel_makes_the_queued_message_publish_its_event_once() {
+    let w = world().await;
+    let (job, msg) = submit(&w, None).await;
+    let event = canceled_event(&job);
+    let change = Transition::Cancel {
+        event: &event,
+        at: Timestamp::now(),
+    };
+    assert!(w.jobs.transition("acme", &job.id, change).await.unwrap());
+    // The message arrives: nothing runs, the outbox's event goes out.
+    let first = w.pipeline.handle(&msg).await;
+    assert!(
+        matches!(first, Outcome::Skipped("terminal event republished")),
+        "{first:?}"
+    );
+    // Redelivered: a no-op.
+    let again = w.pipeline.handle(&msg).await;
+    assert!(matches!(again, Outcome::Skipped(_)), "{again:?}");
+    assert_eq!(w.events.events().len(), 1);
+    assert_eq!(w.events.events()[0].detail_type, "job.failed");
+    assert!(w.objects.paths().is_empty());
+    wait_for_status(&w, &job.id, JobStatus::Canceled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_rises_while_rows_flow_and_ends_at_the_results_figures() {
+    let mut w = world().await;
+    canceled_world_config(&mut w);
+    w.factory.behaviour.lock().unwrap().generator = Some(RowGenerator {
+        table: "public.accounts".into(),
+        count: 3000,
+        make: Arc::new(|i| {
+            // Slow rows, so the run spans several heartbeats.
+            std::thread::sleep(Duration::from_micros(400));
+            row(i as i64 + 10, "generated")
+        }),
+    });
+    let (job, msg) = submit(&w, None).await;
+    let jobs = w.jobs.clone();
+    let pipeline = Arc::new(w.pipeline);
+    let run = tokio::spawn({
+        let p = pipeline.clone();
+        async move { p.handle(&msg).await }
+    });
+    let mut seen = Vec::new();
+    while !run.is_finished() {
+        let j = jobs.get("acme", &job.id).await.unwrap().unwrap();
+        if j.status == JobStatus::Processing
+            && let Some(p) = j.progress
+            && seen.last() != Some(&p.rows)
+        {
+            seen.push(p.rows);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let outcome = run.await.unwrap();
+    let Outcome::Completed { rows, bytes, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(seen.len() >= 2, "progress rose while running: {seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert!(*seen.last().unwrap() <= rows);
+    let done = jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let p = done.progress.expect("final figures");
+    let result = done.result.unwrap();
+    assert_eq!((p.rows, p.bytes), (result.row_count, result.size_bytes));
+    assert_eq!((p.rows, p.bytes), (rows, bytes));
+    assert_eq!((p.tables_done, p.tables_total), (1, 1));
+}

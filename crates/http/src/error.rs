@@ -51,6 +51,8 @@ pub mod code {
     pub const JOB_IN_PROGRESS: &str = "FET-1021";
     /// Beyond the reference: the tenant holds its maximum number of connections.
     pub const CONNECTION_QUOTA: &str = "FET-1022";
+    /// A cancel of a job that already ended.
+    pub const JOB_FINISHED: &str = "FET-1023";
     pub const CONNECTION_DOWN: &str = "FET-1040";
     pub const SCHEMA_INVALID: &str = "FET-1060";
     pub const VALIDATION_LIMIT: &str = "FET-1061";

@@ -15,7 +15,7 @@ use super::extract::{RawBody, parse_id, parse_json};
 use super::{AppState, Scope};
 use fetcher_host::dedup::{Filters, MappedFields, OPERATORS};
 use fetcher_host::jobs::{CreateJob, Created, JobError};
-use fetcher_host::model::{Job, ResultFormat};
+use fetcher_host::model::{Job, JobStatus, ResultFormat};
 
 /// One filter condition: each operator takes an array of values; unknown operators are
 /// dropped.
@@ -118,6 +118,29 @@ pub enum JobState {
     Processing,
     Completed,
     Failed,
+    /// Stopped on request (its event is a `job.failed` with category `canceled`).
+    Canceled,
+}
+
+/// How far a job is (beyond the reference): while `processing`, updated every couple of
+/// seconds; on `completed`, the result's figures; on `canceled`, where it stopped.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressBody {
+    /// Rows of the plaintext NDJSON written so far.
+    pub rows: u64,
+    /// Bytes of the plaintext NDJSON written so far.
+    pub bytes: u64,
+    pub tables: TablesProgress,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+}
+
+/// Tables finished of the job's.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TablesProgress {
+    pub done: u64,
+    pub total: u64,
 }
 
 /// A job as returned by `GET /v1/fetcher/{id}`.
@@ -150,6 +173,13 @@ pub struct JobResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
     pub completed_at: Option<String>,
+    /// Beyond the reference: live progress (docs/api.md, "Progress").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressBody>,
+    /// Beyond the reference: when a cancel was asked for a `processing` job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub cancel_requested_at: Option<String>,
 }
 
 /// The API view of a job: internal `terminalEvent*` keys stripped from `metadata`,
@@ -186,6 +216,22 @@ pub fn job_response(job: &Job) -> JobResponse {
         request_hash: job.request_hash.clone(),
         created_at: job.created_at.to_string(),
         completed_at: job.completed_at.map(|t| t.to_string()),
+        progress: job
+            .progress
+            .filter(|_| job.status != JobStatus::Pending)
+            .map(|p| ProgressBody {
+                rows: p.rows,
+                bytes: p.bytes,
+                tables: TablesProgress {
+                    done: p.tables_done,
+                    total: p.tables_total,
+                },
+                updated_at: p.updated_at.to_string(),
+            }),
+        cancel_requested_at: job
+            .cancel_requested_at
+            .filter(|_| job.status == JobStatus::Processing)
+            .map(|t| t.to_string()),
     }
 }
 
@@ -254,6 +300,15 @@ fn error_of(e: JobError) -> ApiError {
             ApiError::internal()
         }
         JobError::NotFound => ApiError::not_found("job"),
+        JobError::Finished(status) => ApiError::business(
+            StatusCode::CONFLICT,
+            code::JOB_FINISHED,
+            "Job Finished",
+            format!(
+                "job is already {}; there is nothing to cancel",
+                status.as_str()
+            ),
+        ),
         JobError::ShuttingDown => ApiError::unavailable(),
         JobError::Timeout => ApiError::framework(
             axum::http::StatusCode::GATEWAY_TIMEOUT,
@@ -341,6 +396,24 @@ pub async fn create_job(
         message,
     };
     Ok((status, Json(body)).into_response())
+}
+
+/// Cancel a job: a pending one ends `canceled` at once, a processing one is stopped by
+/// its worker within a few seconds (no result is left); 202 with the job as it is now.
+#[utoipa::path(post, path = "/v1/fetcher/{id}/cancel", tag = "fetcher", params(("id" = uuid::Uuid, Path)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 202, body = JobResponse, description = "Canceled (was pending) or asked to stop (processing)"), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1023: the job already ended"), (status = 500, body = ErrorBody, description = "FET-0002")))]
+pub async fn cancel_job(
+    State(st): State<AppState>,
+    scope: Scope,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, "invalid job id")?;
+    let job = st
+        .jobs()
+        .cancel(&scope.tenant, &id)
+        .await
+        .map_err(error_of)?;
+    Ok((StatusCode::ACCEPTED, Json(job_response(&job))).into_response())
 }
 
 /// Get a job.

@@ -315,6 +315,7 @@ fn business_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(fetcher::create_job))
         .routes(routes!(fetcher::get_job))
+        .routes(routes!(fetcher::cancel_job))
         .routes(routes!(
             connections::list_connections,
             connections::create_connection

@@ -656,6 +656,7 @@ async fn openapi_matches_the_router() {
     let mut expected: Vec<(String, String)> = [
         ("POST", "/v1/fetcher"),
         ("GET", "/v1/fetcher/{id}"),
+        ("POST", "/v1/fetcher/{id}/cancel"),
         ("GET", "/v1/management/connections"),
         ("POST", "/v1/management/connections"),
         ("POST", "/v1/management/connections/validate-schema"),
