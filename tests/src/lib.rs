@@ -291,3 +291,106 @@ impl Drop for Forwarder {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Queues: the work queue's job messages and the subscriber queue's events.
+// ---------------------------------------------------------------------------------------
+
+use std::collections::BTreeMap;
+
+use aws_like::Message;
+use fetcher_aws::Clients;
+use fetcher_aws::bootstrap::Resources;
+
+/// Messages of `queue` (up to 10), waiting up to `wait` for at least one.
+pub async fn receive(c: &Clients, queue: &str, wait: Duration) -> Vec<Message> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let out = c
+            .sqs
+            .receive_message()
+            .queue_url(queue)
+            .message_attribute_names("All")
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("receive");
+        let msgs: Vec<Message> = out
+            .messages()
+            .iter()
+            .map(|m| Message {
+                id: m.message_id().unwrap_or_default().to_owned(),
+                receipt: m.receipt_handle().unwrap_or_default().to_owned(),
+                body: m.body().unwrap_or_default().to_owned(),
+                attributes: m
+                    .message_attributes()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| Some((k.clone(), v.string_value()?.to_owned())))
+                    .collect::<BTreeMap<_, _>>(),
+            })
+            .collect();
+        if !msgs.is_empty() || Instant::now() >= deadline {
+            return msgs;
+        }
+    }
+}
+
+pub async fn delete(c: &Clients, queue: &str, m: &Message) {
+    c.sqs
+        .delete_message()
+        .queue_url(queue)
+        .receipt_handle(&m.receipt)
+        .send()
+        .await
+        .expect("delete message");
+}
+
+/// The job message for `job_id` from the work queue (deleted from the queue, as the
+/// event source would after a successful batch).
+pub async fn job_message(c: &Clients, r: &Resources, job_id: &str) -> Message {
+    // Messages of other jobs received meanwhile wait here for their turn.
+    static STASH: std::sync::Mutex<Vec<Message>> = std::sync::Mutex::new(Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        {
+            let mut stash = STASH.lock().unwrap();
+            if let Some(i) = stash.iter().position(|m| m.body.contains(job_id)) {
+                return stash.remove(i);
+            }
+        }
+        for m in receive(c, &r.queue_url, Duration::from_secs(2)).await {
+            delete(c, &r.queue_url, &m).await;
+            STASH.lock().unwrap().push(m);
+        }
+    }
+    panic!("no job message for {job_id}");
+}
+
+/// Events for `job_id` on the subscriber queue within `wait`.
+pub async fn events_for(c: &Clients, r: &Resources, job_id: &str, wait: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + wait;
+    let mut found = Vec::new();
+    while Instant::now() < deadline {
+        for m in receive(c, &r.subscriber_queue_url, Duration::from_secs(1)).await {
+            let v: Value = serde_json::from_str(&m.body).unwrap_or(Value::Null);
+            if v["detail"]["jobId"] == job_id {
+                found.push(v);
+                delete(c, &r.subscriber_queue_url, &m).await;
+            }
+        }
+        if !found.is_empty() {
+            // Give a duplicate the chance to show up too.
+            for m in receive(c, &r.subscriber_queue_url, Duration::from_secs(2)).await {
+                let v: Value = serde_json::from_str(&m.body).unwrap_or(Value::Null);
+                if v["detail"]["jobId"] == job_id {
+                    found.push(v);
+                    delete(c, &r.subscriber_queue_url, &m).await;
+                }
+            }
+            return found;
+        }
+    }
+    found
+}

@@ -12,6 +12,7 @@
 //! | `FETCHER_EVENT_BUS` | the EventBridge bus (required by the extract function, which refuses to start without it) |
 //! | `FETCHER_EVENT_SOURCE` | the events' `Source` (default `fetcher.worker`) |
 //! | `FETCHER_MULTI_TENANT` | `true`: tenants from the JWT authorizer's `tenantId` claim |
+//! | `FETCHER_PROGRESS_INTERVAL_MS` | how often a running job writes its progress with its lease heartbeat, and so how soon a cancel is seen (default 2000, at least 100) |
 //! | `FETCHER_RETRY_BACKOFF_SECS` | first delay before a retried job message comes back (default 30; doubles per receive, at most 15 minutes) instead of the queue's visibility timeout |
 //! | `FETCHER_MAX_MESSAGE_AGE_SECS` | oldest job message trusted (default 21600); must exceed the queue's visibility × receive count (the template sets visibility × 6) |
 //! | `FETCHER_ALLOW_UNAUTHENTICATED` | `true`: the API serves calls without verified claims (a private test deployment). Default `false`: a call the authorizer did not verify is 401, in every mode |
@@ -65,6 +66,8 @@ pub struct HostConfig {
     /// Host safety on every API-supplied host (default; off only through
     /// `FETCHER_ALLOW_PRIVATE_HOSTS=true`).
     pub guard_hosts: bool,
+    /// How often a running job's heartbeat writes its progress (and notices a cancel).
+    pub progress_interval: Duration,
 }
 
 impl HostConfig {
@@ -147,6 +150,15 @@ impl HostConfig {
             retry_backoff: secs("FETCHER_RETRY_BACKOFF_SECS", 30)?,
             require_auth: !flag("FETCHER_ALLOW_UNAUTHENTICATED")?,
             guard_hosts: !flag("FETCHER_ALLOW_PRIVATE_HOSTS")?,
+            progress_interval: match get("FETCHER_PROGRESS_INTERVAL_MS") {
+                None => Duration::from_secs(2),
+                Some(v) => v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|ms| *ms >= 100)
+                    .map(Duration::from_millis)
+                    .ok_or("FETCHER_PROGRESS_INTERVAL_MS must be a number of milliseconds, at least 100")?,
+            },
         })
     }
 }

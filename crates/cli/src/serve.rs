@@ -112,6 +112,11 @@ pub struct ServeArgs {
     /// Seconds one extraction may run before it fails with `timeout`.
     #[arg(long, default_value_t = fetcher_engine::limits::DEFAULT_TIMEOUT.as_secs(), env = "FETCHER_EXTRACTION_TIMEOUT_SECS")]
     pub extraction_timeout: u64,
+    /// Milliseconds between a running job's progress writes (its lease heartbeat, which
+    /// also notices a cancel): at least 100.
+    #[arg(long, default_value_t = 2000, env = "FETCHER_PROGRESS_INTERVAL_MS",
+        value_parser = clap::value_parser!(u64).range(100..))]
+    pub progress_interval_ms: u64,
     /// Log as JSON lines.
     #[arg(long, env = "FETCHER_LOG_JSON")]
     pub log_json: bool,
@@ -324,6 +329,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         config: PipelineConfig {
             lease: Duration::from_secs(30),
             retry_budget: Duration::from_secs(args.retry_budget),
+            progress_interval: Duration::from_millis(args.progress_interval_ms),
             default_format: if args.result_format == "v1" {
                 ResultFormat::V1
             } else {

@@ -233,3 +233,153 @@ fn shutdown_is_bounded_by_its_grace_and_hands_abandoned_jobs_back() {
         assert_eq!(job["status"], "completed", "{job}");
     }
 }
+
+/// Events of `id` in the event log (waiting up to `timeout` for at least one).
+fn events_of(dir: &std::path::Path, id: &str, timeout: Duration) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let log = std::fs::read_to_string(dir.join("events.ndjson")).unwrap_or_default();
+        let mine: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|e| e["detail"]["jobId"] == id)
+            .collect();
+        if !mine.is_empty() || std::time::Instant::now() > deadline {
+            return mine;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether any stored file's name mentions `id` (a result, finished or partial).
+fn leaves_a_file(dir: &std::path::Path, id: &str) -> bool {
+    fn walk(p: &std::path::Path, id: &str) -> bool {
+        std::fs::read_dir(p)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let path = e.path();
+                if path.is_dir() {
+                    walk(&path, id)
+                } else {
+                    path.file_name().unwrap().to_string_lossy().contains(id)
+                }
+            })
+    }
+    walk(dir, id)
+}
+
+#[test]
+fn serve_reports_progress_and_cancels_pending_and_running_jobs() {
+    let db = PgDb::create("fetcher_progress");
+    seed(&db);
+    psql(
+        &db.0,
+        "CREATE TABLE big (id bigint PRIMARY KEY, payload text NOT NULL);
+         INSERT INTO big SELECT g, repeat('x', 200) FROM generate_series(1, 400000) g;",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &["--workers", "1", "--progress-interval-ms", "200"],
+    );
+    register_ledger(&server, &db);
+    let big = |from: i64| {
+        json!({
+            "dataRequest": {
+                "mappedFields": {"ledger": {"big": ["id", "payload"]}},
+                "filters": {"ledger": {"big": {"id": {"gte": [from]}}}}
+            },
+            "metadata": {"source": "reporter"}
+        })
+    };
+    let submit = |body: &serde_json::Value| {
+        let (status, accepted) = server.request("POST", "/v1/fetcher", Some(body), &[]);
+        assert_eq!(status, 202, "{accepted}");
+        accepted["jobId"].as_str().unwrap().to_owned()
+    };
+
+    // Progress rises while the job runs, and ends at the result's figures.
+    let id = submit(&big(1));
+    let mut seen: Vec<u64> = Vec::new();
+    let done = loop {
+        let (_, job) = server.request("GET", &format!("/v1/fetcher/{id}"), None, &[]);
+        match job["status"].as_str() {
+            Some("processing") => {
+                if let Some(rows) = job["progress"]["rows"].as_u64()
+                    && seen.last() != Some(&rows)
+                {
+                    seen.push(rows);
+                }
+            }
+            Some("completed") => break job,
+            Some("pending") => {}
+            other => panic!("{other:?}: {job}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(seen.len() >= 2, "progress rose while processing: {seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert_eq!(done["progress"]["rows"], 400_000, "{done}");
+    assert_eq!(done["progress"]["tables"], json!({"done": 1, "total": 1}));
+    let completed = events_of(dir.path(), &id, Duration::from_secs(5));
+    assert_eq!(completed[0]["detail"]["result"]["rowCount"], 400_000);
+    assert_eq!(
+        completed[0]["detail"]["result"]["sizeBytes"],
+        done["progress"]["bytes"]
+    );
+
+    // One worker: a running job, and one waiting behind it.
+    let running = submit(&big(2));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, job) = server.request("GET", &format!("/v1/fetcher/{running}"), None, &[]);
+        if job["status"] == "processing" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{job}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let waiting = submit(&big(3));
+
+    // The waiting one is canceled at once.
+    let (status, answer) =
+        server.request("POST", &format!("/v1/fetcher/{waiting}/cancel"), None, &[]);
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["status"], "canceled");
+
+    // The running one is asked, and stops within a few seconds.
+    let asked = std::time::Instant::now();
+    let (status, answer) =
+        server.request("POST", &format!("/v1/fetcher/{running}/cancel"), None, &[]);
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["status"], "processing", "{answer}");
+    let job = server.wait_job(&running, Duration::from_secs(10));
+    assert_eq!(job["status"], "canceled", "{job}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+
+    // No object left for either, and one job.failed event each.
+    for id in [&running, &waiting] {
+        assert!(!leaves_a_file(dir.path(), id), "a file of {id} is left");
+        let events = events_of(dir.path(), id, Duration::from_secs(10));
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["detail-type"], "job.failed", "{:?}", events[0]);
+        assert_eq!(
+            events[0]["detail"]["metadata"]["error"]["message"],
+            "engine: [canceled] job canceled by request"
+        );
+    }
+    // Terminal: a second cancel is 409.
+    let (status, again) =
+        server.request("POST", &format!("/v1/fetcher/{running}/cancel"), None, &[]);
+    assert_eq!(
+        (status, again["code"].as_str()),
+        (409, Some("FET-1023")),
+        "{again}"
+    );
+}

@@ -83,6 +83,7 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
     let lease = config.lease;
     let max_message_age = config.max_message_age;
     let retry_backoff = config.retry_backoff;
+    let progress_interval = config.progress_interval;
     let secret = config.master_key_secret.clone();
     let host = Host::build(config, sdk)?;
     let key_source = fetcher_aws::SecretsManagerKeySource::new(
@@ -112,6 +113,7 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
                 max_attempts: 3,
                 retry_budget: max_message_age,
                 max_message_age,
+                progress_interval,
                 ..Default::default()
             },
         }),

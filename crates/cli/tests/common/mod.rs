@@ -111,7 +111,10 @@ impl Server {
         loop {
             let (status, job) = self.request("GET", &format!("/v1/fetcher/{id}"), None, &[]);
             assert_eq!(status, 200, "{job}");
-            if matches!(job["status"].as_str(), Some("completed" | "failed")) {
+            if matches!(
+                job["status"].as_str(),
+                Some("completed" | "failed" | "canceled")
+            ) {
                 return job;
             }
             assert!(
