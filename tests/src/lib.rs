@@ -394,3 +394,37 @@ pub async fn events_for(c: &Clients, r: &Resources, job_id: &str, wait: Duration
     }
     found
 }
+
+/// Creates `database` in the local PostgreSQL unless it exists.
+pub fn create_database(database: &str) {
+    let _ = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-q",
+            "-c",
+            &format!("CREATE DATABASE {database}"),
+        ])
+        .stderr(std::process::Stdio::null())
+        .output();
+}
+
+/// An API Gateway (HTTP API, payload 2.0) request for the `api` handler, as product
+/// `product`, without an authorizer.
+pub fn api_request(
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    product: &str,
+) -> lambda_http::Request {
+    let e = json!({
+        "version": "2.0", "routeKey": "ANY /{proxy+}", "rawPath": path, "rawQueryString": "",
+        "headers": {"content-type": "application/json", "x-product-name": product},
+        "requestContext": {"http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "fetcher-e2e"},
+            "accountId": "1", "apiId": "a", "domainName": "d", "domainPrefix": "d", "requestId": "r", "routeKey": "ANY /{proxy+}", "stage": "$default", "time": "", "timeEpoch": 0},
+        "body": body.map(Value::to_string).unwrap_or_default(), "isBase64Encoded": false
+    });
+    lambda_http::request::from_str(&e.to_string()).expect("an API Gateway event")
+}

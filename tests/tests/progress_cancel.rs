@@ -17,17 +17,6 @@ use serde_json::{Value, json};
 const DB: &str = "fetcher_lambda_progress";
 const ROWS: u64 = 300_000;
 
-fn api_event(method: &str, path: &str, body: Option<&Value>) -> lambda_http::Request {
-    let e = json!({
-        "version": "2.0", "routeKey": "ANY /{proxy+}", "rawPath": path, "rawQueryString": "",
-        "headers": {"content-type": "application/json", "x-product-name": "lambda"},
-        "requestContext": {"http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "test"},
-            "accountId": "1", "apiId": "a", "domainName": "d", "domainPrefix": "d", "requestId": "r", "routeKey": "ANY /{proxy+}", "stage": "$default", "time": "", "timeEpoch": 0},
-        "body": body.map(Value::to_string).unwrap_or_default(), "isBase64Encoded": false
-    });
-    lambda_http::request::from_str(&e.to_string()).expect("event")
-}
-
 fn answer(res: lambda_http::Response<lambda_http::Body>) -> (u16, Value) {
     let status = res.status().as_u16();
     let text = match res.body() {
@@ -79,18 +68,7 @@ fn assert_canceled_event(events: &[Value]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_rises_and_cancel_stops_jobs_through_the_handlers() {
-    let _ = std::process::Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-q",
-            "-c",
-            &format!("CREATE DATABASE {DB}"),
-        ])
-        .stderr(std::process::Stdio::null())
-        .output();
+    create_database(DB);
     psql(
         DB,
         &format!(
@@ -113,7 +91,7 @@ async fn progress_rises_and_cancel_stops_jobs_through_the_handlers() {
         .expect("api");
     let extractor = Arc::new(fetcher_fn_extract::from_config(cfg, &sdk).expect("extract"));
     let call = |method: &str, path: &str, body: Option<Value>| {
-        let req = api_event(method, path, body.as_ref());
+        let req = api_request(method, path, body.as_ref(), "lambda");
         let router = router.clone();
         async move { answer(fetcher_fn_api::handle(router, req).await.unwrap()) }
     };

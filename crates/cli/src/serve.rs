@@ -303,6 +303,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .connector_registry(Arc::new(SqlRegistry::new(credentials, policy.clone())))
         .connection_store(store.clone())
         .schema_cache(store.clone())
+        // Execution records, as the Lambdas keep them in DynamoDB.
+        .execution_store(store.clone())
         .credential_protector(protector)
         .encrypted_persistence(true)
         .result_sink(Arc::new(SealedResultSink::new(

@@ -192,27 +192,12 @@ fn number(out: &mut String, x: f64) {
     }
 }
 
+/// A JSON string as the reference's encoder writes it (`<`, `>`, `&`, U+2028 and U+2029
+/// escaped): the engine's one escaper, shared with the result encoding.
 fn string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    let mut buf = Vec::with_capacity(s.len() + 2);
+    fetcher_engine::json::write_str(&mut buf, s);
+    out.push_str(std::str::from_utf8(&buf).expect("the escaper writes UTF-8"));
 }
 
 pub fn hex(bytes: &[u8]) -> String {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use fetcher_aws::bootstrap::{Options, bootstrap};
 use fetcher_aws::host::HostConfig;
 use fetcher_aws::testing::{clients, config};
-use fetcher_e2e::psql;
+use fetcher_e2e::{create_database, psql};
 use serde_json::{Value, json};
 
 fn vm_hwm_kib() -> u64 {
@@ -44,18 +44,7 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
     let db = "fetcher_bench";
-    let _ = std::process::Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-q",
-            "-c",
-            "CREATE DATABASE fetcher_bench",
-        ])
-        .stderr(std::process::Stdio::null())
-        .output();
+    create_database(db);
     let t = Instant::now();
     psql(
         db,
@@ -85,14 +74,7 @@ async fn main() {
     let extractor = fetcher_fn_extract::from_config(cfg, &sdk).expect("extract");
 
     let call = |method: &str, path: &str, body: Value| {
-        let e = json!({
-            "version": "2.0", "routeKey": "ANY /{proxy+}", "rawPath": path, "rawQueryString": "",
-            "headers": {"content-type": "application/json", "x-product-name": "bench"},
-            "requestContext": {"http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "bench"},
-                "accountId": "1", "apiId": "a", "domainName": "d", "domainPrefix": "d", "requestId": "r", "routeKey": "ANY /{proxy+}", "stage": "$default", "time": "", "timeEpoch": 0},
-            "body": body.to_string(), "isBase64Encoded": false
-        });
-        let req = lambda_http::request::from_str(&e.to_string()).expect("event");
+        let req = fetcher_e2e::api_request(method, path, Some(&body), "bench");
         fetcher_fn_api::handle(router.clone(), req)
     };
     let res = call("POST", "/v1/management/connections", json!({"configName": "bench", "type": "POSTGRESQL", "host": "127.0.0.1", "port": 5432, "databaseName": db, "userName": "postgres", "password": "x"})).await.unwrap();
