@@ -88,6 +88,18 @@ impl fmt::Display for Category {
 
 type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// Failures a host tells apart within a category ([`EngineError::reason`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reason {
+    /// `not_found`: no connection of that name or id in the tenant.
+    ConnectionNotFound,
+    /// `conflict`: a connection of that name exists already.
+    ConnectionExists,
+    /// `conflict`: jobs that read the connection are running.
+    ActiveExecutions,
+}
+
 /// An engine failure: category + fixed message, with an optional hidden cause.
 pub struct EngineError {
     category: Category,
@@ -124,6 +136,17 @@ impl EngineError {
 
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The specific failure, where a caller acts on more than the category. Derived
+    /// from the fixed catalogue here, so hosts match a variant, never message text.
+    pub fn reason(&self) -> Option<Reason> {
+        match (self.category, self.message.as_ref()) {
+            (Category::NotFound, msg::CONNECTION_NOT_FOUND) => Some(Reason::ConnectionNotFound),
+            (Category::Conflict, msg::CONNECTION_EXISTS) => Some(Reason::ConnectionExists),
+            (Category::Conflict, msg::ACTIVE_EXECUTIONS) => Some(Reason::ActiveExecutions),
+            _ => None,
+        }
     }
 
     /// See [`Category::is_retryable`].
@@ -266,5 +289,24 @@ mod tests {
             retryable,
             [Category::Unavailable, Category::Connect, Category::Timeout]
         );
+    }
+}
+
+#[cfg(test)]
+mod reason_tests {
+    use super::*;
+
+    #[test]
+    fn reasons_come_from_the_catalogue_and_its_category() {
+        let e = EngineError::new(Category::NotFound, msg::CONNECTION_NOT_FOUND);
+        assert_eq!(e.reason(), Some(Reason::ConnectionNotFound));
+        let e = EngineError::new(Category::Conflict, msg::ACTIVE_EXECUTIONS);
+        assert_eq!(e.reason(), Some(Reason::ActiveExecutions));
+        let e = EngineError::new(Category::Conflict, msg::CONNECTION_EXISTS);
+        assert_eq!(e.reason(), Some(Reason::ConnectionExists));
+        // The same text under another category is not that failure.
+        let e = EngineError::new(Category::Validation, msg::CONNECTION_EXISTS);
+        assert_eq!(e.reason(), None);
+        assert_eq!(EngineError::new(Category::Internal, "x").reason(), None);
     }
 }

@@ -99,7 +99,7 @@ pub mod value;
 pub use context::{Context, Done};
 pub use cursor::EagerCursor;
 pub use engine::{Engine, EngineBuilder};
-pub use error::{Category, EngineError, Result};
+pub use error::{Category, EngineError, Reason, Result};
 pub use execute::STORE_BATCH_ROWS;
 pub use limits::Limits;
 pub use ports::BoxFuture;

@@ -19,8 +19,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fetcher_connectors::{validate_host_input, validate_ssl_mode};
 use fetcher_engine::{
-    Category, ConnectionDescriptor, ConnectionInput, ConnectionPatch, Context, EngineError, Secret,
-    TenantContext, Timestamp,
+    Category, ConnectionDescriptor, ConnectionInput, ConnectionPatch, Context, EngineError, Reason,
+    Secret, TenantContext, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -918,10 +918,7 @@ pub async fn test_connection(
             .into_response())
         }
         Ok(Err(e)) if is_forbidden_host(&e) => Err(ApiError::forbidden_host()),
-        Ok(Err(e))
-            if e.category() == Category::NotFound
-                && e.message() == fetcher_engine::error::msg::CONNECTION_NOT_FOUND =>
-        {
+        Ok(Err(e)) if e.reason() == Some(Reason::ConnectionNotFound) => {
             Err(ApiError::not_found("connection"))
         }
         Ok(Err(e)) => {
@@ -989,7 +986,7 @@ fn schema_error(e: &EngineError) -> ApiError {
     }
     tracing::info!(error = %e, "schema discovery failed");
     match e.category() {
-        Category::NotFound if e.message() == fetcher_engine::error::msg::CONNECTION_NOT_FOUND => {
+        Category::NotFound if e.reason() == Some(Reason::ConnectionNotFound) => {
             ApiError::not_found("connection")
         }
         Category::Connect => ApiError::connect_failed(),

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use fetcher_engine::{Category, EngineError};
+use fetcher_engine::{Category, EngineError, Reason};
 use serde_json::{Value, json};
 
 use fetcher_host::error::{ErrorKind, ServiceError};
@@ -430,7 +430,7 @@ impl ApiError {
         }
         match e.category() {
             Category::NotFound => Self::not_found("connection"),
-            Category::Conflict if e.message() == fetcher_engine::error::msg::ACTIVE_EXECUTIONS => {
+            Category::Conflict if e.reason() == Some(Reason::ActiveExecutions) => {
                 Self::job_in_progress("update")
             }
             Category::Conflict => Self::duplicate_connection(),
