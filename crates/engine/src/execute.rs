@@ -790,8 +790,8 @@ fn step_request(step: &PlanStep) -> ExtractionRequest {
     request
 }
 
-/// Lowercase hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+/// Lowercase hex, as every digest the engine and its hosts report is written.
+pub fn hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -100,7 +100,7 @@ pub use context::{Context, Done};
 pub use cursor::EagerCursor;
 pub use engine::{Engine, EngineBuilder};
 pub use error::{Category, EngineError, Reason, Result};
-pub use execute::STORE_BATCH_ROWS;
+pub use execute::{STORE_BATCH_ROWS, hex};
 pub use limits::Limits;
 pub use ports::BoxFuture;
 pub use progress::{ExtractionProgress, ProgressSnapshot};

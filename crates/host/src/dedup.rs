@@ -30,6 +30,9 @@ use sha2::{Digest, Sha256};
 
 use crate::model::ResultFormat;
 
+/// Lowercase hex of the request hash (the engine's, shared by every digest).
+pub use fetcher_engine::hex;
+
 /// The fixed operator order of a filter condition.
 pub const OPERATORS: [&str; 10] = [
     "eq", "gt", "gte", "lt", "lte", "between", "in", "nin", "ne", "like",
@@ -198,16 +201,6 @@ fn string(out: &mut String, s: &str) {
     let mut buf = Vec::with_capacity(s.len() + 2);
     fetcher_engine::json::write_str(&mut buf, s);
     out.push_str(std::str::from_utf8(&buf).expect("the escaper writes UTF-8"));
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 0xf) as usize] as char);
-    }
-    s
 }
 
 #[cfg(test)]
