@@ -1,5 +1,8 @@
 //! Extraction execution (docs/engine.md, "Execution"): direct and store modes.
 //!
+//! One file (just over 800 lines): both modes share the step tasks, the first-error
+//! record and the close-once guarantee below, which a split would scatter.
+//!
 //! Each plan step runs in its own task and owns its connector. The first failure is
 //! recorded once and cancels the run; every task is joined before returning, and every
 //! connector that was built is closed exactly once, also when a step panics.

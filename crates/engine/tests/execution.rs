@@ -1,4 +1,5 @@
 //! Execution: golden bytes, ordering, concurrency, cancellation, limits, failures.
+//! One file: every case runs on the same golden harness and plan.
 
 mod common;
 

@@ -201,6 +201,19 @@ pub struct Progress {
     pub updated_at: Timestamp,
 }
 
+impl Progress {
+    /// The record of the engine's counters as read at `at`.
+    pub fn read(s: fetcher_engine::ProgressSnapshot, at: Timestamp) -> Progress {
+        Progress {
+            rows: s.rows,
+            bytes: s.bytes,
+            tables_done: s.tables_done,
+            tables_total: s.tables_total,
+            updated_at: at,
+        }
+    }
+}
+
 impl Job {
     /// A new pending job.
     pub fn new(tenant_id: &str, request: JobRequest, request_hash: String) -> Job {

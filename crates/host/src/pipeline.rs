@@ -1,5 +1,8 @@
 //! The extraction pipeline, one implementation for every host (docs/results.md, docs/events.md):
 //!
+//! One file over 800 lines: the steps below share one claim (token, heartbeat, outcome)
+//! and read as one sequence; the lifecycle rules themselves live in `model.rs`.
+//!
 //! 1. verify the signed envelope and parse the job message;
 //! 2. claim the job: a conditional `pending → processing` with a lease (a crashed run's
 //!    expired lease is taken over; a terminal job makes the delivery a no-op);
@@ -512,14 +515,7 @@ impl Pipeline {
                 let until = Timestamp::from_unix_nanos(
                     Timestamp::now().unix_nanos() + lease.as_nanos() as i128,
                 );
-                let p = progress.snapshot();
-                let now = Progress {
-                    rows: p.rows,
-                    bytes: p.bytes,
-                    tables_done: p.tables_done,
-                    tables_total: p.tables_total,
-                    updated_at: Timestamp::now(),
-                };
+                let now = Progress::read(progress.snapshot(), Timestamp::now());
                 match jobs.renew(&tenant, &id, token, until, Some(now)).await {
                     Ok(false) => {}
                     Ok(true) => {

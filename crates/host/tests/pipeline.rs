@@ -1,4 +1,5 @@
-//! The extraction pipeline on in-memory ports: results, events, redelivery, failures.
+//! The extraction pipeline on in-memory ports: results, events, redelivery, failures,
+//! leases, progress and cancellation. One file: every case runs on the same `world()`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -1,9 +1,9 @@
-//! Connection operations (docs/api.md): DTOs, the two validation layers, the record kept
-//! in the engine's host attributes, and the handlers.
+//! Connection operations (docs/api.md): DTOs, the two validation layers, listing and
+//! paging, and the handlers, over the typed `fetcher_host::connection::ConnectionRecord`.
 //!
-//! Long because the record is stringly typed in host attributes and so carries its own
-//! mapping, listing and paging here; the typed connection record of the rebuild moves
-//! those into the stores and splits this file.
+//! Long because listing and paging still happen here, over the whole tenant's records;
+//! when the stores page (docs/api.md, "Lists"), this file splits into DTOs, validation
+//! and handlers.
 //!
 //! The engine stores a secret-free [`ConnectionDescriptor`]; the API's richer record
 //! (UUID identity, product, metadata, SSL CA / client certificate, timestamps) travels in

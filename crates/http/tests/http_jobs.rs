@@ -1,4 +1,5 @@
-//! Job routes (docs/api.md, "Jobs").
+//! Job routes (docs/api.md, "Jobs"): create, read, cancel. One file so the routes'
+//! cases read together on the one harness.
 
 mod http_support;
 

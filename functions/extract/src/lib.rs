@@ -147,7 +147,7 @@ impl Extractor {
     /// extraction still running then ends with `timeout` while the function lives.
     pub async fn invoke(&self, event: Value, deadline: Option<tokio::time::Instant>) -> Value {
         if event.get("Records").is_some() {
-            let response = match serde_json::from_value::<SqsEvent>(event.clone()) {
+            let response = match <SqsEvent as serde::Deserialize>::deserialize(&event) {
                 Ok(batch) => self.handle_batch(&batch, deadline).await,
                 Err(_) => {
                     // Not an SQS batch after all: every record we can name comes back.
