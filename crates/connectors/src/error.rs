@@ -20,10 +20,8 @@ pub mod msg {
     pub const HOST_FORBIDDEN: &str = "FET-0414 - Host is not a valid external database endpoint";
     pub const TABLE_NOT_FOUND: &str = "table not found in datasource schema";
     pub const FIELD_NOT_FOUND: &str = "field not found in table schema";
-    pub const FILTER_SHAPE: &str = "filters must map table to field to a condition object";
     pub const FILTER_TABLE: &str = "filter targets a table that is not selected";
     pub const FILTER_UNKNOWN_COLUMN: &str = "filter references an unknown column";
-    pub const FILTER_UNKNOWN_OPERATOR: &str = "filter uses an unknown operator";
     pub const FILTER_EMPTY: &str = "filter condition has no values";
     pub const FILTER_ARITY: &str = "filter operator has the wrong number of values";
     pub const FILTER_VALUE_TYPE: &str = "filter value has the wrong type for its column";

@@ -119,8 +119,8 @@
 //!   PostgreSQL tables are schema-qualified explicitly.
 //! * **Ordered** output (above) and **streaming** in batches; the reference issued no
 //!   `ORDER BY` and materialised whole tables.
-//! * **Filters are never dropped**: unknown operators, empty/non-array value lists, empty
-//!   conditions, unknown columns and wrongly typed values are `validation` errors (the
+//! * **Filters are never dropped**: unknown operators and non-array value lists do not
+//!   decode (`fetcher_engine::Condition`); empty value lists, empty conditions, unknown columns and wrongly typed values are `validation` errors (the
 //!   reference ignored several of these, widening jobs). Values are typed from the catalog;
 //!   the "name contains id → UUID" and date-name heuristics are gone. The end-of-day rule
 //!   for `between` applies by column type (timestamp columns with a bare-date end), exactly

@@ -130,11 +130,7 @@ pub fn plan(
     let Some(selection) = request.mapped_fields.get(config_name) else {
         return Ok(Vec::new());
     };
-    let filters = match request.filters.get(config_name) {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::Object(m)) => Some(m),
-        Some(_) => return Err(validation(msg::FILTER_SHAPE)),
-    };
+    let filters = request.filters.get(config_name);
     if let Some(f) = filters
         && f.keys().any(|t| !selection.contains_key(t))
     {

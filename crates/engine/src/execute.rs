@@ -787,8 +787,9 @@ fn step_request(step: &PlanStep) -> ExtractionRequest {
         ..Default::default()
     };
     if !step.filters.is_empty() {
-        let filters = serde_json::to_value(&step.filters).expect("filters are JSON values");
-        request.filters.insert(step.config_name.clone(), filters);
+        request
+            .filters
+            .insert(step.config_name.clone(), step.filters.clone());
     }
     request
 }

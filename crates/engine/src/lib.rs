@@ -20,6 +20,7 @@
 //! | [`testing`] | conformance suites every storage adapter must pass (feature `testing`) |
 //! | [`context`] | [`Context`]: cancellation plus deadline, telling the two apart |
 //! | [`error`] | [`EngineError`], its eleven [`Category`] values and the fixed message catalogue |
+//! | [`filter`] | [`Condition`], [`Operator`] and the filter maps, typed once for every layer |
 //! | [`json`] | the canonical JSON encoder (byte-compatible with the reference) |
 //! | [`value`] | [`Value`], [`Row`], [`Columns`], [`RowBatch`] |
 //! | [`types`], [`limits`], [`tenant`], [`time`], [`secret`] | the contract's value types |
@@ -51,10 +52,11 @@
 //!
 //! * **Ordering is a written contract** on connectors (above); the reference promised
 //!   determinism but issued no `ORDER BY`.
-//! * **Filters are never dropped.** A filter entry that is not a `table → field → condition`
-//!   map, or that targets a table or datasource not selected for extraction, fails planning
-//!   with `extraction request failed schema validation`. The reference skipped the former
-//!   and passed the latter to connectors unvalidated.
+//! * **Filters are never dropped.** Filters are typed ([`filter`]): an entry that is not a
+//!   `table → field → condition` map does not decode, and one that targets a table or
+//!   datasource not selected for extraction fails planning with `extraction request failed
+//!   schema validation`. The reference skipped the former and passed the latter to
+//!   connectors unvalidated.
 //! * **Store-mode `format` is `ndjson`**, what the bytes are (the reference says `json`).
 //! * **Writers are aborted**: on failure the engine calls
 //!   [`ports::ResultStreamWriter::abort`] (never `close`), so a sink can discard a partial
@@ -81,6 +83,7 @@ pub mod cursor;
 pub mod engine;
 pub mod error;
 mod execute;
+pub mod filter;
 pub mod json;
 pub mod limits;
 pub mod memory;
@@ -101,6 +104,7 @@ pub use cursor::EagerCursor;
 pub use engine::{Engine, EngineBuilder};
 pub use error::{Category, EngineError, Reason, Result};
 pub use execute::{STORE_BATCH_ROWS, hex};
+pub use filter::{Condition, DatasourceFilters, Filters, Operator, TableFilters};
 pub use limits::Limits;
 pub use ports::BoxFuture;
 pub use progress::{ExtractionProgress, ProgressSnapshot};

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use crate::context::Context;
 use crate::engine::Engine;
 use crate::error::{Category, EngineError, Result, msg};
+use crate::filter::Filters;
 use crate::tenant::TenantContext;
 use crate::types::*;
 
@@ -178,47 +179,18 @@ fn sorted(v: &[String]) -> Vec<String> {
     v
 }
 
-/// One config's filter entry as `table → (field → condition)`.
-///
-/// The reference silently skips entries of any other shape and attaches filters for
-/// tables that are not selected, unvalidated. Here both are rejected: a filter the engine
-/// cannot apply must fail the request, never widen it.
-fn table_filters(entry: Option<&serde_json::Value>) -> Result<BTreeMap<String, TableFilters>> {
-    let invalid = || EngineError::validation(msg::PLAN_SCHEMA_INVALID);
-    let tables = match entry {
-        None | Some(serde_json::Value::Null) => return Ok(BTreeMap::new()),
-        Some(serde_json::Value::Object(tables)) => tables,
-        Some(_) => return Err(invalid()),
-    };
-    tables
-        .iter()
-        .map(|(table, v)| match v {
-            serde_json::Value::Object(fields) => Ok((
-                table.clone(),
-                fields.iter().map(|(f, c)| (f.clone(), c.clone())).collect(),
-            )),
-            _ => Err(invalid()),
-        })
-        .collect()
-}
-
-/// Every filter must target a selected table of a selected datasource.
-fn check_filter_targets(
-    request: &ExtractionRequest,
-) -> Result<BTreeMap<String, BTreeMap<String, TableFilters>>> {
-    let mut out = BTreeMap::new();
-    for (config, entry) in &request.filters {
-        let filters = table_filters(Some(entry))?;
-        let Some(selection) = request.mapped_fields.get(config) else {
-            if filters.is_empty() {
-                continue;
-            }
-            return Err(EngineError::validation(msg::PLAN_SCHEMA_INVALID));
+/// Every filter must target a selected table of a selected datasource: a filter that
+/// cannot apply fails the request, never widens it. (The reference passed such filters to
+/// connectors unvalidated.)
+fn check_filter_targets(request: &ExtractionRequest) -> Result<&Filters> {
+    for (config, tables) in &request.filters {
+        let selected = match request.mapped_fields.get(config) {
+            Some(selection) => tables.keys().all(|t| selection.contains_key(t)),
+            None => tables.is_empty(),
         };
-        if filters.keys().any(|t| !selection.contains_key(t)) {
+        if !selected {
             return Err(EngineError::validation(msg::PLAN_SCHEMA_INVALID));
         }
-        out.insert(config.clone(), filters);
     }
-    Ok(out)
+    Ok(&request.filters)
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::filter::{DatasourceFilters, Filters};
 use crate::limits::Limits;
 use crate::secret::Secret;
 use crate::time::Timestamp;
@@ -490,19 +491,16 @@ pub struct ValidationReport {
 /// `qualifiedTable → [field]`.
 pub type FieldSelection = BTreeMap<String, Vec<String>>;
 
-/// `field → condition`, for one table. The condition is opaque to the engine.
-pub type TableFilters = BTreeMap<String, serde_json::Value>;
-
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExtractionRequest {
     /// `configName → (table → [field])`.
     #[serde(default)]
     pub mapped_fields: BTreeMap<String, FieldSelection>,
-    /// `configName → (table → (field → condition))`; opaque to the engine, which only
-    /// checks field names.
+    /// `configName → (table → (field → condition))`; the engine checks the targets, the
+    /// connector the values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub filters: BTreeMap<String, serde_json::Value>,
+    pub filters: Filters,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -561,7 +559,7 @@ pub struct PlanStep {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub fields: FieldSelection,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub filters: BTreeMap<String, TableFilters>,
+    pub filters: DatasourceFilters,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

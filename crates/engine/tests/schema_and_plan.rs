@@ -400,7 +400,8 @@ async fn plans_are_deterministic_sorted_copies() {
     ]);
     r1.filters.insert(
         "crm".into(),
-        serde_json::json!({"public.accounts": {"name": {"eq": ["x"]}, "email": {"like": ["%@x"]}}}),
+        serde_json::from_value(serde_json::json!({"public.accounts": {"name": {"eq": ["x"]}, "email": {"like": ["%@x"]}}}))
+            .unwrap(),
     );
     r1.metadata.insert("source".into(), "plugin_crm".into());
     let mut r2 = request(&[
@@ -573,22 +574,18 @@ async fn filters_are_validated_and_never_dropped() {
     crm(&h, &t).await;
     let with = |filters: serde_json::Value| {
         let mut r = request(&[("crm", "public.accounts", &["id"])]);
-        for (k, v) in filters.as_object().unwrap() {
-            r.filters.insert(k.clone(), v.clone());
-        }
+        r.filters = serde_json::from_value(filters).expect("a well-shaped filter");
         r
     };
     let ok = with(serde_json::json!({"crm": {"public.accounts": {"email": {"eq": ["a@b"]}}}}));
     let plan = h.engine.plan_extraction(&ctx(), &t, &ok).await.unwrap();
     assert_eq!(
         plan.steps[0].filters["public.accounts"]["email"],
-        serde_json::json!({"eq": ["a@b"]})
+        Condition::new().with(Operator::Eq, vec!["a@b".into()])
     );
     for bad in [
         serde_json::json!({"crm": {"public.accounts": {"missing_col": {"eq": [1]}}}}), // unknown field
         serde_json::json!({"crm": {"public.people": {"id": {"eq": [1]}}}}), // unselected table
-        serde_json::json!({"crm": {"public.accounts": "id = 1"}}),          // not a map
-        serde_json::json!({"crm": ["id"]}),                                 // not a map
         serde_json::json!({"other": {"t": {"id": {"eq": [1]}}}}),           // unselected datasource
     ] {
         let err = h
@@ -600,6 +597,19 @@ async fn filters_are_validated_and_never_dropped() {
             &err,
             Category::Validation,
             "extraction request failed schema validation",
+        );
+    }
+    // Shapes that are not `table → field → condition` never become a request at all.
+    for bad in [
+        serde_json::json!({"crm": {"public.accounts": "id = 1"}}),
+        serde_json::json!({"crm": ["id"]}),
+        serde_json::json!({"crm": {"public.accounts": {"id": {"eq": 1}}}}),
+        serde_json::json!({"crm": {"public.accounts": {"id": {"matches": ["x"]}}}}),
+    ] {
+        let raw = serde_json::json!({"mappedFields": {"crm": {"public.accounts": ["id"]}}, "filters": bad});
+        assert!(
+            serde_json::from_value::<ExtractionRequest>(raw).is_err(),
+            "{bad} decoded"
         );
     }
 }

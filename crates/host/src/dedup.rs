@@ -33,18 +33,11 @@ use crate::model::ResultFormat;
 /// Lowercase hex of the request hash (the engine's, shared by every digest).
 pub use fetcher_engine::hex;
 
-/// The fixed operator order of a filter condition.
-pub const OPERATORS: [&str; 10] = [
-    "eq", "gt", "gte", "lt", "lte", "between", "in", "nin", "ne", "like",
-];
-
 /// `datasource → table → [field]`.
 pub type MappedFields = BTreeMap<String, BTreeMap<String, Vec<String>>>;
 
-/// `datasource → table → field → (operator → values)`; operators already restricted to
-/// [`OPERATORS`].
-pub type Filters =
-    BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeMap<String, Vec<Value>>>>>;
+/// `datasource → table → field → condition`, the engine's typed filters.
+pub use fetcher_engine::Filters;
 
 /// Lower-case hex SHA-256 of the canonical request.
 pub fn request_hash(
@@ -97,14 +90,11 @@ pub fn canonical_request(
                     comma(&mut out, k);
                     string(&mut out, field);
                     out.push_str(":{");
-                    let mut n = 0;
-                    for op in OPERATORS {
-                        let Some(values) = condition.get(op).filter(|v| !v.is_empty()) else {
-                            continue;
-                        };
+                    // Canonical operator order; an empty list hashes as absent.
+                    let present = condition.iter().filter(|(_, v)| !v.is_empty());
+                    for (n, (op, values)) in present.enumerate() {
                         comma(&mut out, n);
-                        n += 1;
-                        string(&mut out, op);
+                        string(&mut out, op.as_str());
                         out.push_str(":[");
                         for (m, v) in values.iter().enumerate() {
                             comma(&mut out, m);

@@ -339,7 +339,7 @@ impl JobService {
         // Insert (atomic per hash), then enqueue.
         let request = JobRequest {
             mapped_fields: mapped.into_iter().collect(),
-            filters: filters_to_values(req.filters),
+            filters: req.filters,
             metadata,
             result_format: req.result_format,
         };
@@ -467,34 +467,6 @@ fn validate_structure(mapped: &MappedFields) -> Result<(), JobError> {
         )));
     }
     Ok(())
-}
-
-/// The typed filters as the stored / enqueued JSON (`datasource → table → field →
-/// condition`), empty conditions dropped.
-fn filters_to_values(filters: Filters) -> std::collections::BTreeMap<String, Value> {
-    filters
-        .into_iter()
-        .map(|(ds, tables)| {
-            let tables: serde_json::Map<String, Value> = tables
-                .into_iter()
-                .map(|(t, fields)| {
-                    let fields: serde_json::Map<String, Value> = fields
-                        .into_iter()
-                        .map(|(f, cond)| {
-                            let cond: serde_json::Map<String, Value> = cond
-                                .into_iter()
-                                .filter(|(_, v)| !v.is_empty())
-                                .map(|(op, v)| (op, Value::Array(v)))
-                                .collect();
-                            (f, Value::Object(cond))
-                        })
-                        .collect();
-                    (t, Value::Object(fields))
-                })
-                .collect();
-            (ds, Value::Object(tables))
-        })
-        .collect()
 }
 
 /// The engine's active-execution gate over [`JobStore::has_active_jobs`]: a connection

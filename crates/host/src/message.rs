@@ -34,7 +34,7 @@ pub struct JobMessage {
     pub job_id: String,
     pub mapped_fields: BTreeMap<String, FieldSelection>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub filters: BTreeMap<String, serde_json::Value>,
+    pub filters: fetcher_engine::Filters,
     #[serde(default)]
     pub metadata: serde_json::Map<String, serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -76,7 +76,7 @@ pub struct JobRequest {
     pub mapped_fields: BTreeMap<String, FieldSelection>,
     /// `configName → table → field → condition`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub filters: BTreeMap<String, serde_json::Value>,
+    pub filters: fetcher_engine::Filters,
     /// Client metadata, verbatim (contains `source`).
     #[serde(default)]
     pub metadata: serde_json::Map<String, serde_json::Value>,

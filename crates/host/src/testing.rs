@@ -25,7 +25,8 @@ fn request(tag: &str) -> JobRequest {
     );
     r.filters.insert(
         "pg".into(),
-        serde_json::json!({"public.accounts": {"id": {"gte": [1]}}}),
+        serde_json::from_value(serde_json::json!({"public.accounts": {"id": {"gte": [1]}}}))
+            .expect("a well-shaped filter"),
     );
     r.metadata.insert("source".into(), "conformance".into());
     r

@@ -13,12 +13,13 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody, code};
 use super::extract::{RawBody, parse_id, parse_json};
 use super::{AppState, Scope};
-use fetcher_host::dedup::{Filters, MappedFields, OPERATORS};
+use fetcher_host::dedup::{Filters, MappedFields};
 use fetcher_host::jobs::{CreateJob, Created, JobError};
 use fetcher_host::model::{Job, JobStatus, ResultFormat};
 
-/// One filter condition: each operator takes an array of values; unknown operators are
-/// dropped.
+/// One filter condition as the API accepts it: each operator takes an array of values;
+/// unknown operators are dropped (the reference's wire rule). It exists for that leniency
+/// and for the OpenAPI schema, and becomes a [`fetcher_engine::Condition`] at once.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct Condition {
     #[schema(value_type = Option<Vec<Object>>)]
@@ -45,24 +46,26 @@ pub struct Condition {
 }
 
 impl Condition {
-    fn into_map(self) -> BTreeMap<String, Vec<Value>> {
-        let values = [
-            self.eq,
-            self.gt,
-            self.gte,
-            self.lt,
-            self.lte,
-            self.between,
-            self.in_,
-            self.nin,
-            self.ne,
-            self.like,
-        ];
-        OPERATORS
-            .iter()
-            .zip(values)
-            .filter_map(|(op, v)| v.filter(|v| !v.is_empty()).map(|v| ((*op).to_owned(), v)))
-            .collect()
+    /// The engine's typed condition (the one every later layer uses), with the
+    /// reference's leniency applied once here: unknown operators were already dropped by
+    /// decoding, and an empty value list counts as absent.
+    fn into_condition(self) -> fetcher_engine::Condition {
+        use fetcher_engine::Operator as Op;
+        [
+            (Op::Eq, self.eq),
+            (Op::Gt, self.gt),
+            (Op::Gte, self.gte),
+            (Op::Lt, self.lt),
+            (Op::Lte, self.lte),
+            (Op::Between, self.between),
+            (Op::In, self.in_),
+            (Op::Nin, self.nin),
+            (Op::Ne, self.ne),
+            (Op::Like, self.like),
+        ]
+        .into_iter()
+        .filter_map(|(op, v)| v.filter(|v| !v.is_empty()).map(|v| (op, v)))
+        .collect()
     }
 }
 
@@ -359,7 +362,10 @@ pub async fn create_job(
                     .map(|(t, fields)| {
                         (
                             t,
-                            fields.into_iter().map(|(f, c)| (f, c.into_map())).collect(),
+                            fields
+                                .into_iter()
+                                .map(|(f, c)| (f, c.into_condition()))
+                                .collect(),
                         )
                     })
                     .collect(),
