@@ -25,14 +25,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fetcher_connectors::{HostPolicy, SqlRegistry};
-use fetcher_engine::ports::ConnectionStore;
-use fetcher_engine::{Engine, Limits};
-use fetcher_host::credentials::{CipherProtector, StoredCredentials};
-use fetcher_host::jobs::JobStoreActiveChecker;
+use fetcher_connectors::HostPolicy;
+use fetcher_engine::Engine;
 use fetcher_host::ports::ReadinessProbe;
 use fetcher_host::ports::{JobStore, KeyProvider, ObjectStore};
-use fetcher_host::sink::SealedResultSink;
+use fetcher_host::wiring::{Datasources, EngineSettings, HostPorts};
 
 use crate::{
     CachedKeyProvider, Clients, DynamoSchemaCache, DynamoStore, S3ObjectStore,
@@ -168,9 +165,8 @@ pub struct Host {
     pub config: HostConfig,
     pub clients: Clients,
     pub store: DynamoStore,
-    pub jobs: Arc<dyn JobStore>,
-    pub objects: Arc<dyn ObjectStore>,
-    pub keys: Arc<dyn KeyProvider>,
+    /// The AWS adapters as the host ports (`ports.pipeline(..)` builds the worker's).
+    pub ports: HostPorts,
     pub engine: Engine,
     pub probes: Vec<Arc<dyn ReadinessProbe>>,
     /// The host-safety policy the connectors apply (the API checks with it too).
@@ -193,42 +189,30 @@ impl Host {
         );
         let keys: Arc<dyn KeyProvider> = Arc::new(CachedKeyProvider::new(Arc::new(source)));
         let jobs: Arc<dyn JobStore> = Arc::new(store.clone());
-
-        let protector = Arc::new(CipherProtector::new(keys.clone()));
-        let connections: Arc<dyn ConnectionStore> = Arc::new(store.clone());
-        let credentials = Arc::new(StoredCredentials::new(
-            connections.clone(),
-            protector.clone(),
-        ));
         let policy = if config.guard_hosts {
             HostPolicy::multi_tenant()
         } else {
             HostPolicy::for_tenancy(config.multi_tenant)
         };
-        let engine = Engine::builder()
-            .connector_registry(Arc::new(SqlRegistry::servers_only(
-                credentials,
-                policy.clone(),
-            )))
-            .connection_store(connections)
-            .schema_cache(Arc::new(DynamoSchemaCache::new(
+        let ports = HostPorts {
+            connections: Arc::new(store.clone()),
+            schema_cache: Arc::new(DynamoSchemaCache::new(
                 store.clone(),
                 config.schema_cache_ttl,
-            )))
-            .execution_store(Arc::new(store.clone()))
-            .credential_protector(protector)
-            .encrypted_persistence(true)
-            .result_sink(Arc::new(SealedResultSink::new(
-                objects.clone(),
-                keys.clone(),
-            )))
-            .active_execution_checker(Arc::new(JobStoreActiveChecker(jobs.clone())))
-            .limits(Limits {
-                timeout: config.extraction_timeout,
+            )),
+            executions: Arc::new(store.clone()),
+            jobs: jobs.clone(),
+            objects: objects.clone(),
+            keys: keys.clone(),
+        };
+        let engine = ports
+            .engine(&EngineSettings {
+                // The API and extract functions share no disk: no SQLite datasources.
+                datasources: Datasources::ServersOnly,
+                policy: policy.clone(),
+                extraction_timeout: config.extraction_timeout,
                 max_result_bytes: config.max_result_bytes,
-                ..Limits::defaults()
             })
-            .build()
             .map_err(|e| format!("building the engine: {e}"))?;
         let probes: Vec<Arc<dyn ReadinessProbe>> = vec![
             Arc::new(Probe::Dynamo(store.clone())),
@@ -238,9 +222,7 @@ impl Host {
             config,
             clients,
             store,
-            jobs,
-            objects,
-            keys,
+            ports,
             engine,
             probes,
             policy,

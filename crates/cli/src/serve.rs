@@ -15,19 +15,16 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
-use fetcher_connectors::{HostPolicy, SqlRegistry, SqliteFiles, SqliteRoot};
+use fetcher_connectors::{HostPolicy, SqliteFiles, SqliteRoot};
 use fetcher_crypto::{KeyPurpose, KeyRing, MessageSigner};
 use fetcher_embedded::{
     EventLog, InProcessQueue, LocalDirObjectStore, SqliteStore, Worker, WorkerConfig,
 };
-use fetcher_engine::Engine;
-use fetcher_host::credentials::{CipherProtector, StoredCredentials};
-use fetcher_host::jobs::JobStoreActiveChecker;
 use fetcher_host::memory::StaticKeyProvider;
 use fetcher_host::model::ResultFormat;
-use fetcher_host::pipeline::{Pipeline, PipelineConfig};
+use fetcher_host::pipeline::PipelineConfig;
 use fetcher_host::ports::{JobStore, KeyProvider, ObjectStore as _};
-use fetcher_host::sink::SealedResultSink;
+use fetcher_host::wiring::{Datasources, EngineSettings, HostPorts};
 use fetcher_http::{self as http, ApiConfig, AppDeps, AppState};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -295,40 +292,30 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let events = Arc::new(events);
     let jobs: Arc<dyn JobStore> = store.clone();
 
-    let protector = Arc::new(CipherProtector::new(keys.clone()));
-    let credentials = Arc::new(StoredCredentials::new(store.clone(), protector.clone()));
     let sqlite_files = sqlite_files(&args)?;
     let policy = HostPolicy::for_tenancy(args.multi_tenant).with_sqlite_files(sqlite_files.clone());
-    let engine = Engine::builder()
-        .connector_registry(Arc::new(SqlRegistry::new(credentials, policy.clone())))
-        .connection_store(store.clone())
-        .schema_cache(store.clone())
-        // Execution records, as the Lambdas keep them in DynamoDB.
-        .execution_store(store.clone())
-        .credential_protector(protector)
-        .encrypted_persistence(true)
-        .result_sink(Arc::new(SealedResultSink::new(
-            objects.clone(),
-            keys.clone(),
-        )))
-        .active_execution_checker(Arc::new(JobStoreActiveChecker(jobs.clone())))
-        .limits(fetcher_engine::Limits {
-            timeout: Duration::from_secs(args.extraction_timeout),
-            max_result_bytes,
-            ..fetcher_engine::Limits::defaults()
-        })
-        .build()?;
-
     let objects_probe = objects.clone();
-    let queue = InProcessQueue::new();
-    let pipeline = Arc::new(Pipeline {
-        engine: engine.clone(),
+    let ports = HostPorts {
+        connections: store.clone(),
+        schema_cache: store.clone(),
+        // Execution records, as the Lambdas keep them in DynamoDB.
+        executions: store.clone(),
         jobs: jobs.clone(),
-        events,
         objects,
         keys: keys.clone(),
+    };
+    let engine = ports.engine(&EngineSettings {
+        datasources: Datasources::WithSqlite,
+        policy: policy.clone(),
+        extraction_timeout: Duration::from_secs(args.extraction_timeout),
+        max_result_bytes,
+    })?;
+    let queue = InProcessQueue::new();
+    let pipeline = Arc::new(ports.pipeline(
+        engine.clone(),
+        events,
         // Short leases: after a crash the next start takes orphaned jobs over quickly.
-        config: PipelineConfig {
+        PipelineConfig {
             lease: Duration::from_secs(30),
             retry_budget: Duration::from_secs(args.retry_budget),
             progress_interval: Duration::from_millis(args.progress_interval_ms),
@@ -339,7 +326,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             },
             ..Default::default()
         },
-    });
+    ));
 
     let state = AppState::new(
         AppDeps {

@@ -23,6 +23,7 @@
 //! | [`sink`] | the engine's result sink: NDJSON sealed with v2 frames, streamed to an object store; v1 for the reference format |
 //! | [`credentials`] | the engine's credential protector over AES-256-GCM, and the connectors' credential source |
 //! | [`sanitize`] | error-text sanitisation for job records and events |
+//! | [`wiring`] | [`wiring::HostPorts`]: the one engine and pipeline wiring every host uses |
 //! | [`memory`] | in-memory implementations of every host port |
 //! | [`testing`] | conformance suites every host-port adapter passes (feature `testing`) |
 //! | [`error`] | [`ServiceError`]: kind, safe message, retryability |
@@ -48,5 +49,6 @@ pub mod sanitize;
 pub mod sink;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod wiring;
 
 pub use error::{ErrorKind, Result, ServiceError};

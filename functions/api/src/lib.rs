@@ -37,6 +37,7 @@ pub async fn router_from_config(
     let guard_hosts = config.guard_hosts;
     let host = Host::build(config, sdk)?;
     let ring = host
+        .ports
         .keys
         .key_ring()
         .await
@@ -44,11 +45,11 @@ pub async fn router_from_config(
     let queue = SqsJobQueue::new(host.clients.sqs.clone(), queue_url);
     let mut probes = host.probes.clone();
     probes.push(Arc::new(Probe::Sqs(queue.clone())));
-    probes.push(Arc::new(Probe::Keys(host.keys.clone())));
+    probes.push(Arc::new(Probe::Keys(host.ports.keys.clone())));
     let state = AppState::new(
         AppDeps {
             engine: host.engine.clone(),
-            job_store: host.jobs.clone(),
+            job_store: host.ports.jobs.clone(),
             job_queue: Arc::new(queue),
             rate_limiter: Arc::new(host.store.clone()),
             signer: Arc::new(MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)),

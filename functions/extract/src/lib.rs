@@ -99,13 +99,10 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
         source,
     ));
     Ok(Extractor {
-        pipeline: Arc::new(Pipeline {
-            engine: host.engine,
-            jobs: host.jobs,
+        pipeline: Arc::new(host.ports.pipeline(
+            host.engine,
             events,
-            objects: host.objects,
-            keys: host.keys,
-            config: PipelineConfig {
+            PipelineConfig {
                 lease,
                 // SQS redelivers a retried message after the queue's visibility timeout
                 // (minutes), so here the attempt cap bounds retries, not a time budget;
@@ -116,7 +113,7 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
                 progress_interval,
                 ..Default::default()
             },
-        }),
+        )),
         queue,
         retry_backoff,
         store,
