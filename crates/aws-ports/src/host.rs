@@ -1,4 +1,6 @@
-//! The wiring both Lambdas share (feature `host`): configuration from the environment,
+//! The wiring both Lambdas share (feature `host`): configuration from the environment
+//! (one clap schema, `fetcher_host::settings`; every flag is exactly `true` or `false`, and
+//! a `FETCHER_*` variable not in this table stops the cold start),
 //! SDK clients built once per cold start, and the engine over the AWS adapters — the
 //! same things `fetcher serve` wires over the embedded ones.
 //!
@@ -12,6 +14,7 @@
 //! | `FETCHER_EVENT_BUS` | the EventBridge bus (required by the extract function, which refuses to start without it) |
 //! | `FETCHER_EVENT_SOURCE` | the events' `Source` (default `fetcher.worker`) |
 //! | `FETCHER_MULTI_TENANT` | `true`: tenants from the JWT authorizer's `tenantId` claim |
+//! | `FETCHER_LOG` | the log filter (default `info`) |
 //! | `FETCHER_PROGRESS_INTERVAL_MS` | how often a running job writes its progress with its lease heartbeat, and so how soon a cancel is seen (default 2000, at least 100) |
 //! | `FETCHER_RETRY_BACKOFF_SECS` | first delay before a retried job message comes back (default 30; doubles per receive, at most 15 minutes) instead of the queue's visibility timeout |
 //! | `FETCHER_MAX_MESSAGE_AGE_SECS` | oldest job message trusted (default 21600); must exceed the queue's visibility × receive count (the template sets visibility × 6) |
@@ -25,10 +28,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::CommandFactory;
 use fetcher_connectors::HostPolicy;
 use fetcher_engine::Engine;
 use fetcher_host::ports::ReadinessProbe;
 use fetcher_host::ports::{JobStore, KeyProvider, ObjectStore};
+use fetcher_host::settings::{ExtractionSettings, from_variables};
 use fetcher_host::wiring::{Datasources, EngineSettings, HostPorts};
 
 use crate::{
@@ -68,9 +73,11 @@ pub struct HostConfig {
 }
 
 impl HostConfig {
-    /// Reads the process environment.
+    /// Reads the process environment; a `FETCHER_*` variable no setting declares is
+    /// refused.
     pub fn from_env() -> Result<HostConfig, String> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        let present = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        Self::parse(|k| std::env::var(k).ok(), present)
     }
 
     /// What the template's environment would say for resources made by
@@ -98,66 +105,73 @@ impl HostConfig {
 
     /// Reads settings through `lookup` (tests).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<HostConfig, String> {
-        let get = |k: &str| {
-            lookup(k)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        let required = |k: &str| get(k).ok_or_else(|| format!("{k} is not set"));
-        // Fail closed: only the exact words; anything else stops the cold start.
-        let flag = |k: &str| match get(k).as_deref() {
-            None | Some("false") => Ok(false),
-            Some("true") => Ok(true),
-            Some(_) => Err(format!("{k} must be true or false")),
-        };
-        let secs = |k: &str, default: u64| -> Result<Duration, String> {
-            match get(k) {
-                None => Ok(Duration::from_secs(default)),
-                Some(v) => v
-                    .parse()
-                    .map(Duration::from_secs)
-                    .map_err(|_| format!("{k} must be a number of seconds")),
-            }
-        };
+        Self::parse(lookup, std::iter::empty())
+    }
+
+    fn parse(
+        lookup: impl Fn(&str) -> Option<String>,
+        present: impl IntoIterator<Item = String>,
+    ) -> Result<HostConfig, String> {
+        let s: LambdaSettings = from_variables(LambdaSettings::command(), lookup, present)?;
         Ok(HostConfig {
-            table: required("FETCHER_TABLE")?,
-            bucket: required("FETCHER_BUCKET")?,
-            result_prefix: get("FETCHER_RESULT_PREFIX").unwrap_or_default(),
-            queue_url: get("FETCHER_QUEUE_URL"),
-            master_key_secret: required("FETCHER_MASTER_KEY_SECRET")?,
-            event_bus: get("FETCHER_EVENT_BUS"),
-            event_source: get("FETCHER_EVENT_SOURCE")
-                .unwrap_or_else(|| crate::events::DEFAULT_SOURCE.to_owned()),
-            multi_tenant: get("FETCHER_MULTI_TENANT").is_some_and(|v| v == "true" || v == "1"),
-            schema_cache_ttl: secs("FETCHER_SCHEMA_CACHE_TTL_SECS", 300)?,
-            lease: secs("FETCHER_LEASE_SECS", 900)?,
-            extraction_timeout: secs(
-                "FETCHER_EXTRACTION_TIMEOUT_SECS",
-                fetcher_engine::limits::DEFAULT_TIMEOUT.as_secs(),
-            )?,
-            max_result_bytes: match get("FETCHER_MAX_RESULT_BYTES") {
-                None => fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES,
-                Some(v) => v
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|n| *n >= 0)
-                    .ok_or("FETCHER_MAX_RESULT_BYTES must be a byte count (0 = unbounded)")?,
-            },
-            max_message_age: secs("FETCHER_MAX_MESSAGE_AGE_SECS", 6 * 3600)?,
-            retry_backoff: secs("FETCHER_RETRY_BACKOFF_SECS", 30)?,
-            require_auth: !flag("FETCHER_ALLOW_UNAUTHENTICATED")?,
-            guard_hosts: !flag("FETCHER_ALLOW_PRIVATE_HOSTS")?,
-            progress_interval: match get("FETCHER_PROGRESS_INTERVAL_MS") {
-                None => Duration::from_secs(2),
-                Some(v) => v
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|ms| *ms >= 100)
-                    .map(Duration::from_millis)
-                    .ok_or("FETCHER_PROGRESS_INTERVAL_MS must be a number of milliseconds, at least 100")?,
-            },
+            table: s.table,
+            bucket: s.bucket,
+            result_prefix: s.result_prefix,
+            queue_url: s.queue_url,
+            master_key_secret: s.master_key_secret,
+            event_bus: s.event_bus,
+            event_source: s.event_source,
+            multi_tenant: s.extraction.multi_tenant,
+            schema_cache_ttl: Duration::from_secs(s.schema_cache_ttl_secs),
+            lease: Duration::from_secs(s.lease_secs),
+            extraction_timeout: s.extraction.extraction_timeout(),
+            max_result_bytes: s.extraction.max_result_bytes(),
+            max_message_age: Duration::from_secs(s.max_message_age_secs),
+            retry_backoff: Duration::from_secs(s.retry_backoff_secs),
+            require_auth: !s.allow_unauthenticated,
+            guard_hosts: !s.allow_private_hosts,
+            progress_interval: s.extraction.progress_interval(),
         })
     }
+}
+
+/// The Lambdas' settings schema: the module table above, as clap arguments read from the
+/// environment only (`fetcher_host::settings`).
+#[derive(clap::Parser, Debug)]
+#[command(name = "fetcher-lambda")]
+struct LambdaSettings {
+    #[arg(long, env = "FETCHER_TABLE")]
+    table: String,
+    #[arg(long, env = "FETCHER_BUCKET")]
+    bucket: String,
+    #[arg(long, env = "FETCHER_RESULT_PREFIX", default_value = "")]
+    result_prefix: String,
+    #[arg(long, env = "FETCHER_QUEUE_URL")]
+    queue_url: Option<String>,
+    #[arg(long, env = "FETCHER_MASTER_KEY_SECRET")]
+    master_key_secret: String,
+    #[arg(long, env = "FETCHER_EVENT_BUS")]
+    event_bus: Option<String>,
+    #[arg(long, env = "FETCHER_EVENT_SOURCE", default_value = crate::events::DEFAULT_SOURCE)]
+    event_source: String,
+    #[command(flatten)]
+    extraction: ExtractionSettings,
+    #[arg(long, env = "FETCHER_SCHEMA_CACHE_TTL_SECS", default_value_t = 300)]
+    schema_cache_ttl_secs: u64,
+    #[arg(long, env = "FETCHER_LEASE_SECS", default_value_t = 900)]
+    lease_secs: u64,
+    #[arg(long, env = "FETCHER_RETRY_BACKOFF_SECS", default_value_t = 30)]
+    retry_backoff_secs: u64,
+    #[arg(long, env = "FETCHER_MAX_MESSAGE_AGE_SECS", default_value_t = 6 * 3600)]
+    max_message_age_secs: u64,
+    #[arg(long, env = "FETCHER_ALLOW_UNAUTHENTICATED")]
+    allow_unauthenticated: bool,
+    #[arg(long, env = "FETCHER_ALLOW_PRIVATE_HOSTS")]
+    allow_private_hosts: bool,
+    /// The log filter, read by the logger ([`init_json_logging`]); declared so that it is
+    /// a known setting.
+    #[arg(long, env = "FETCHER_LOG")]
+    log: Option<String>,
 }
 
 /// Everything built once per cold start.

@@ -24,6 +24,7 @@ use fetcher_host::memory::StaticKeyProvider;
 use fetcher_host::model::ResultFormat;
 use fetcher_host::pipeline::PipelineConfig;
 use fetcher_host::ports::{JobStore, KeyProvider, ObjectStore as _};
+use fetcher_host::settings::ExtractionSettings;
 use fetcher_host::wiring::{Datasources, EngineSettings, HostPorts};
 use fetcher_http::{self as http, ApiConfig, AppDeps, AppState};
 use tokio::sync::watch;
@@ -47,9 +48,6 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080", env = "FETCHER_LISTEN")]
     pub listen: SocketAddr,
-    /// Multi-tenant mode: the tenant comes from the `tenantId` claim of a verified JWT.
-    #[arg(long, env = "FETCHER_MULTI_TENANT")]
-    pub multi_tenant: bool,
     /// HS256 secret for verifying JWTs (at least 32 bytes). Prefer
     /// --jwt-hs256-secret-file: a command-line value shows in `ps`.
     #[arg(long, env = "FETCHER_JWT_HS256_SECRET", hide_env_values = true)]
@@ -101,19 +99,9 @@ pub struct ServeArgs {
     /// pending; the repair pass retries).
     #[arg(long, env = "FETCHER_EVENTS_WEBHOOK")]
     pub events_webhook: Option<String>,
-    /// Ceiling on one job's serialized result, in bytes (`0` = unbounded). v2 results
-    /// stream to the result directory in constant memory, so raising it costs no memory;
-    /// a v1 result (built in memory) stays capped at 256 MiB whatever this says.
-    #[arg(long, default_value_t = fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES as u64, env = "FETCHER_MAX_RESULT_BYTES")]
-    pub max_result_bytes: u64,
-    /// Seconds one extraction may run before it fails with `timeout`.
-    #[arg(long, default_value_t = fetcher_engine::limits::DEFAULT_TIMEOUT.as_secs(), env = "FETCHER_EXTRACTION_TIMEOUT_SECS")]
-    pub extraction_timeout: u64,
-    /// Milliseconds between a running job's progress writes (its lease heartbeat, which
-    /// also notices a cancel): at least 100.
-    #[arg(long, default_value_t = 2000, env = "FETCHER_PROGRESS_INTERVAL_MS",
-        value_parser = clap::value_parser!(u64).range(100..))]
-    pub progress_interval_ms: u64,
+    /// What an extraction may do: the settings the Lambdas read too.
+    #[command(flatten)]
+    pub extraction: ExtractionSettings,
     /// Log as JSON lines.
     #[arg(long, env = "FETCHER_LOG_JSON")]
     pub log_json: bool,
@@ -181,7 +169,7 @@ pub fn authenticator(args: &ServeArgs) -> Result<Arc<dyn http::Authenticator>> {
             let pem = std::fs::read(pem).with_context(|| format!("reading {}", pem.display()))?;
             http::JwtAuthenticator::rs256_pem(&pem).context("--jwt-rs256-public-key")?
         }
-        (None, None) if args.multi_tenant => {
+        (None, None) if args.extraction.multi_tenant => {
             bail!(
                 "--multi-tenant needs --jwt-hs256-secret-file, --jwt-hs256-secret or --jwt-rs256-public-key"
             )
@@ -264,11 +252,6 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     init_logging(args.log_json);
     // Settings first: a bad one stops the process before anything is created.
     let authenticator = authenticator(&args)?;
-    if args.extraction_timeout == 0 {
-        bail!("--extraction-timeout must be at least 1 second");
-    }
-    let max_result_bytes =
-        i64::try_from(args.max_result_bytes).context("--max-result-bytes is too large")?;
     private_data_dir(&args.data_dir)?;
     let ring = Arc::new(key_ring(&args).await?);
     let keys: Arc<dyn KeyProvider> = Arc::new(StaticKeyProvider(ring.clone()));
@@ -293,7 +276,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let jobs: Arc<dyn JobStore> = store.clone();
 
     let sqlite_files = sqlite_files(&args)?;
-    let policy = HostPolicy::for_tenancy(args.multi_tenant).with_sqlite_files(sqlite_files.clone());
+    let policy = HostPolicy::for_tenancy(args.extraction.multi_tenant)
+        .with_sqlite_files(sqlite_files.clone());
     let objects_probe = objects.clone();
     let ports = HostPorts {
         connections: store.clone(),
@@ -307,8 +291,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let engine = ports.engine(&EngineSettings {
         datasources: Datasources::WithSqlite,
         policy: policy.clone(),
-        extraction_timeout: Duration::from_secs(args.extraction_timeout),
-        max_result_bytes,
+        extraction_timeout: args.extraction.extraction_timeout(),
+        max_result_bytes: args.extraction.max_result_bytes(),
     })?;
     let queue = InProcessQueue::new();
     let pipeline = Arc::new(ports.pipeline(
@@ -318,7 +302,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         PipelineConfig {
             lease: Duration::from_secs(30),
             retry_budget: Duration::from_secs(args.retry_budget),
-            progress_interval: Duration::from_millis(args.progress_interval_ms),
+            progress_interval: args.extraction.progress_interval(),
             default_format: if args.result_format == "v1" {
                 ResultFormat::V1
             } else {
@@ -340,7 +324,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             host_policy: Some(policy),
         },
         ApiConfig {
-            multi_tenant: args.multi_tenant,
+            multi_tenant: args.extraction.multi_tenant,
             sqlite_files: sqlite_files.clone(),
             max_connections_per_tenant: args.max_connections_per_tenant,
             version: env!("CARGO_PKG_VERSION").into(),
@@ -354,7 +338,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             unreachable!("--demo always has a SQLite directory")
         };
         demo::ensure_database(root.path()).await?;
-        register_demo(&state, args.multi_tenant).await?;
+        register_demo(&state, args.extraction.multi_tenant).await?;
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -23,6 +23,7 @@
 //! | [`sink`] | the engine's result sink: NDJSON sealed with v2 frames, streamed to an object store; v1 for the reference format |
 //! | [`credentials`] | the engine's credential protector over AES-256-GCM, and the connectors' credential source |
 //! | [`sanitize`] | error-text sanitisation for job records and events |
+//! | [`settings`] | the one settings schema (clap with a variable per setting) and [`settings::ExtractionSettings`], shared by `serve` and the Lambdas |
 //! | [`wiring`] | [`wiring::HostPorts`]: the one engine and pipeline wiring every host uses |
 //! | [`memory`] | in-memory implementations of every host port |
 //! | [`testing`] | conformance suites every host-port adapter passes (feature `testing`) |
@@ -46,6 +47,7 @@ pub mod model;
 pub mod pipeline;
 pub mod ports;
 pub mod sanitize;
+pub mod settings;
 pub mod sink;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
