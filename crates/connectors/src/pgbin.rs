@@ -335,28 +335,34 @@ fn numeric(b: &[u8]) -> R<String> {
     if sign == 0x4000 {
         s.push('-');
     }
+    // Base-10000 digits as text, without `fmt` (this runs for every numeric value).
+    let group = |s: &mut String, d: u16, leading: bool| {
+        let ds = [d / 1000, d / 100 % 10, d / 10 % 10, d % 10];
+        let skip = if leading {
+            ds.iter().take(3).take_while(|&&x| x == 0).count()
+        } else {
+            0
+        };
+        for x in &ds[skip..] {
+            s.push(char::from(b'0' + *x as u8));
+        }
+    };
     if weight < 0 {
         s.push('0');
     } else {
         for i in 0..=weight {
-            let d = digit(i);
-            if i == 0 {
-                let _ = write!(s, "{d}");
-            } else {
-                let _ = write!(s, "{d:04}");
-            }
+            group(&mut s, digit(i), i == 0);
         }
     }
     if dscale > 0 {
         s.push('.');
-        let mut frac = String::with_capacity(dscale + 4);
+        let end = s.len() + dscale;
         let mut i = weight + 1;
-        while frac.len() < dscale {
-            let _ = write!(frac, "{:04}", digit(i));
+        while s.len() < end {
+            group(&mut s, digit(i), false);
             i += 1;
         }
-        frac.truncate(dscale);
-        s.push_str(&frac);
+        s.truncate(end);
     }
     Ok(s)
 }

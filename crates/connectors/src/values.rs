@@ -98,8 +98,7 @@ fn push_digits(s: &mut String, mut n: u64, width: usize) {
         buf[i] = b'0' + (n % 10) as u8;
         n /= 10;
     }
-    // Only ASCII digits were written.
-    s.push_str(std::str::from_utf8(&buf[..width]).unwrap_or("0"));
+    s.extend(buf[..width].iter().map(|&b| char::from(b)));
 }
 
 pub fn write_date(s: &mut String, days: i64) {

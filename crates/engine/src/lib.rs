@@ -46,7 +46,7 @@
 //! * **Direct**: `{config: {table: [row, ...]}}` as indented JSON (two spaces, sorted
 //!   keys, no final newline), with a SHA-256 digest.
 //! * **Store**: NDJSON lines `{"config":"…","table":"…","row":{…}}\n`, written
-//!   incrementally in 256-row batches with back-pressure, digested as they stream.
+//!   incrementally in 1024-row batches with back-pressure, digested as they stream.
 //!
 //! ## Differences from the reference
 //!

@@ -307,7 +307,7 @@ async fn multi_step_multi_batch_streams_complete_identically_at_any_window() {
     let t = tenant("acme");
     let mut digests = Vec::new();
     for (i, w) in [4i64, 2, 1].into_iter().enumerate() {
-        let plan = multi_plan(&h, &tenant(&format!("t{i}")), 5, 1000, w).await;
+        let plan = multi_plan(&h, &tenant(&format!("t{i}")), 5, 5000, w).await;
         let _ = &t;
         let writes_before = h.sink.write_sizes().len();
         let r = tokio::time::timeout(
@@ -318,10 +318,10 @@ async fn multi_step_multi_batch_streams_complete_identically_at_any_window() {
         .expect("no deadlock")
         .unwrap();
         let reference = r.reference.unwrap();
-        assert_eq!(reference.row_count, 5000);
+        assert_eq!(reference.row_count, 25000);
         assert_eq!(
             r.row_counts.values().copied().collect::<Vec<_>>(),
-            [1000; 5]
+            [5000; 5]
         );
         let writes = h.sink.write_sizes()[writes_before..].to_vec();
         assert!(
@@ -897,8 +897,16 @@ async fn direct_size_limit_is_checked_on_the_indented_payload() {
 async fn store_size_limit_stops_mid_stream_before_the_breaching_write() {
     let h = harness(store_wiring(), TemplateBehaviour::default(), None);
     let t = tenant("acme");
-    let mut plan = multi_plan(&h, &t, 2, 2000, 2).await;
-    plan.limits.max_result_bytes = 50_000;
+    let mut plan = multi_plan(&h, &t, 2, 4000, 2).await;
+    // A budget of two and a half batches: the third write would breach it.
+    let unbounded = h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+    let batch = h.sink.write_sizes()[0];
+    assert!((batch as i64) < unbounded.reference.unwrap().size_bytes / 3);
+    let budget = batch * 5 / 2;
+    let before = h.sink.write_sizes().len();
+    let aborts_before = h.sink.aborts.load(Ordering::SeqCst);
+    let closes_before = h.sink.closes.load(Ordering::SeqCst);
+    plan.limits.max_result_bytes = budget as i64;
     let err = h
         .engine
         .execute_extraction(&ctx(), &plan)
@@ -909,16 +917,17 @@ async fn store_size_limit_stops_mid_stream_before_the_breaching_write() {
         Category::LimitExceeded,
         "extraction result exceeds the configured size limit",
     );
-    let written: usize = h.sink.write_sizes().iter().sum();
+    let writes = h.sink.write_sizes()[before..].to_vec();
+    let written: usize = writes.iter().sum();
     assert!(
-        written <= 50_000,
-        "nothing past the budget was written ({written})"
+        written <= budget,
+        "nothing past the budget was written ({written} > {budget})"
     );
-    assert!(!h.sink.write_sizes().is_empty(), "writes were incremental");
-    assert_eq!(h.sink.closes.load(Ordering::SeqCst), 0);
-    assert_eq!(h.sink.aborts.load(Ordering::SeqCst), 1);
+    assert_eq!(writes.len(), 2, "writes were incremental, up to the budget");
+    assert_eq!(h.sink.closes.load(Ordering::SeqCst), closes_before);
+    assert_eq!(h.sink.aborts.load(Ordering::SeqCst), aborts_before + 1);
     assert_eq!(
-        h.executions.statuses(),
+        h.executions.statuses()[2..],
         [ExecutionStatus::Running, ExecutionStatus::Failed]
     );
 }
@@ -927,13 +936,14 @@ async fn store_size_limit_stops_mid_stream_before_the_breaching_write() {
 async fn large_results_are_written_incrementally() {
     let h = harness(store_wiring(), TemplateBehaviour::default(), None);
     let t = tenant("acme");
-    let plan = multi_plan(&h, &t, 1, 2000, 1).await;
+    let plan = multi_plan(&h, &t, 1, 5000, 1).await;
     let r = h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
     let sizes = h.sink.write_sizes();
+    assert_eq!(STORE_BATCH_ROWS, 1024);
     assert_eq!(
         sizes.len(),
-        8,
-        "2000 rows = 7 full 256-row batches + 1 partial"
+        5,
+        "5000 rows = 4 full 1024-row batches + 1 partial"
     );
     assert!(
         sizes

@@ -1,0 +1,297 @@
+//! End-to-end extraction bench: a real `fetcher serve` (POST a job, poll it to
+//! `completed`; the result is sealed v2 NDJSON in the local result directory) against
+//! `psql \copy` of the same table to a file, run in alternating turns in one run.
+//!
+//! ```text
+//! cargo build --profile bench -p fetcher --bin fetcher --bin bench-serve
+//! target/release/bench-serve --rows 1000000 --pairs 5   # the bench profile builds into target/release
+//! ```
+//!
+//! The table is `bench-extract`'s (bigint, uuid, text, numeric(18,4), int, bool,
+//! timestamptz, nullable text). Prints, per pair, both wall times and their ratio; then
+//! the median ratio, `serve`'s CPU seconds per job (from `/proc/<pid>/stat`), `psql`'s
+//! (its rusage), and `serve`'s peak RSS over one job (VmHWM, reset before each job
+//! through `/proc/<pid>/clear_refs`). Needs PostgreSQL on 127.0.0.1:5432 (user
+//! `postgres`, trust auth) and `psql`; creates and drops a scratch database.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+const COLUMNS: [&str; 8] = ["id", "u", "t", "n", "i", "b", "ts", "nt"];
+
+struct Serve {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn psql(db: &str, sql: &str) {
+    let st = Command::new("psql")
+        .args([
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            db,
+            "-c",
+            sql,
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .expect("psql");
+    assert!(st.success(), "psql failed: {sql}");
+}
+
+fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to serve");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nX-Product-Name: bench\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, rest) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, serde_json::from_str(rest).unwrap_or(Value::Null))
+}
+
+/// utime + stime of `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+fn children_cpu_seconds() -> f64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+fn start_serve(fetcher: &Path, data_dir: &Path) -> Serve {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(fetcher)
+        .args(["serve", "--workers", "1", "--drain-delay", "0", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("FETCHER_MASTER_KEY", KEY)
+        .env("FETCHER_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn fetcher serve");
+    let serve = Serve { child, port };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    serve
+}
+
+struct OursRun {
+    wall: Duration,
+    cpu: f64,
+    peak_mib: f64,
+    size: u64,
+}
+
+fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
+    let pid = serve.child.id();
+    // Reset the peak-RSS counter so the reading covers this job only.
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+    let body = json!({
+        "dataRequest": {"mappedFields": {"bench": {"bench": COLUMNS}}},
+        "metadata": {"source": "bench", "run": run}
+    });
+    let cpu0 = cpu_seconds(pid);
+    let started = Instant::now();
+    let (status, created) = http(serve.port, "POST", "/v1/fetcher", Some(&body));
+    assert!(status == 202 || status == 201, "{status} {created}");
+    let id = created["jobId"].as_str().expect("job id").to_owned();
+    let job = loop {
+        let (_, job) = http(serve.port, "GET", &format!("/v1/fetcher/{id}"), None);
+        match job["status"].as_str() {
+            Some("completed") => break job,
+            Some("failed") | Some("canceled") => panic!("job ended {job}"),
+            _ => std::thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    let wall = started.elapsed();
+    let cpu = cpu_seconds(pid) - cpu0;
+    let path = job["resultPath"].as_str().unwrap_or_default();
+    let size = std::fs::metadata(data_dir.join("results").join(path))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    OursRun {
+        wall,
+        cpu,
+        peak_mib: peak_rss_mib(pid),
+        size,
+    }
+}
+
+fn run_psql(db: &str, out: &Path) -> (Duration, f64) {
+    let cpu0 = children_cpu_seconds();
+    let started = Instant::now();
+    psql(
+        db,
+        &format!(
+            "\\copy (SELECT {} FROM bench ORDER BY id) TO '{}'",
+            COLUMNS.join(", "),
+            out.display()
+        ),
+    );
+    (started.elapsed(), children_cpu_seconds() - cpu0)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let rows: u64 = arg("--rows", 1_000_000);
+    let pairs: usize = arg("--pairs", 5).clamp(1, 50);
+    let fetcher: PathBuf = arg(
+        "--fetcher",
+        std::env::current_exe().unwrap().with_file_name("fetcher"),
+    );
+    let db = format!("bench_serve_{}", std::process::id());
+    psql("postgres", &format!("CREATE DATABASE {db}"));
+    let load = Instant::now();
+    psql(
+        &db,
+        &format!(
+            "CREATE TABLE bench (id bigint PRIMARY KEY, u uuid NOT NULL, t text NOT NULL, n numeric(18,4) NOT NULL, \
+             i int NOT NULL, b bool NOT NULL, ts timestamptz NOT NULL, nt text); \
+             INSERT INTO bench SELECT g, md5(g::text)::uuid, 'name-' || g, (g * 1.2345)::numeric(18,4), (g % 100000)::int, \
+               g % 2 = 0, '2024-01-01T00:00:00Z'::timestamptz + g * interval '1 second', \
+               CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || g END FROM generate_series(1, {rows}) g"
+        ),
+    );
+    psql(&db, "VACUUM ANALYZE bench");
+    println!("loaded {rows} rows in {:.1?}", load.elapsed());
+
+    let scratch = std::env::temp_dir().join(&db);
+    let data_dir = scratch.join("data");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let copy_out = scratch.join("psql.txt");
+    let serve = start_serve(&fetcher, &data_dir);
+    let (status, v) = http(
+        serve.port,
+        "POST",
+        "/v1/management/connections",
+        Some(
+            &json!({"configName": "bench", "type": "POSTGRESQL", "host": "127.0.0.1", "port": 5432,
+            "databaseName": db, "userName": "postgres", "password": "unused-with-trust-auth"}),
+        ),
+    );
+    assert_eq!(status, 201, "{v}");
+
+    // Warm both (page cache, connection setup, first-job effects).
+    run_psql(&db, &copy_out);
+    run_ours(&serve, &data_dir, 0);
+
+    let mut ratios = Vec::new();
+    let (mut ours_cpu, mut psql_cpu, mut peaks, mut ours_wall, mut psql_wall) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut size = 0;
+    for pair in 0..pairs {
+        // Alternate which goes first, so drift in the machine's load hits both.
+        let (o, p) = if pair % 2 == 0 {
+            let o = run_ours(&serve, &data_dir, pair + 1);
+            (o, run_psql(&db, &copy_out))
+        } else {
+            let p = run_psql(&db, &copy_out);
+            (run_ours(&serve, &data_dir, pair + 1), p)
+        };
+        let ratio = o.wall.as_secs_f64() / p.0.as_secs_f64();
+        println!(
+            "pair {}: fetcher {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  psql {:>7.2?} (cpu {:.2} s)  ratio {ratio:.2}",
+            pair + 1,
+            o.wall,
+            o.cpu,
+            o.peak_mib,
+            p.0,
+            p.1
+        );
+        ratios.push(ratio);
+        ours_cpu.push(o.cpu);
+        ours_wall.push(o.wall.as_secs_f64());
+        psql_wall.push(p.0.as_secs_f64());
+        psql_cpu.push(p.1);
+        peaks.push(o.peak_mib);
+        size = o.size;
+    }
+    let per_m = 1_000_000.0 / rows as f64;
+    println!(
+        "median over {pairs} pairs: ratio fetcher/psql wall {:.2}; fetcher {:.2} s wall, {:.2} CPU-s per 1M rows, peak RSS {:.0} MiB (max {:.0}); psql {:.2} s wall, {:.2} CPU-s per 1M rows",
+        median(ratios),
+        median(ours_wall),
+        median(ours_cpu) * per_m,
+        median(peaks.clone()),
+        peaks.iter().copied().fold(0.0, f64::max),
+        median(psql_wall),
+        median(psql_cpu) * per_m,
+    );
+    println!(
+        "sizes: sealed NDJSON {size} bytes, psql text {} bytes",
+        std::fs::metadata(&copy_out).map(|m| m.len()).unwrap_or(0)
+    );
+    drop(serve);
+    let _ = std::fs::remove_dir_all(&scratch);
+    psql("postgres", &format!("DROP DATABASE {db} WITH (FORCE)"));
+}
