@@ -1,8 +1,7 @@
 //! `/health`, `/readyz`, `/readyz/tenant/{id}`, `/metrics`, `/version` (docs/api.md, "Probes"), and the
-//! small Prometheus registry behind `/metrics`.
+//! metrics behind `/metrics` (the `metrics` facade, rendered by its Prometheus exporter).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::Json;
@@ -48,56 +47,49 @@ const DURATION_BUCKETS_MS: [f64; 11] = [
 ];
 const REQUEST_BUCKETS_S: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
 
-#[derive(Default)]
-struct Histogram {
-    buckets: Vec<u64>,
-    sum: f64,
-    count: u64,
+const REQUESTS: &str = "http_requests_total";
+const REQUEST_DURATION: &str = "http_request_duration_seconds";
+const CHECK_DURATION: &str = "readyz_check_duration_ms";
+const CHECK_STATUS: &str = "readyz_check_status";
+const SELFPROBE: &str = "selfprobe_result";
+
+/// This router's metrics: the `metrics` facade over a Prometheus recorder. The recorder
+/// belongs to the router (not installed process-wide), so several routers in one process
+/// (tests, or a host serving two) never mix their series; recording goes through
+/// [`metrics::with_local_recorder`].
+pub struct Metrics {
+    recorder: metrics_exporter_prometheus::PrometheusRecorder,
 }
 
-impl Histogram {
-    fn observe(&mut self, bounds: &[f64], v: f64) {
-        if self.buckets.is_empty() {
-            self.buckets = vec![0; bounds.len()];
-        }
-        for (i, b) in bounds.iter().enumerate() {
-            if v <= *b {
-                self.buckets[i] += 1;
-            }
-        }
-        self.sum += v;
-        self.count += 1;
+impl Default for Metrics {
+    fn default() -> Self {
+        use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(REQUEST_DURATION.into()), &REQUEST_BUCKETS_S)
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full(CHECK_DURATION.into()), &DURATION_BUCKETS_MS)
+            })
+            .expect("bucket lists are non-empty")
+            .build_recorder();
+        metrics::with_local_recorder(&recorder, || {
+            metrics::describe_counter!(REQUESTS, "HTTP requests by method, route and status.");
+            metrics::describe_histogram!(
+                REQUEST_DURATION,
+                "HTTP request latency by method and route."
+            );
+            metrics::describe_histogram!(
+                CHECK_DURATION,
+                "Duration of each readiness check in milliseconds."
+            );
+            metrics::describe_counter!(CHECK_STATUS, "Count of readiness check outcomes.");
+            metrics::describe_gauge!(
+                SELFPROBE,
+                "Start-up self-probe result per dependency (1 up, 0 down)."
+            );
+        });
+        Metrics { recorder }
     }
-
-    fn render(&self, out: &mut String, name: &str, labels: &str, bounds: &[f64]) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (i, b) in bounds.iter().enumerate() {
-            out.push_str(&format!(
-                "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}\n",
-                self.buckets.get(i).copied().unwrap_or(0)
-            ));
-        }
-        out.push_str(&format!(
-            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}\n",
-            self.count
-        ));
-        out.push_str(&format!("{name}_sum{{{labels}}} {}\n", self.sum));
-        out.push_str(&format!("{name}_count{{{labels}}} {}\n", self.count));
-    }
 }
-
-#[derive(Default)]
-struct MetricsInner {
-    requests: BTreeMap<(String, String, u16), u64>,
-    latency: BTreeMap<(String, String), Histogram>,
-    check_duration: BTreeMap<(String, &'static str), Histogram>,
-    check_status: BTreeMap<(String, &'static str), u64>,
-    selfprobe: BTreeMap<String, u8>,
-}
-
-/// In-process metrics, rendered as Prometheus text.
-#[derive(Default)]
-pub struct Metrics(Mutex<MetricsInner>);
 
 /// The metrics label of a request method: a standard method's name, else `other`.
 pub fn method_label(method: &axum::http::Method) -> &'static str {
@@ -116,13 +108,11 @@ pub fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 impl Metrics {
+    fn record(&self, f: impl FnOnce()) {
+        metrics::with_local_recorder(&self.recorder, f);
+    }
+
     /// One finished HTTP request (`route` is the matched template, never the raw path).
     /// Labels come from closed sets, so no client can grow the series: the method is one
     /// of the standard ones or `other`.
@@ -134,75 +124,32 @@ impl Metrics {
         elapsed: Duration,
     ) {
         let method = method_label(method);
-        let mut m = self.0.lock().unwrap();
-        *m.requests
-            .entry((method.to_owned(), route.to_owned(), status))
-            .or_default() += 1;
-        m.latency
-            .entry((method.to_owned(), route.to_owned()))
-            .or_default()
-            .observe(&REQUEST_BUCKETS_S, elapsed.as_secs_f64());
+        let route = route.to_owned();
+        self.record(|| {
+            metrics::counter!(REQUESTS, "method" => method, "route" => route.clone(), "status" => status.to_string())
+                .increment(1);
+            metrics::histogram!(REQUEST_DURATION, "method" => method, "route" => route)
+                .record(elapsed.as_secs_f64());
+        });
     }
 
     fn record_check(&self, dep: &str, status: &'static str, elapsed: Duration) {
-        let mut m = self.0.lock().unwrap();
-        m.check_duration
-            .entry((dep.to_owned(), status))
-            .or_default()
-            .observe(&DURATION_BUCKETS_MS, elapsed.as_secs_f64() * 1000.0);
-        *m.check_status.entry((dep.to_owned(), status)).or_default() += 1;
+        let dep = dep.to_owned();
+        self.record(|| {
+            metrics::histogram!(CHECK_DURATION, "dep" => dep.clone(), "status" => status)
+                .record(elapsed.as_secs_f64() * 1000.0);
+            metrics::counter!(CHECK_STATUS, "dep" => dep, "status" => status).increment(1);
+        });
     }
 
     fn record_selfprobe(&self, dep: &str, up: bool) {
-        self.0
-            .lock()
-            .unwrap()
-            .selfprobe
-            .insert(dep.to_owned(), u8::from(up));
+        let dep = dep.to_owned();
+        self.record(|| metrics::gauge!(SELFPROBE, "dep" => dep).set(f64::from(u8::from(up))));
     }
 
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
-        let m = self.0.lock().unwrap();
-        let mut out = String::new();
-        out.push_str("# HELP http_requests_total HTTP requests by method, route and status.\n# TYPE http_requests_total counter\n");
-        for ((method, route, status), n) in &m.requests {
-            out.push_str(&format!(
-                "http_requests_total{{method=\"{}\",route=\"{}\",status=\"{status}\"}} {n}\n",
-                esc(method),
-                esc(route)
-            ));
-        }
-        out.push_str("# HELP http_request_duration_seconds HTTP request latency by method and route.\n# TYPE http_request_duration_seconds histogram\n");
-        for ((method, route), h) in &m.latency {
-            h.render(
-                &mut out,
-                "http_request_duration_seconds",
-                &format!("method=\"{}\",route=\"{}\"", esc(method), esc(route)),
-                &REQUEST_BUCKETS_S,
-            );
-        }
-        out.push_str("# HELP readyz_check_duration_ms Duration of each readiness check in milliseconds.\n# TYPE readyz_check_duration_ms histogram\n");
-        for ((dep, status), h) in &m.check_duration {
-            h.render(
-                &mut out,
-                "readyz_check_duration_ms",
-                &format!("dep=\"{}\",status=\"{status}\"", esc(dep)),
-                &DURATION_BUCKETS_MS,
-            );
-        }
-        out.push_str("# HELP readyz_check_status Count of readiness check outcomes.\n# TYPE readyz_check_status counter\n");
-        for ((dep, status), n) in &m.check_status {
-            out.push_str(&format!(
-                "readyz_check_status{{dep=\"{}\",status=\"{status}\"}} {n}\n",
-                esc(dep)
-            ));
-        }
-        out.push_str("# HELP selfprobe_result Start-up self-probe result per dependency (1 up, 0 down).\n# TYPE selfprobe_result gauge\n");
-        for (dep, v) in &m.selfprobe {
-            out.push_str(&format!("selfprobe_result{{dep=\"{}\"}} {v}\n", esc(dep)));
-        }
-        out
+        self.recorder.handle().render()
     }
 }
 
