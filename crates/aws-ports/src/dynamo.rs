@@ -20,9 +20,8 @@ use aws_sdk_dynamodb::types::{
 };
 use fetcher_engine::ports::{ConnectionStore, ExecutionStore, SchemaCache};
 use fetcher_engine::{
-    BoxFuture, Category, ConnectionDescriptor, ConnectionListParams, ConnectionPage, Context,
-    EngineError, ExecutionState, HostAttributes, ProtectedCredential, SchemaSnapshot,
-    TenantContext, Timestamp,
+    BoxFuture, Category, ConnectionDescriptor, Context, EngineError, ExecutionState,
+    HostAttributes, ProtectedCredential, SchemaSnapshot, TenantContext, Timestamp,
 };
 use fetcher_host::error::{Result, ServiceError};
 use fetcher_host::model::{Job, Transition};
@@ -772,15 +771,6 @@ impl ConnectionStore for DynamoStore {
             let name = descriptor_from(&current)?.config_name;
             self.conn_delete(&t.tenant_id, &name, id).await
         })
-    }
-
-    fn list_paged<'a>(
-        &'a self,
-        ctx: &'a Context,
-        t: &'a TenantContext,
-        params: &'a ConnectionListParams,
-    ) -> BoxFuture<'a, fetcher_engine::Result<ConnectionPage>> {
-        Box::pin(async move { Ok(ConnectionPage::offset(self.list(ctx, t).await?, params)) })
     }
 
     fn credential<'a>(

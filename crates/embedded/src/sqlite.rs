@@ -16,9 +16,8 @@ use std::time::Duration;
 
 use fetcher_engine::ports::{ConnectionStore, ExecutionStore, SchemaCache};
 use fetcher_engine::{
-    BoxFuture, Category, ConnectionDescriptor, ConnectionListParams, ConnectionPage, Context,
-    EngineError, ExecutionState, HostAttributes, ProtectedCredential, SchemaSnapshot,
-    TenantContext, Timestamp,
+    BoxFuture, Category, ConnectionDescriptor, Context, EngineError, ExecutionState,
+    HostAttributes, ProtectedCredential, SchemaSnapshot, TenantContext, Timestamp,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -418,15 +417,6 @@ impl ConnectionStore for SqliteStore {
                 Ok(())
             }
         })
-    }
-
-    fn list_paged<'a>(
-        &'a self,
-        ctx: &'a Context,
-        t: &'a TenantContext,
-        params: &'a ConnectionListParams,
-    ) -> BoxFuture<'a, fetcher_engine::Result<ConnectionPage>> {
-        Box::pin(async move { Ok(ConnectionPage::offset(self.list(ctx, t).await?, params)) })
     }
 
     fn credential<'a>(

@@ -137,7 +137,8 @@ pub trait CredentialProtector: Send + Sync {
 /// * `delete*` of a missing record → `not_found`; afterwards the record is invisible to
 ///   every read. Stores that soft-delete do so on `delete_by_id`.
 /// * `list` is deterministic (ascending config name) and excludes deleted records.
-/// * `list_paged`: the store owns paging, filtering, ordering and the total.
+/// * `list_paged` (provided): a page and the total; the store may own paging, filtering
+///   and ordering by overriding it.
 /// * Errors are returned to callers unchanged, so they must be safe to show.
 pub trait ConnectionStore: Send + Sync {
     fn find<'a>(
@@ -199,12 +200,22 @@ pub trait ConnectionStore: Send + Sync {
         id: &'a str,
     ) -> BoxFuture<'a, Result<()>>;
 
+    /// Provided: offset paging over [`list`](Self::list) ([`ConnectionPage::offset`]). A
+    /// store that can page natively overrides it. (Every store here is bounded per tenant
+    /// by the connection cap, so none does.)
     fn list_paged<'a>(
         &'a self,
         ctx: &'a Context,
         tenant: &'a TenantContext,
         params: &'a ConnectionListParams,
-    ) -> BoxFuture<'a, Result<ConnectionPage>>;
+    ) -> BoxFuture<'a, Result<ConnectionPage>> {
+        Box::pin(async move {
+            Ok(ConnectionPage::offset(
+                self.list(ctx, tenant).await?,
+                params,
+            ))
+        })
+    }
 
     /// The stored protected secret (for host connectors). Tenant-scoped; `None` when the
     /// connection has no secret or does not exist. Beyond the reference's port, which

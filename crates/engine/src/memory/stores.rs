@@ -202,21 +202,6 @@ impl ConnectionStore for MemoryConnectionStore {
         ready(Ok(()))
     }
 
-    fn list_paged<'a>(
-        &'a self,
-        ctx: &'a Context,
-        tenant: &'a TenantContext,
-        _: &'a ConnectionListParams,
-    ) -> BoxFuture<'a, Result<ConnectionPage>> {
-        Box::pin(async move {
-            let items = self.list(ctx, tenant).await?;
-            Ok(ConnectionPage {
-                total: items.len() as i64,
-                items,
-            })
-        })
-    }
-
     fn credential<'a>(
         &'a self,
         _: &'a Context,
