@@ -13,7 +13,7 @@ use fetcher_engine::testing as engine_suites;
 use fetcher_host::model::{JobStatus, QueueMessage, TerminalEvent};
 use fetcher_host::ports::*;
 use fetcher_host::sink::SealedResultSink;
-use fetcher_host::testing as service_suites;
+use fetcher_host::testing::{self as service_suites, DeliveredEvent};
 
 async fn store() -> DynamoStore {
     let r = resources().await;
@@ -218,6 +218,54 @@ async fn master_keys_come_from_the_secret_and_survive_a_rotation() {
 }
 
 #[tokio::test]
+async fn sqs_job_queue_conforms() {
+    // A queue of its own, so no other test's reader hides these messages.
+    let c = clients().await;
+    let name = format!("fetcher-conformance-{}", uuid::Uuid::new_v4());
+    let url = c
+        .sqs
+        .create_queue()
+        .queue_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned();
+    let queue = SqsJobQueue::new(c.sqs.clone(), &url);
+    let (sqs, read_url) = (c.sqs.clone(), url.clone());
+    service_suites::job_queue(&(Arc::new(queue) as Arc<dyn JobQueue>), move |n| {
+        let (sqs, url) = (sqs.clone(), read_url.clone());
+        Box::pin(async move {
+            let mut got = Vec::new();
+            for _ in 0..10 {
+                let batch = sqs
+                    .receive_message()
+                    .queue_url(&url)
+                    .message_attribute_names("All")
+                    .max_number_of_messages(10)
+                    .wait_time_seconds(1)
+                    .send()
+                    .await
+                    .unwrap();
+                got.extend(
+                    batch
+                        .messages()
+                        .iter()
+                        .map(fetcher_aws::sqs::queue_message_from_sdk),
+                );
+                if got.len() >= n {
+                    break;
+                }
+            }
+            got
+        })
+    })
+    .await;
+    c.sqs.delete_queue().queue_url(&url).send().await.unwrap();
+}
+
+#[tokio::test]
 async fn sqs_carries_the_envelope_headers_and_body() {
     let r = resources().await;
     let c = clients().await;
@@ -317,6 +365,39 @@ async fn eventbridge_events_reach_the_subscriber_queue() {
     let r = resources().await;
     let c = clients().await;
     let publisher = EventBridgePublisher::new(c.events.clone(), &r.bus_name, &r.event_source);
+    // The suite every publisher runs, read back through the rule's subscriber queue (in
+    // this test, the only reader of that queue).
+    let (reader, queue) = (clients().await, r.subscriber_queue_url.clone());
+    service_suites::event_publisher(
+        &(Arc::new(publisher.clone()) as Arc<dyn EventPublisher>),
+        move |ids| {
+            let (reader, queue) = (reader.clone(), queue.clone());
+            Box::pin(async move {
+                // EventBridge's own envelope id is its own; ours is detail.eventId.
+                let jobs: Vec<String> = ids
+                    .iter()
+                    .map(|id| id.rsplit('.').next().unwrap().to_owned())
+                    .collect();
+                delivered(&reader, &queue, &jobs)
+                    .await
+                    .into_values()
+                    .map(|v| DeliveredEvent {
+                        id: v["detail"]["eventId"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        detail_type: v["detail-type"].as_str().unwrap_or_default().to_owned(),
+                        tenant_id: v["detail"]["tenantId"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        detail: v["detail"].clone(),
+                    })
+                    .collect()
+            })
+        },
+    )
+    .await;
     let job_id = uuid::Uuid::new_v4().to_string();
     let event = completed(&job_id);
     publisher.publish(&event).await.unwrap();

@@ -48,6 +48,11 @@ impl InProcessQueue {
     pub fn close(&self) {
         self.accepting.send_replace(false);
     }
+
+    /// The next message, as the worker takes it (`None` once every sender is gone).
+    pub async fn recv(&self) -> Option<QueueMessage> {
+        self.rx.lock().await.recv().await
+    }
 }
 
 impl JobQueue for InProcessQueue {

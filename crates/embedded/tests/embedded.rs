@@ -3,14 +3,14 @@
 use std::sync::Arc;
 
 use fetcher_crypto::KeyRing;
-use fetcher_embedded::{EventLog, LocalDirObjectStore, SqliteStore, event_line};
+use fetcher_embedded::{EventLog, InProcessQueue, LocalDirObjectStore, SqliteStore, event_line};
 use fetcher_engine::ports::{ConnectionStore, ExecutionStore, ResultSink, SchemaCache};
 use fetcher_engine::testing as engine_suites;
 use fetcher_host::memory::StaticKeyProvider;
 use fetcher_host::model::{JobStatus, TerminalEvent};
 use fetcher_host::ports::*;
 use fetcher_host::sink::SealedResultSink;
-use fetcher_host::testing as service_suites;
+use fetcher_host::testing::{self as service_suites, DeliveredEvent};
 
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 
@@ -195,4 +195,49 @@ async fn the_event_log_appends_one_line_per_event() {
     assert_eq!(first["detail"]["status"], "completed");
     let bad = TerminalEvent::new("acme", "j3", JobStatus::Failed, "not json".into());
     assert!(log.publish(&bad).await.is_err());
+}
+
+#[tokio::test]
+async fn the_event_log_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.ndjson");
+    let log = Arc::new(EventLog::new(&path));
+    service_suites::event_publisher(&(log as Arc<dyn EventPublisher>), move |_| {
+        // A subscriber tails the file: one envelope per line.
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let events = text
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                DeliveredEvent {
+                    id: v["id"].as_str().unwrap().to_owned(),
+                    detail_type: v["detail-type"].as_str().unwrap().to_owned(),
+                    tenant_id: v["tenantId"].as_str().unwrap().to_owned(),
+                    detail: v["detail"].clone(),
+                }
+            })
+            .collect();
+        Box::pin(async move { events })
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_in_process_queue_conforms() {
+    let queue = InProcessQueue::new();
+    let worker_side = queue.clone();
+    service_suites::job_queue(&(queue as Arc<dyn JobQueue>), move |n| {
+        let q = worker_side.clone();
+        Box::pin(async move {
+            let mut got = Vec::new();
+            while got.len() < n {
+                match tokio::time::timeout(std::time::Duration::from_secs(5), q.recv()).await {
+                    Ok(Some(m)) => got.push(m),
+                    _ => break,
+                }
+            }
+            got
+        })
+    })
+    .await;
 }

@@ -692,3 +692,107 @@ mod tests {
         rate_limiter(&(MemoryRateLimiter::new() as Arc<dyn RateLimiter>)).await;
     }
 }
+
+/// How a subscriber sees one delivered event, whatever the transport: the event's own id
+/// (`fetcher.job.<status>.<jobId>`), its detail-type, tenant and detail document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveredEvent {
+    pub id: String,
+    pub detail_type: String,
+    pub tenant_id: String,
+    pub detail: serde_json::Value,
+}
+
+/// The [`EventPublisher`] obligations: every published event reaches the subscriber once
+/// with its id, detail-type and tenant, its detail carrying every field of the payload; a
+/// batch larger than one request of any transport (EventBridge takes 10) gives one
+/// result per event, all delivered. `delivered(ids)` reads back what arrived for those
+/// event ids (waiting, bounded, where delivery is asynchronous).
+pub async fn event_publisher<F>(publisher: &Arc<dyn EventPublisher>, delivered: F)
+where
+    F: Fn(Vec<String>) -> fetcher_engine::BoxFuture<'static, Vec<DeliveredEvent>>,
+{
+    let tenant = unique_tenant("events").tenant_id;
+    let make = |i: usize, status: JobStatus| {
+        let job = format!("{}-{i}", uuid::Uuid::new_v4());
+        let payload = serde_json::json!({
+            "jobId": job,
+            "status": status.as_str(),
+            "metadata": {"source": "conformance", "note": "ünïcödé <&>"},
+        });
+        TerminalEvent::new(&tenant, &job, status, payload.to_string())
+    };
+    let one = make(0, JobStatus::Completed);
+    publisher.publish(&one).await.expect("publish");
+    let batch: Vec<TerminalEvent> = (1..=12)
+        .map(|i| {
+            make(
+                i,
+                if i % 3 == 0 {
+                    JobStatus::Failed
+                } else {
+                    JobStatus::Completed
+                },
+            )
+        })
+        .collect();
+    let results = publisher.publish_batch(&batch).await;
+    assert_eq!(results.len(), batch.len(), "one result per event");
+    assert!(
+        results.iter().all(Result::is_ok),
+        "every batched event published"
+    );
+
+    let all: Vec<&TerminalEvent> = std::iter::once(&one).chain(batch.iter()).collect();
+    let got = delivered(all.iter().map(|e| e.id.clone()).collect()).await;
+    for e in &all {
+        let copies: Vec<&DeliveredEvent> = got.iter().filter(|d| d.id == e.id).collect();
+        assert_eq!(copies.len(), 1, "{} delivered once", e.id);
+        let d = copies[0];
+        assert_eq!(d.detail_type, e.detail_type);
+        assert_eq!(d.tenant_id, tenant);
+        let payload: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
+        for (k, v) in payload.as_object().unwrap() {
+            assert_eq!(&d.detail[k], v, "detail.{k} of {}", e.id);
+        }
+    }
+}
+
+/// The [`JobQueue`] obligations: an accepting queue takes messages and hands each one to
+/// the worker side with its headers (non-empty values) and body unchanged.
+/// `received(n)` reads back at least `n` of the messages enqueued so far (waiting,
+/// bounded, where delivery is asynchronous).
+pub async fn job_queue<F>(queue: &Arc<dyn JobQueue>, received: F)
+where
+    F: Fn(usize) -> fetcher_engine::BoxFuture<'static, Vec<QueueMessage>>,
+{
+    assert!(queue.is_accepting(), "a new queue accepts work");
+    let sent: Vec<QueueMessage> = (0..3)
+        .map(|i| {
+            let job = format!("{}-{i}", uuid::Uuid::new_v4());
+            QueueMessage {
+                headers: [
+                    ("jobId".to_string(), job.clone()),
+                    ("x-message-signature".to_string(), "ab".repeat(32)),
+                    ("t".to_string(), "1700000000".to_string()),
+                ]
+                .into(),
+                body: serde_json::json!({"jobId": job, "note": "ünïcödé \"quoted\""})
+                    .to_string()
+                    .into_bytes(),
+            }
+        })
+        .collect();
+    for m in &sent {
+        queue.enqueue(m.clone()).await.expect("enqueue");
+    }
+    let got = received(sent.len()).await;
+    for m in &sent {
+        let job = &m.headers["jobId"];
+        let copy = got
+            .iter()
+            .find(|g| g.headers.get("jobId") == Some(job))
+            .unwrap_or_else(|| panic!("message for {job} received"));
+        assert_eq!(copy, m, "headers and body unchanged");
+    }
+}

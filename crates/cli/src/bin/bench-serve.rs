@@ -1,6 +1,7 @@
 //! End-to-end extraction bench: a real `fetcher serve` (POST a job, poll it to
 //! `completed`; the result is sealed v2 NDJSON in the local result directory) against
-//! `psql \copy` of the same table to a file, run in alternating turns in one run.
+//! the database's own export of the same table to a file (`psql \copy`, or `mysql -B`
+//! with `--mysql`), run in alternating turns in one run.
 //!
 //! ```text
 //! cargo build --profile bench -p fetcher --bin fetcher --bin bench-serve
@@ -8,11 +9,12 @@
 //! ```
 //!
 //! The table is `bench-extract`'s (bigint, uuid, text, numeric(18,4), int, bool,
-//! timestamptz, nullable text). Prints, per pair, both wall times and their ratio; then
+//! timestamptz, nullable text; MariaDB: the same in its types). Prints, per pair, both wall times and their ratio; then
 //! the median ratio, `serve`'s CPU seconds per job (from `/proc/<pid>/stat`), `psql`'s
 //! (its rusage), and `serve`'s peak RSS over one job (VmHWM, reset before each job
 //! through `/proc/<pid>/clear_refs`). Needs PostgreSQL on 127.0.0.1:5432 (user
-//! `postgres`, trust auth) and `psql`; creates and drops a scratch database.
+//! `postgres`, trust auth) and `psql`, or MariaDB on 127.0.0.1:3306 (root, no password)
+//! and `mysql`; creates and drops a scratch database.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -23,6 +25,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+/// The scratch MariaDB user's password (a local bench database only).
+const MARIA_PASSWORD: &str = "bench-only-password";
 const COLUMNS: [&str; 8] = ["id", "u", "t", "n", "i", "b", "ts", "nt"];
 
 struct Serve {
@@ -66,6 +70,102 @@ fn psql(db: &str, sql: &str) {
         .status()
         .expect("psql");
     assert!(st.success(), "psql failed: {sql}");
+}
+
+fn mysql(db: &str, sql: &str) -> Vec<u8> {
+    let out = Command::new("mysql")
+        .args(["-h", "127.0.0.1", "-u", "root", "-B", "-N", db, "-e", sql])
+        .output()
+        .expect("mysql");
+    assert!(out.status.success(), "mysql failed: {sql}");
+    out.stdout
+}
+
+/// Which database the bench runs against.
+#[derive(Clone, Copy, PartialEq)]
+enum Db {
+    Postgres,
+    Maria,
+}
+
+impl Db {
+    fn create(self, db: &str, rows: u64) {
+        match self {
+            Db::Postgres => {
+                psql("postgres", &format!("CREATE DATABASE {db}"));
+                psql(
+                    db,
+                    &format!(
+                        "CREATE TABLE bench (id bigint PRIMARY KEY, u uuid NOT NULL, t text NOT NULL, n numeric(18,4) NOT NULL, \
+                         i int NOT NULL, b bool NOT NULL, ts timestamptz NOT NULL, nt text); \
+                         INSERT INTO bench SELECT g, md5(g::text)::uuid, 'name-' || g, (g * 1.2345)::numeric(18,4), (g % 100000)::int, \
+                           g % 2 = 0, '2024-01-01T00:00:00Z'::timestamptz + g * interval '1 second', \
+                           CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || g END FROM generate_series(1, {rows}) g"
+                    ),
+                );
+                psql(db, "VACUUM ANALYZE bench");
+            }
+            Db::Maria => {
+                mysql("", &format!("CREATE DATABASE {db}"));
+                mysql(
+                    db,
+                    &format!(
+                        "CREATE TABLE bench (id bigint PRIMARY KEY, u char(36) NOT NULL, t varchar(64) NOT NULL, \
+                         n decimal(18,4) NOT NULL, i int NOT NULL, b bool NOT NULL, ts timestamp(6) NOT NULL, nt text); \
+                         INSERT INTO bench SELECT seq, uuid(), CONCAT('name-', seq), seq * 1.2345, seq % 100000, seq % 2 = 0, \
+                         TIMESTAMP '2024-01-01 00:00:00' + INTERVAL (seq % 100000000) SECOND, \
+                         IF(seq % 3 = 0, NULL, CONCAT('note ', seq)) FROM seq_1_to_{rows}"
+                    ),
+                );
+                // The API requires a password; root has none here.
+                mysql(
+                    db,
+                    &format!(
+                        "CREATE USER IF NOT EXISTS 'fetcher_bench'@'%' IDENTIFIED BY '{MARIA_PASSWORD}'; \
+                         GRANT SELECT ON {db}.* TO 'fetcher_bench'@'%'"
+                    ),
+                );
+            }
+        }
+    }
+
+    fn drop(self, db: &str) {
+        match self {
+            Db::Postgres => psql("postgres", &format!("DROP DATABASE {db} WITH (FORCE)")),
+            Db::Maria => {
+                mysql("", &format!("DROP DATABASE {db}"));
+            }
+        }
+    }
+
+    fn connection(self, db: &str) -> Value {
+        let (kind, port, user) = match self {
+            Db::Postgres => ("POSTGRESQL", 5432, "postgres"),
+            Db::Maria => ("MYSQL", 3306, "fetcher_bench"),
+        };
+        // PostgreSQL here uses trust auth (any password does).
+        json!({"configName": "bench", "type": kind, "host": "127.0.0.1", "port": port,
+            "databaseName": db, "userName": user, "password": MARIA_PASSWORD})
+    }
+
+    /// The database's own export to `out`: wall time and the client's CPU seconds.
+    fn export(self, db: &str, out: &Path) -> (Duration, f64) {
+        let cpu0 = children_cpu_seconds();
+        let started = Instant::now();
+        let select = format!("SELECT {} FROM bench ORDER BY id", COLUMNS.join(", "));
+        match self {
+            Db::Postgres => psql(db, &format!("\\copy ({select}) TO '{}'", out.display())),
+            Db::Maria => std::fs::write(out, mysql(db, &select)).unwrap(),
+        }
+        (started.elapsed(), children_cpu_seconds() - cpu0)
+    }
+
+    fn peer(self) -> &'static str {
+        match self {
+            Db::Postgres => "psql",
+            Db::Maria => "mysql",
+        }
+    }
 }
 
 fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
@@ -123,7 +223,17 @@ fn start_serve(fetcher: &Path, data_dir: &Path) -> Serve {
         .unwrap()
         .port();
     let child = Command::new(fetcher)
-        .args(["serve", "--workers", "1", "--drain-delay", "0", "--listen"])
+        // No result ceiling: the 10M-row result is over the default 256 MiB.
+        .args([
+            "serve",
+            "--workers",
+            "1",
+            "--drain-delay",
+            "0",
+            "--max-result-bytes",
+            "0",
+        ])
+        .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
         .arg("--data-dir")
         .arg(data_dir)
@@ -183,20 +293,6 @@ fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
     }
 }
 
-fn run_psql(db: &str, out: &Path) -> (Duration, f64) {
-    let cpu0 = children_cpu_seconds();
-    let started = Instant::now();
-    psql(
-        db,
-        &format!(
-            "\\copy (SELECT {} FROM bench ORDER BY id) TO '{}'",
-            COLUMNS.join(", "),
-            out.display()
-        ),
-    );
-    (started.elapsed(), children_cpu_seconds() - cpu0)
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -209,40 +305,31 @@ fn main() {
         "--fetcher",
         std::env::current_exe().unwrap().with_file_name("fetcher"),
     );
+    let kind = if std::env::args().any(|a| a == "--mysql") {
+        Db::Maria
+    } else {
+        Db::Postgres
+    };
     let db = format!("bench_serve_{}", std::process::id());
-    psql("postgres", &format!("CREATE DATABASE {db}"));
     let load = Instant::now();
-    psql(
-        &db,
-        &format!(
-            "CREATE TABLE bench (id bigint PRIMARY KEY, u uuid NOT NULL, t text NOT NULL, n numeric(18,4) NOT NULL, \
-             i int NOT NULL, b bool NOT NULL, ts timestamptz NOT NULL, nt text); \
-             INSERT INTO bench SELECT g, md5(g::text)::uuid, 'name-' || g, (g * 1.2345)::numeric(18,4), (g % 100000)::int, \
-               g % 2 = 0, '2024-01-01T00:00:00Z'::timestamptz + g * interval '1 second', \
-               CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || g END FROM generate_series(1, {rows}) g"
-        ),
-    );
-    psql(&db, "VACUUM ANALYZE bench");
+    kind.create(&db, rows);
     println!("loaded {rows} rows in {:.1?}", load.elapsed());
 
     let scratch = std::env::temp_dir().join(&db);
     let data_dir = scratch.join("data");
     std::fs::create_dir_all(&scratch).unwrap();
-    let copy_out = scratch.join("psql.txt");
+    let copy_out = scratch.join("export.txt");
     let serve = start_serve(&fetcher, &data_dir);
     let (status, v) = http(
         serve.port,
         "POST",
         "/v1/management/connections",
-        Some(
-            &json!({"configName": "bench", "type": "POSTGRESQL", "host": "127.0.0.1", "port": 5432,
-            "databaseName": db, "userName": "postgres", "password": "unused-with-trust-auth"}),
-        ),
+        Some(&kind.connection(&db)),
     );
     assert_eq!(status, 201, "{v}");
 
     // Warm both (page cache, connection setup, first-job effects).
-    run_psql(&db, &copy_out);
+    kind.export(&db, &copy_out);
     run_ours(&serve, &data_dir, 0);
 
     let mut ratios = Vec::new();
@@ -253,18 +340,19 @@ fn main() {
         // Alternate which goes first, so drift in the machine's load hits both.
         let (o, p) = if pair % 2 == 0 {
             let o = run_ours(&serve, &data_dir, pair + 1);
-            (o, run_psql(&db, &copy_out))
+            (o, kind.export(&db, &copy_out))
         } else {
-            let p = run_psql(&db, &copy_out);
+            let p = kind.export(&db, &copy_out);
             (run_ours(&serve, &data_dir, pair + 1), p)
         };
         let ratio = o.wall.as_secs_f64() / p.0.as_secs_f64();
         println!(
-            "pair {}: fetcher {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  psql {:>7.2?} (cpu {:.2} s)  ratio {ratio:.2}",
+            "pair {}: fetcher {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  {} {:>7.2?} (cpu {:.2} s)  ratio {ratio:.2}",
             pair + 1,
             o.wall,
             o.cpu,
             o.peak_mib,
+            kind.peer(),
             p.0,
             p.1
         );
@@ -278,7 +366,7 @@ fn main() {
     }
     let per_m = 1_000_000.0 / rows as f64;
     println!(
-        "median over {pairs} pairs: ratio fetcher/psql wall {:.2}; fetcher {:.2} s wall, {:.2} CPU-s per 1M rows, peak RSS {:.0} MiB (max {:.0}); psql {:.2} s wall, {:.2} CPU-s per 1M rows",
+        "median over {pairs} pairs: ratio fetcher/{peer} wall {:.2}; fetcher {:.2} s wall, {:.2} CPU-s per 1M rows, peak RSS {:.0} MiB (max {:.0}); {peer} {:.2} s wall, {:.2} CPU-s per 1M rows",
         median(ratios),
         median(ours_wall),
         median(ours_cpu) * per_m,
@@ -286,12 +374,14 @@ fn main() {
         peaks.iter().copied().fold(0.0, f64::max),
         median(psql_wall),
         median(psql_cpu) * per_m,
+        peer = kind.peer(),
     );
     println!(
-        "sizes: sealed NDJSON {size} bytes, psql text {} bytes",
+        "sizes: sealed NDJSON {size} bytes, {} text {} bytes",
+        kind.peer(),
         std::fs::metadata(&copy_out).map(|m| m.len()).unwrap_or(0)
     );
     drop(serve);
     let _ = std::fs::remove_dir_all(&scratch);
-    psql("postgres", &format!("DROP DATABASE {db} WITH (FORCE)"));
+    kind.drop(&db);
 }
