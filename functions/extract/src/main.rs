@@ -13,12 +13,6 @@ use serde_json::Value;
 #[cfg(panic = "abort")]
 compile_error!("the extract function must be built with panic = \"unwind\"");
 
-// mimalloc instead of glibc's allocator: the extraction path allocates per value (a
-// connector's decoded strings, the row vectors), and under glibc malloc/free were a fifth
-// of the CPU of an extraction (README, "Benchmarks").
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     init_json_logging();
