@@ -217,6 +217,20 @@ async fn master_keys_come_from_the_secret_and_survive_a_rotation() {
     assert!(reloaded.get(&v1).is_ok());
 }
 
+/// One receive of up to 10 messages with their attributes, waiting at most a second.
+async fn receive(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+    sqs.receive_message()
+        .queue_url(url)
+        .message_attribute_names("All")
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default()
+}
+
 #[tokio::test]
 async fn sqs_job_queue_conforms() {
     // A queue of its own, so no other test's reader hides these messages.
@@ -239,18 +253,9 @@ async fn sqs_job_queue_conforms() {
         Box::pin(async move {
             let mut got = Vec::new();
             for _ in 0..10 {
-                let batch = sqs
-                    .receive_message()
-                    .queue_url(&url)
-                    .message_attribute_names("All")
-                    .max_number_of_messages(10)
-                    .wait_time_seconds(1)
-                    .send()
-                    .await
-                    .unwrap();
                 got.extend(
-                    batch
-                        .messages()
+                    receive(&sqs, &url)
+                        .await
                         .iter()
                         .map(fetcher_aws::sqs::queue_message_from_sdk),
                 );
@@ -283,18 +288,8 @@ async fn sqs_carries_the_envelope_headers_and_body() {
         body: br#"{"jobId":"j-1","mappedFields":{}}"#.to_vec(),
     };
     queue.enqueue(msg.clone()).await.unwrap();
-    let got = c
-        .sqs
-        .receive_message()
-        .queue_url(&r.queue_url)
-        .message_attribute_names("All")
-        .max_number_of_messages(10)
-        .wait_time_seconds(1)
-        .send()
-        .await
-        .unwrap();
+    let got = receive(&c.sqs, &r.queue_url).await;
     let m = got
-        .messages()
         .iter()
         .find(|m| m.body().is_some_and(|b| b.contains("j-1")))
         .expect("message received");

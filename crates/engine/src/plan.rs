@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use crate::context::Context;
 use crate::engine::Engine;
 use crate::error::{Category, EngineError, Result, msg};
-use crate::filter::Filters;
 use crate::tenant::TenantContext;
 use crate::types::*;
 
@@ -67,7 +66,8 @@ impl Engine {
             return Err(EngineError::validation(msg::DATASOURCE_COUNT));
         }
 
-        let filters = check_filter_targets(request)?;
+        check_filter_targets(request)?;
+        let filters = &request.filters;
         let no_filters = BTreeMap::new();
         let validation = ValidationRequest {
             datasources: request
@@ -182,7 +182,7 @@ fn sorted(v: &[String]) -> Vec<String> {
 /// Every filter must target a selected table of a selected datasource: a filter that
 /// cannot apply fails the request, never widens it. (The reference passed such filters to
 /// connectors unvalidated.)
-fn check_filter_targets(request: &ExtractionRequest) -> Result<&Filters> {
+fn check_filter_targets(request: &ExtractionRequest) -> Result<()> {
     for (config, tables) in &request.filters {
         let selected = match request.mapped_fields.get(config) {
             Some(selection) => tables.keys().all(|t| selection.contains_key(t)),
@@ -192,5 +192,5 @@ fn check_filter_targets(request: &ExtractionRequest) -> Result<&Filters> {
             return Err(EngineError::validation(msg::PLAN_SCHEMA_INVALID));
         }
     }
-    Ok(&request.filters)
+    Ok(())
 }

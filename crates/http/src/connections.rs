@@ -1,13 +1,14 @@
 //! Connection operations (docs/api.md): DTOs, the two validation layers, listing and
 //! paging, and the handlers, over the typed `fetcher_host::connection::ConnectionRecord`.
 //!
-//! Long because listing and paging still happen here, over the whole tenant's records;
-//! when the stores page (docs/api.md, "Lists"), this file splits into DTOs, validation
-//! and handlers.
+//! Long, and one file, because the routes share the DTOs and both validation layers, and
+//! listing filters and pages here over the tenant's records: every store is bounded per
+//! tenant by the connection cap, and product and metadata live inside each record, so a
+//! store-side page would read the same records (docs/api.md, "Lists").
 //!
 //! The engine stores a secret-free [`ConnectionDescriptor`]; the API's richer record
 //! (UUID identity, product, metadata, SSL CA / client certificate, timestamps) travels in
-//! its host attributes under the keys of [`super::attr`]. The password goes through the
+//! its host attributes, encoded and decoded only by `ConnectionRecord`'s codec. The password goes through the
 //! engine's encrypted persistence (the credential protector) and is never returned.
 
 use std::collections::BTreeMap;
