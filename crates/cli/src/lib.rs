@@ -3,12 +3,13 @@
 //! | command | module |
 //! |---|---|
 //! | `fetcher serve [--demo]` | [`serve`]: the API and the extraction worker in one process, on the embedded adapters |
-//! | `fetcher result open <path\|job-id>` | [`result`]: verify and decrypt a sealed result (v1 or v2) to stdout |
+//! | `fetcher result open <path\|job-id>` | [`result`]: verify and decrypt a sealed result (v1 or v2) to stdout; [`parts`]: a Parquet job's files into `--output-dir` |
 //! | `fetcher keys generate` | [`keys`]: print a new master key |
 
 pub mod demo;
 pub mod http_server;
 pub mod keys;
+pub mod parts;
 pub mod result;
 pub mod serve;
 pub mod webhook;

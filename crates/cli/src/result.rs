@@ -1,4 +1,5 @@
-//! `fetcher result open`: verify and decrypt a sealed result to stdout.
+//! `fetcher result open`: verify and decrypt a sealed result to stdout, or a Parquet
+//! job's files into a directory (`--output-dir`, docs/results.md, "Parquet results").
 //!
 //! v2 objects (NDJSON in authenticated frames) are opened as a stream: each frame is
 //! written out only after it authenticated, and a truncated, reordered or tampered
@@ -41,6 +42,10 @@ pub struct OpenArgs {
     /// Hide the progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Write a Parquet job's files here (`<config>.<table>.parquet`), each verified
+    /// against the manifest's HMAC and SHA-256 before it gets its name.
+    #[arg(long)]
+    pub output_dir: Option<PathBuf>,
 }
 
 pub async fn run(cmd: ResultCommand) -> Result<()> {
@@ -53,6 +58,8 @@ struct Target {
     file: PathBuf,
     hmac: Option<String>,
     job_id: Option<String>,
+    /// What the job says it is (opened by path: unknown).
+    format: Option<ResultFormat>,
 }
 
 async fn locate(args: &OpenArgs) -> Result<Target> {
@@ -75,6 +82,7 @@ async fn locate(args: &OpenArgs) -> Result<Target> {
             file: args.data_dir.join("results").join(&result.path),
             hmac: Some(result.hmac),
             job_id: Some(job.id),
+            format: Some(result.format),
         });
     }
     let direct = Path::new(&args.target);
@@ -87,6 +95,7 @@ async fn locate(args: &OpenArgs) -> Result<Target> {
         file,
         hmac: args.hmac.clone(),
         job_id: None,
+        format: None,
     })
 }
 
@@ -101,7 +110,7 @@ fn uuid_like(s: &str) -> bool {
         })
 }
 
-fn progress(len: u64, quiet: bool) -> ProgressBar {
+pub(crate) fn progress(len: u64, quiet: bool) -> ProgressBar {
     if quiet || len < 8 * 1024 * 1024 {
         return ProgressBar::hidden();
     }
@@ -118,6 +127,19 @@ fn progress(len: u64, quiet: bool) -> ProgressBar {
 async fn open(args: OpenArgs) -> Result<()> {
     let target = locate(&args).await?;
     let ring = ring_for(&args.data_dir).await?;
+    if let Some(dir) = &args.output_dir {
+        return crate::parts::open_parts(
+            &ring,
+            &target.file,
+            target.hmac.as_deref(),
+            dir,
+            args.quiet,
+        )
+        .await;
+    }
+    if target.format == Some(ResultFormat::Parquet) {
+        bail!("a parquet result is a set of files: pass --output-dir DIR");
+    }
     let mut file = tokio::fs::File::open(&target.file)
         .await
         .with_context(|| format!("opening {}", target.file.display()))?;
@@ -131,7 +153,7 @@ async fn open(args: OpenArgs) -> Result<()> {
     let bar = progress(len, args.quiet);
     let mut stdout = tokio::io::stdout();
     match format {
-        ResultFormat::V2 => {
+        ResultFormat::V2 | ResultFormat::Parquet => {
             open_v2(&ring, &target, &head[..n], &mut file, &mut stdout, &bar).await?
         }
         ResultFormat::V1 => {
@@ -167,6 +189,19 @@ async fn open_v2(
     if let Some(h) = &target.hmac {
         opener = opener.expect_hmac(h);
     }
+    stream_open(opener, head, file, out, bar, |_| {}).await
+}
+
+/// Streams a v2 object through `opener` into `out`, frame by frame, handing every
+/// authenticated plaintext chunk to `seen` too (a digest).
+pub(crate) async fn stream_open<W: tokio::io::AsyncWrite + Unpin>(
+    mut opener: Opener,
+    head: &[u8],
+    file: &mut tokio::fs::File,
+    out: &mut W,
+    bar: &ProgressBar,
+    mut seen: impl FnMut(&[u8]),
+) -> Result<()> {
     let mut plain = Vec::with_capacity(256 * 1024);
     let mut buf = vec![0u8; 256 * 1024];
     let mut chunk = head.to_vec();
@@ -176,6 +211,7 @@ async fn open_v2(
                 .update_into(&chunk, &mut plain)
                 .map_err(|e| anyhow::anyhow!("{e}; output is incomplete"))?;
             bar.inc(chunk.len() as u64);
+            seen(&plain);
             out.write_all(&plain).await?;
             plain.clear();
         }

@@ -91,9 +91,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 12, env = "FETCHER_DRAIN_DELAY")]
     pub drain_delay: u64,
     /// Result format when a job does not ask: `v2` (streamed; as large as
-    /// --max-result-bytes allows) or `v1` (the reference's format, for consumers built for
-    /// it; built in memory, at most 256 MiB).
-    #[arg(long, default_value = "v2", value_parser = ["v1", "v2"], env = "FETCHER_RESULT_FORMAT")]
+    /// --max-result-bytes allows), `v1` (the reference's format, for consumers built for
+    /// it; built in memory, at most 256 MiB) or `parquet` (one file per table).
+    #[arg(long, default_value = "v2", value_parser = ["v1", "v2", "parquet"], env = "FETCHER_RESULT_FORMAT")]
     pub result_format: String,
     /// Also POST every terminal event to this http:// URL (a failure keeps the event
     /// pending; the repair pass retries).
@@ -295,22 +295,26 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         max_result_bytes: args.extraction.max_result_bytes(),
     })?;
     let queue = InProcessQueue::new();
-    let pipeline = Arc::new(ports.pipeline(
-        engine.clone(),
-        events,
-        // Short leases: after a crash the next start takes orphaned jobs over quickly.
-        PipelineConfig {
-            lease: Duration::from_secs(30),
-            retry_budget: Duration::from_secs(args.retry_budget),
-            progress_interval: args.extraction.progress_interval(),
-            default_format: if args.result_format == "v1" {
-                ResultFormat::V1
-            } else {
-                ResultFormat::V2
-            },
-            ..Default::default()
-        },
-    ));
+    let pipeline = Arc::new(
+        ports
+            .pipeline(
+                engine.clone(),
+                events,
+                // Short leases: after a crash the next start takes orphaned jobs over quickly.
+                PipelineConfig {
+                    lease: Duration::from_secs(30),
+                    retry_budget: Duration::from_secs(args.retry_budget),
+                    progress_interval: args.extraction.progress_interval(),
+                    default_format: match args.result_format.as_str() {
+                        "v1" => ResultFormat::V1,
+                        "parquet" => ResultFormat::Parquet,
+                        _ => ResultFormat::V2,
+                    },
+                    ..Default::default()
+                },
+            )
+            .with_table_format(Arc::new(fetcher_parquet::ParquetFormat::new())),
+    );
 
     let state = AppState::new(
         AppDeps {

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use fetcher_engine::{SchemaSnapshot, TableSnapshot};
+use fetcher_engine::{ColumnType, SchemaSnapshot, TableSnapshot};
 
 use crate::Dialect;
 
@@ -52,6 +52,29 @@ pub struct ColumnInfo {
     pub pg_raw_bytes: bool,
     /// Whether `ORDER BY col` works natively (PG `json`, `xml`, … do not).
     pub orderable: bool,
+    /// The type a typed result format (Parquet) writes the column as (docs/parquet.md).
+    pub ctype: ColumnType,
+}
+
+/// `DECIMAL(p, s)` of a declared type name (`numeric(18,4)`, `decimal(15,2) unsigned`,
+/// `decimal(10)`), when precision and scale fit a typed decimal (`0 <= s <= p <= 76`,
+/// the widest Parquet decimal Arrow writes). `None`: unbounded or out of that range, so
+/// the column is written as text.
+pub fn decimal_type(type_name: &str) -> Option<ColumnType> {
+    let args = type_name.split_once('(')?.1.split_once(')')?.0;
+    let mut it = args.split(',').map(|a| a.trim().parse::<i64>());
+    let precision = it.next()?.ok()?;
+    let scale = match it.next() {
+        Some(s) => s.ok()?,
+        None => 0,
+    };
+    if it.next().is_some() || !(1..=76).contains(&precision) || !(0..=precision).contains(&scale) {
+        return None;
+    }
+    Some(ColumnType::Decimal {
+        precision: precision as u8,
+        scale: scale as u8,
+    })
 }
 
 #[derive(Debug, Clone)]

@@ -474,6 +474,7 @@ mod tests {
             pg_text_cast: false,
             pg_raw_bytes: false,
             orderable: true,
+            ctype: fetcher_engine::ColumnType::Unknown,
         };
         TableInfo {
             schema: "public".into(),

@@ -8,10 +8,10 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{ConnectOptions, Connection, Row, ValueRef};
 use tokio::sync::mpsc;
 
-use fetcher_engine::{ConnectionDescriptor, Result, Row as ERow, RowBatch, Value};
+use fetcher_engine::{ColumnType, ConnectionDescriptor, Result, Row as ERow, RowBatch, Value};
 
 use crate::Dialect;
-use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo};
+use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo, decimal_type};
 use crate::error::{decode_failed, discover_failed, query_failed};
 use crate::filter::Bind;
 use crate::host::DialTarget;
@@ -46,6 +46,32 @@ pub fn options(
 pub async fn connect(o: &MySqlConnectOptions) -> std::result::Result<MySqlConnection, sqlx::Error> {
     crate::tls_provider();
     o.connect().await
+}
+
+/// The Parquet type of a MySQL/MariaDB column (docs/parquet.md): integers by width and
+/// sign, `TIME` as text (it spans ±838 hours, beyond a time of day).
+fn column_type(data_type: &str, column_type: &str, kind: Kind) -> ColumnType {
+    let unsigned = column_type.contains("unsigned");
+    let int = |signed, unsigned_type| if unsigned { unsigned_type } else { signed };
+    match (data_type, kind) {
+        ("tinyint", _) => int(ColumnType::Int8, ColumnType::UInt8),
+        ("smallint", _) => int(ColumnType::Int16, ColumnType::UInt16),
+        ("mediumint" | "int" | "integer", _) => int(ColumnType::Int32, ColumnType::UInt32),
+        ("bigint", _) => int(ColumnType::Int64, ColumnType::UInt64),
+        ("year", _) => ColumnType::Int16,
+        ("bit", _) => ColumnType::UInt64,
+        ("float", _) => ColumnType::Float32,
+        ("double" | "real", _) => ColumnType::Float64,
+        ("decimal" | "numeric", _) => decimal_type(column_type).unwrap_or(ColumnType::Unknown),
+        ("date", _) => ColumnType::Date,
+        ("datetime", _) => ColumnType::Timestamp,
+        ("timestamp", _) => ColumnType::TimestampTz,
+        ("uuid", _) => ColumnType::Uuid,
+        (_, Kind::Json) => ColumnType::Json,
+        (_, Kind::Text) => ColumnType::Text,
+        (_, Kind::Bytes) => ColumnType::Bytes,
+        _ => ColumnType::Unknown,
+    }
 }
 
 fn kind_of(data_type: &str, column_type: &str) -> Kind {
@@ -136,6 +162,7 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
             kind = Kind::Json;
         }
         t.columns.push(ColumnInfo {
+            ctype: self::column_type(&data_type, &column_type, kind),
             name: column,
             kind,
             type_name: column_type,
@@ -314,6 +341,7 @@ async fn stream_table(
         q = bind(q, b);
     }
     let mut rows = Vec::with_capacity(BATCH_ROWS);
+    let mut sent_any = false;
     let mut stream = q.fetch(&mut *conn);
     while let Some(row) = stream.try_next().await.map_err(query_failed)? {
         let vals = plan
@@ -324,6 +352,7 @@ async fn stream_table(
             .collect::<Result<Vec<_>>>()?;
         rows.push(ERow::new(plan.columns.clone(), vals));
         if rows.len() >= BATCH_ROWS {
+            sent_any = true;
             let batch = RowBatch::new(plan.key.clone(), std::mem::take(&mut rows));
             if tx.send(Msg::Batch(batch)).await.is_err() {
                 return Ok(false);
@@ -332,6 +361,11 @@ async fn stream_table(
     }
     if !rows.is_empty() {
         let batch = RowBatch::new(plan.key.clone(), rows);
+        return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
+    }
+    if !sent_any {
+        // A table without rows is announced, so typed formats can write its columns.
+        let batch = RowBatch::empty(plan.key.clone(), plan.columns.clone());
         return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
     }
     Ok(true)

@@ -6,10 +6,10 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow};
 use sqlx::{ConnectOptions, Connection, Row, ValueRef};
 use tokio::sync::mpsc;
 
-use fetcher_engine::{ConnectionDescriptor, Result, Row as ERow, RowBatch, Value};
+use fetcher_engine::{ColumnType, ConnectionDescriptor, Result, Row as ERow, RowBatch, Value};
 
 use crate::Dialect;
-use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo, table_key};
+use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo, decimal_type, table_key};
 use crate::error::{decode_failed, discover_failed, query_failed};
 use crate::filter::Bind;
 use crate::host::DialTarget;
@@ -81,6 +81,40 @@ fn kind_of(o: u32) -> Kind {
     }
 }
 
+/// The Parquet type of a PostgreSQL column (docs/parquet.md): by the effective type's
+/// OID; arrays as JSON; text read as raw bytes (`SQL_ASCII`) as text; the rest as text.
+fn column_type(effective: u32, kind: Kind, type_name: &str, array: bool, raw: bool) -> ColumnType {
+    if raw {
+        return if kind == Kind::Json {
+            ColumnType::Json
+        } else {
+            ColumnType::Text
+        };
+    }
+    if array {
+        return ColumnType::Json;
+    }
+    match effective {
+        oid::INT2 => ColumnType::Int16,
+        oid::INT4 => ColumnType::Int32,
+        oid::INT8 => ColumnType::Int64,
+        oid::OID => ColumnType::UInt32,
+        oid::FLOAT4 => ColumnType::Float32,
+        oid::FLOAT8 => ColumnType::Float64,
+        oid::NUMERIC => decimal_type(type_name).unwrap_or(ColumnType::Unknown),
+        oid::BOOL => ColumnType::Bool,
+        oid::UUID => ColumnType::Uuid,
+        oid::DATE => ColumnType::Date,
+        oid::TIMESTAMP => ColumnType::Timestamp,
+        oid::TIMESTAMPTZ => ColumnType::TimestampTz,
+        oid::TIME => ColumnType::Time,
+        oid::JSON | oid::JSONB => ColumnType::Json,
+        oid::BYTEA => ColumnType::Bytes,
+        _ if kind == Kind::Text => ColumnType::Text,
+        _ => ColumnType::Unknown,
+    }
+}
+
 /// Every table of every non-system schema the user may `SELECT` from (regular and
 /// partitioned tables, partitions included, temporary tables excluded).
 pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
@@ -144,6 +178,23 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
                         | Kind::Bytes
                 ),
             orderable: effective != oid::JSON && category != "A",
+            ctype: ColumnType::Unknown,
+        };
+        let info = ColumnInfo {
+            ctype: if supported {
+                column_type(
+                    effective,
+                    kind,
+                    &info.type_name,
+                    category == "A",
+                    info.pg_raw_bytes,
+                )
+            } else if kind == Kind::Text {
+                ColumnType::Text
+            } else {
+                ColumnType::Unknown
+            },
+            ..info
         };
         let same = matches!(&current, Some((t, _)) if t.schema == schema && t.name == table);
         if !same {
@@ -205,6 +256,21 @@ async fn send(tx: &mpsc::Sender<Msg>, plan: &TablePlan, rows: &mut Vec<ERow>) ->
     tx.send(Msg::Batch(batch)).await.is_ok()
 }
 
+/// The last batch of a table: its remaining rows, or the announcement of a table that
+/// had none (so typed formats can still write its columns).
+async fn send_last(
+    tx: &mpsc::Sender<Msg>,
+    plan: &TablePlan,
+    rows: &mut Vec<ERow>,
+    sent_any: bool,
+) -> bool {
+    if rows.is_empty() && !sent_any {
+        let batch = RowBatch::empty(plan.key.clone(), plan.columns.clone());
+        return tx.send(Msg::Batch(batch)).await.is_ok();
+    }
+    send(tx, plan, rows).await
+}
+
 async fn stream_table(
     conn: &mut PgConnection,
     plan: &TablePlan,
@@ -212,6 +278,7 @@ async fn stream_table(
 ) -> Result<bool> {
     let decoders = pg_decoders(plan);
     let mut rows = Vec::with_capacity(BATCH_ROWS);
+    let mut sent_any = false;
     if plan.copy {
         let sql = format!("COPY ({}) TO STDOUT (FORMAT binary)", plan.sql);
         let mut stream = conn.copy_out_raw(&sql).await.map_err(query_failed)?;
@@ -222,8 +289,11 @@ async fn stream_table(
                     rows.push(ERow::new(plan.columns.clone(), vals));
                 })
                 .map_err(|_| decode_failed())?;
-            if rows.len() >= BATCH_ROWS && !send(tx, plan, &mut rows).await {
-                return Ok(false);
+            if rows.len() >= BATCH_ROWS {
+                sent_any = true;
+                if !send(tx, plan, &mut rows).await {
+                    return Ok(false);
+                }
             }
         }
         if !parser.finished {
@@ -240,12 +310,15 @@ async fn stream_table(
                 plan.columns.clone(),
                 decode_row(&row, &decoders)?,
             ));
-            if rows.len() >= BATCH_ROWS && !send(tx, plan, &mut rows).await {
-                return Ok(false);
+            if rows.len() >= BATCH_ROWS {
+                sent_any = true;
+                if !send(tx, plan, &mut rows).await {
+                    return Ok(false);
+                }
             }
         }
     }
-    Ok(send(tx, plan, &mut rows).await)
+    Ok(send_last(tx, plan, &mut rows, sent_any).await)
 }
 
 /// The producer: streams every planned table in order, then closes the connection.

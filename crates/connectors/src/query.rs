@@ -158,7 +158,7 @@ pub fn plan(
         let sql = select_sql(dialect, table, &selected, &w);
         plans.push(TablePlan {
             key: Arc::from(requested.as_str()),
-            columns: Columns::new(selected.iter().map(|c| c.name.clone())),
+            columns: Columns::typed(selected.iter().map(|c| (c.name.clone(), c.ctype))),
             copy: copy_fast_path && dialect == Dialect::Postgres && w.binds.is_empty(),
             selected,
             sql,

@@ -9,7 +9,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
 use sqlx::{ConnectOptions, Connection, Row, TypeInfo, ValueRef};
 use tokio::sync::mpsc;
 
-use fetcher_engine::{Result, Row as ERow, RowBatch, Value};
+use fetcher_engine::{ColumnType, Result, Row as ERow, RowBatch, Value};
 
 use crate::Dialect;
 use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo};
@@ -64,6 +64,20 @@ pub fn kind_of(declared: &str) -> Kind {
     }
 }
 
+/// The Parquet type of a SQLite column (docs/parquet.md), by its declared type: only what
+/// SQLite's storage classes hold exactly gets a typed column; dates and times (stored as
+/// text, or as numbers) and decimals (the stored number's text) are text.
+pub fn column_type(kind: Kind) -> ColumnType {
+    match kind {
+        Kind::Int | Kind::Bool => ColumnType::Int64,
+        Kind::Float => ColumnType::Float64,
+        Kind::Json => ColumnType::Json,
+        Kind::Bytes => ColumnType::Bytes,
+        Kind::Text | Kind::Uuid => ColumnType::Text,
+        _ => ColumnType::Unknown,
+    }
+}
+
 pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
@@ -96,6 +110,7 @@ pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
                     .map(|(name, ty, _)| ColumnInfo {
                         name,
                         kind: kind_of(&ty),
+                        ctype: column_type(kind_of(&ty)),
                         type_name: ty,
                         pg_oid: 0,
                         pg_text_cast: false,
@@ -180,6 +195,7 @@ async fn stream_table(
         q = bind(q, b);
     }
     let mut rows = Vec::with_capacity(BATCH_ROWS);
+    let mut sent_any = false;
     let mut stream = q.fetch(&mut *conn);
     while let Some(row) = stream.try_next().await.map_err(query_failed)? {
         let vals = plan
@@ -190,6 +206,7 @@ async fn stream_table(
             .collect::<Result<Vec<_>>>()?;
         rows.push(ERow::new(plan.columns.clone(), vals));
         if rows.len() >= BATCH_ROWS {
+            sent_any = true;
             let batch = RowBatch::new(plan.key.clone(), std::mem::take(&mut rows));
             if tx.send(Msg::Batch(batch)).await.is_err() {
                 return Ok(false);
@@ -198,6 +215,11 @@ async fn stream_table(
     }
     if !rows.is_empty() {
         let batch = RowBatch::new(plan.key.clone(), rows);
+        return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
+    }
+    if !sent_any {
+        // A table without rows is announced, so typed formats can write its columns.
+        let batch = RowBatch::empty(plan.key.clone(), plan.columns.clone());
         return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
     }
     Ok(true)

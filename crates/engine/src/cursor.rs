@@ -40,10 +40,7 @@ impl EagerCursor {
             if let Some((table, rows)) = &mut self.current {
                 let batch: Vec<Row> = rows.by_ref().take(EAGER_BATCH_ROWS).collect();
                 if !batch.is_empty() {
-                    return Ok(Some(RowBatch {
-                        table: table.clone(),
-                        rows: batch,
-                    }));
+                    return Ok(Some(RowBatch::new(table.clone(), batch)));
                 }
             }
             match self.tables.next() {

@@ -227,6 +227,13 @@ pub mod msg {
     pub const RESULT_TOO_LARGE: &str = "extraction result exceeds the configured size limit";
     pub const PERSIST_FAILED: &str = "failed to persist extraction result";
     pub const APPLIED_BY_INVALID: &str = "result protection appliedBy is invalid";
+    /// A typed format (Parquet) met a value its column's type cannot hold (a MySQL zero
+    /// date in a `DATE` column, SQLite text in an `INTEGER` column, …). Deterministic:
+    /// retrying cannot help; NDJSON carries every value.
+    pub const VALUE_NOT_REPRESENTABLE: &str =
+        "a value cannot be represented in the requested result format";
+    /// The configured sink stores single-stream results only.
+    pub const PARTS_UNSUPPORTED: &str = "result sink cannot store multi-part results";
     /// Written to the execution store when a failure is not an `EngineError`.
     pub const EXECUTION_FAILED: &str = "execution failed";
     pub const SINK_UNAVAILABLE: &str = "result sink unavailable";

@@ -35,11 +35,13 @@ use crate::context::{Context, Done};
 use crate::engine::Engine;
 use crate::error::{Category, EngineError, Result, msg};
 use crate::json::Encoder;
-use crate::ports::{Connector, ResultStreamWriter};
+use crate::ports::{
+    Connector, ResultObject, ResultSink, ResultStreamWriter, TableEncoder, TableFormat,
+};
 use crate::tenant::TenantContext;
 use crate::time::Timestamp;
 use crate::types::*;
-use crate::value::{Row, RowBatch};
+use crate::value::{Columns, Row, RowBatch};
 
 /// Rows per NDJSON hand-off batch.
 ///
@@ -150,11 +152,15 @@ enum Sink<'a> {
     Direct(&'a mut BTreeMap<String, Vec<Row>>),
     /// Encode them as NDJSON and hand them to the writer.
     Store(&'a mut Producer),
+    /// Encode each table as a file of a [`TableFormat`] and hand the bytes to the writer.
+    Parts(&'a mut PartProducer),
 }
 
 impl Sink<'_> {
     async fn accept(&mut self, ctx: &Context, batch: RowBatch) -> Result<()> {
         match self {
+            // A table announced without rows adds nothing to the document.
+            Sink::Direct(_) if batch.rows.is_empty() => Ok(()),
             Sink::Direct(tables) => {
                 tables
                     .entry(batch.table.to_string())
@@ -163,6 +169,7 @@ impl Sink<'_> {
                 Ok(())
             }
             Sink::Store(p) => p.push(ctx, batch).await,
+            Sink::Parts(p) => p.push(ctx, batch).await,
         }
     }
 }
@@ -173,6 +180,10 @@ struct Batch {
     rows: i64,
     /// Tables of the step that ended before this batch's last row (progress only).
     tables_ended: u64,
+    /// Parts mode: the table whose part begins with this batch.
+    opens: Option<Arc<str>>,
+    /// Parts mode: this batch ends its part.
+    closes: bool,
 }
 
 /// Encodes a step's rows into 1024-row batches and hands them off with back-pressure.
@@ -264,15 +275,228 @@ impl Producer {
             bytes: std::mem::replace(&mut self.buf, self.pool.take()),
             rows: self.rows,
             tables_ended: std::mem::take(&mut self.tables_ended),
+            opens: None,
+            closes: false,
         };
         self.rows = 0;
-        match ctx.run(self.tx.send(batch)).await {
-            Ok(Ok(())) => Ok(()),
-            // The writer stopped: the run is failing; report cancellation.
-            Ok(Err(_)) => Err(ctx.err().unwrap_or(Done::Canceled).into()),
-            Err(d) => Err(d.into()),
+        hand_off(ctx, &self.tx, batch).await
+    }
+}
+
+/// Sends a batch to the writer, waiting for room (back-pressure).
+async fn hand_off(ctx: &Context, tx: &mpsc::Sender<Batch>, batch: Batch) -> Result<()> {
+    match ctx.run(tx.send(batch)).await {
+        Ok(Ok(())) => Ok(()),
+        // The writer stopped: the run is failing; report cancellation.
+        Ok(Err(_)) => Err(ctx.err().unwrap_or(Done::Canceled).into()),
+        Err(d) => Err(d.into()),
+    }
+}
+
+/// Encodes a step's tables with a [`TableFormat`], one part per table, and hands the
+/// bytes off in pieces of about [`BATCH_BUFFER_CAPACITY`], marking where parts begin
+/// and end. The encoder bounds its own memory (e.g. Parquet row groups by size).
+struct PartProducer {
+    format: Arc<dyn TableFormat>,
+    current: Option<(Arc<str>, Box<dyn TableEncoder>)>,
+    /// Tables that got a part, to give the unannounced ones theirs at the end.
+    seen: Vec<Arc<str>>,
+    /// The table whose part the next hand-off begins.
+    opens: Option<Arc<str>>,
+    buf: Vec<u8>,
+    rows: i64,
+    tx: mpsc::Sender<Batch>,
+    pool: BufferPool,
+}
+
+impl PartProducer {
+    fn new(format: Arc<dyn TableFormat>, tx: mpsc::Sender<Batch>, pool: BufferPool) -> Self {
+        PartProducer {
+            format,
+            current: None,
+            seen: Vec::new(),
+            opens: None,
+            buf: pool.take(),
+            rows: 0,
+            tx,
+            pool,
         }
     }
+
+    async fn push(&mut self, ctx: &Context, batch: RowBatch) -> Result<()> {
+        if self.current.as_ref().is_none_or(|(t, _)| *t != batch.table) {
+            self.end_part(ctx).await?;
+            let Some(columns) = batch.columns().cloned() else {
+                return Ok(()); // an empty batch that names no columns says nothing
+            };
+            self.begin_part(batch.table.clone(), &columns)?;
+        }
+        let (_, encoder) = self.current.as_mut().expect("begun above");
+        encoder.push(&batch.rows, &mut self.buf)?;
+        self.rows += batch.rows.len() as i64;
+        if self.buf.len() >= BATCH_BUFFER_CAPACITY {
+            self.send(ctx, false).await?;
+        }
+        Ok(())
+    }
+
+    fn begin_part(&mut self, table: Arc<str>, columns: &Arc<Columns>) -> Result<()> {
+        let encoder = self.format.encoder(columns)?;
+        self.seen.push(table.clone());
+        self.opens = Some(table.clone());
+        self.current = Some((table, encoder));
+        Ok(())
+    }
+
+    async fn end_part(&mut self, ctx: &Context) -> Result<()> {
+        let Some((_, encoder)) = self.current.take() else {
+            return Ok(());
+        };
+        encoder.finish(&mut self.buf)?;
+        self.send(ctx, true).await
+    }
+
+    /// Ends the last part, then writes a part for every table of the step the connector
+    /// did not announce (no batch at all): its columns are the selected field names,
+    /// untyped.
+    async fn finish(&mut self, ctx: &Context, step: &PlanStep) -> Result<()> {
+        self.end_part(ctx).await?;
+        for table in &step.tables {
+            if self.seen.iter().any(|t| **t == **table) {
+                continue;
+            }
+            let columns = Columns::new(step.fields.get(table).cloned().unwrap_or_default());
+            self.begin_part(Arc::from(table.as_str()), &columns)?;
+            self.end_part(ctx).await?;
+        }
+        Ok(())
+    }
+
+    async fn send(&mut self, ctx: &Context, closes: bool) -> Result<()> {
+        let batch = Batch {
+            bytes: std::mem::replace(&mut self.buf, self.pool.take()),
+            rows: std::mem::take(&mut self.rows),
+            tables_ended: u64::from(closes),
+            opens: self.opens.take(),
+            closes,
+        };
+        hand_off(ctx, &self.tx, batch).await
+    }
+}
+
+/// Where the ordered writer puts the batches of a store-mode run.
+enum Output<'w> {
+    /// One NDJSON stream, hashed as it goes.
+    Stream {
+        writer: &'w mut dyn ResultStreamWriter,
+        hasher: Sha256,
+    },
+    /// One object per table (then a manifest, written by the caller).
+    Parts(PartsOutput<'w>),
+}
+
+impl Output<'_> {
+    async fn write(&mut self, run: &Context, config: &str, batch: &Batch) -> Result<()> {
+        match self {
+            Output::Stream { writer, hasher } => {
+                writer.write(run, &batch.bytes).await?;
+                hasher.update(&batch.bytes);
+                Ok(())
+            }
+            Output::Parts(parts) => parts.write(run, config, batch).await,
+        }
+    }
+}
+
+struct OpenPart {
+    config: String,
+    table: String,
+    writer: Box<dyn ResultStreamWriter>,
+    hasher: Sha256,
+    rows: i64,
+    bytes: i64,
+}
+
+struct PartsOutput<'w> {
+    sink: &'w dyn ResultSink,
+    tenant: &'w TenantContext,
+    job_id: &'w str,
+    extension: &'static str,
+    open: Option<OpenPart>,
+    done: Vec<ResultPart>,
+}
+
+impl PartsOutput<'_> {
+    async fn write(&mut self, run: &Context, config: &str, batch: &Batch) -> Result<()> {
+        if let Some(table) = &batch.opens {
+            let object = ResultObject::Part {
+                index: self.done.len(),
+                extension: self.extension,
+            };
+            let writer = self
+                .sink
+                .open_object(run, self.tenant, self.job_id, object)
+                .await?;
+            self.open = Some(OpenPart {
+                config: config.to_owned(),
+                table: table.to_string(),
+                writer,
+                hasher: Sha256::new(),
+                rows: 0,
+                bytes: 0,
+            });
+        }
+        let part = self
+            .open
+            .as_mut()
+            .ok_or_else(|| EngineError::new(Category::Internal, msg::SERIALIZE_FAILED))?;
+        if !batch.bytes.is_empty() {
+            part.writer.write(run, &batch.bytes).await?;
+            part.hasher.update(&batch.bytes);
+        }
+        part.rows += batch.rows;
+        part.bytes += batch.bytes.len() as i64;
+        if batch.closes {
+            let part = self.open.take().expect("checked above");
+            let reference = part.writer.close(run).await?;
+            self.done.push(ResultPart {
+                config: part.config,
+                table: part.table,
+                path: reference.path,
+                row_count: part.rows,
+                size_bytes: part.bytes,
+                stored_bytes: reference.stored_bytes,
+                hmac: reference.integrity.map(|i| i.signature).unwrap_or_default(),
+                sha256: hex(&part.hasher.finalize()),
+            });
+        }
+        Ok(())
+    }
+
+    /// A failed run: aborts the open part and discards the finished ones (on a fresh
+    /// context, since the run's is usually cancelled by then).
+    async fn abort(&mut self) {
+        let ctx = Context::background().with_timeout(STATUS_WRITE_TIMEOUT);
+        if let Some(part) = self.open.take() {
+            part.writer.abort(&ctx).await;
+        }
+        let paths: Vec<String> = self.done.drain(..).map(|p| p.path).collect();
+        if !paths.is_empty() {
+            self.sink.discard(&ctx, self.tenant, &paths).await;
+        }
+    }
+}
+
+/// The manifest of a multi-object result: the job's result object (docs/results.md,
+/// "Parquet results"). Field order is fixed, so the same parts give the same bytes.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Manifest<'a> {
+    format: &'a str,
+    job_id: &'a str,
+    row_count: i64,
+    size_bytes: i64,
+    parts: &'a [ResultPart],
 }
 
 /// Shared state of the size guard in direct mode (layer 1).
@@ -302,7 +526,26 @@ impl Engine {
     ) -> Result<ExtractionResult> {
         self.traced(
             "engine.extraction.execute",
-            self.execute(ctx, plan, progress),
+            self.execute(ctx, plan, progress, None),
+        )
+        .await
+    }
+
+    /// Store mode with one object per `(config, table)` in a typed file `format`
+    /// (Parquet), then a manifest listing them as the result (docs/results.md, "Parquet
+    /// results"). The plan's mode is ignored: this is always store mode. The reference's
+    /// `format` is the format's name, `rowCount`/`sizeBytes` cover every part, and
+    /// `parts` lists them; `path` and the integrity are the manifest's.
+    pub async fn execute_extraction_parts(
+        &self,
+        ctx: &Context,
+        plan: &ExtractionPlan,
+        format: Arc<dyn TableFormat>,
+        progress: &ExtractionProgress,
+    ) -> Result<ExtractionResult> {
+        self.traced(
+            "engine.extraction.execute",
+            self.execute(ctx, plan, progress, Some(format)),
         )
         .await
     }
@@ -312,6 +555,7 @@ impl Engine {
         ctx: &Context,
         plan: &ExtractionPlan,
         progress: &ExtractionProgress,
+        format: Option<Arc<dyn TableFormat>>,
     ) -> Result<ExtractionResult> {
         self.inner
             .connection_store
@@ -323,6 +567,12 @@ impl Engine {
         };
         tenant.validate_scope()?;
         let store_mode = match plan.mode {
+            _ if format.is_some() => {
+                if self.inner.result_sink.is_none() {
+                    return Err(EngineError::validation(msg::STORE_NEEDS_SINK));
+                }
+                true
+            }
             ExecutionMode::Store => {
                 if self.inner.result_sink.is_none() {
                     return Err(EngineError::validation(msg::STORE_NEEDS_SINK));
@@ -349,7 +599,10 @@ impl Engine {
             },
         )
         .await;
-        let out = if store_mode {
+        let out = if let Some(format) = format {
+            self.run_parts(&run, ctx, &tenant, plan, format, progress)
+                .await
+        } else if store_mode {
             self.run_store(&run, ctx, &tenant, plan, progress).await
         } else {
             self.run_direct(&run, ctx, &tenant, plan).await
@@ -448,8 +701,10 @@ impl Engine {
             if let Some(d) = run.err() {
                 return Err(d.into());
             }
-            if let Sink::Store(p) = &mut sink {
-                p.flush(run).await?;
+            match &mut sink {
+                Sink::Store(p) => p.flush(run).await?,
+                Sink::Parts(p) => p.finish(run, step).await?,
+                Sink::Direct(_) => {}
             }
             Ok(())
         })
@@ -585,16 +840,24 @@ impl Engine {
             .await
             .map_err(|_| EngineError::new(Category::Unavailable, msg::PERSIST_FAILED))?;
 
+        let mut out = Output::Stream {
+            writer: writer.as_mut(),
+            hasher: Sha256::new(),
+        };
         let streamed = self
-            .stream_steps(run, caller, tenant, plan, writer.as_mut(), progress)
+            .stream_steps(run, caller, tenant, plan, &mut out, None, progress)
             .await;
-        let (digest, total_bytes, row_counts) = match streamed {
+        let Output::Stream { hasher, .. } = out else {
+            unreachable!("built above")
+        };
+        let (total_bytes, row_counts) = match streamed {
             Ok(s) => s,
             Err(e) => {
                 writer.abort(run).await;
                 return Err(e);
             }
         };
+        let digest = hex(&hasher.finalize());
 
         let mut reference = writer
             .close(run)
@@ -633,16 +896,110 @@ impl Engine {
         })
     }
 
-    /// Producers + ordered writer. Returns (hex digest, bytes written, rows per config).
+    async fn run_parts(
+        &self,
+        run: &Context,
+        caller: &Context,
+        tenant: &TenantContext,
+        plan: &ExtractionPlan,
+        format: Arc<dyn TableFormat>,
+        progress: &ExtractionProgress,
+    ) -> Result<ExtractionResult> {
+        if let Some(d) = run.err() {
+            return Err(d.into());
+        }
+        let sink = self.inner.result_sink.as_deref().expect("checked at entry");
+        let mut out = Output::Parts(PartsOutput {
+            sink,
+            tenant,
+            job_id: &plan.request_id,
+            extension: format.name(),
+            open: None,
+            done: Vec::new(),
+        });
+        let streamed = self
+            .stream_steps(run, caller, tenant, plan, &mut out, Some(&format), progress)
+            .await;
+        let Output::Parts(mut parts) = out else {
+            unreachable!("built above")
+        };
+        let (total_bytes, row_counts) = match streamed {
+            Ok(s) => s,
+            Err(e) => {
+                parts.abort().await;
+                return Err(e);
+            }
+        };
+        let row_count: i64 = row_counts.values().sum();
+        let manifest = serde_json::to_vec(&Manifest {
+            format: format.name(),
+            job_id: &plan.request_id,
+            row_count,
+            size_bytes: total_bytes,
+            parts: &parts.done,
+        })
+        .map_err(|_| serialize_failed())?;
+        let written = async {
+            let mut writer = sink
+                .open_object(run, tenant, &plan.request_id, ResultObject::Manifest)
+                .await?;
+            if let Err(e) = writer.write(run, &manifest).await {
+                writer.abort(run).await;
+                return Err(e);
+            }
+            writer.close(run).await
+        }
+        .await;
+        let mut reference = match written {
+            Ok(r) => r,
+            Err(_) => {
+                parts.abort().await;
+                return Err(EngineError::new(Category::Unavailable, msg::PERSIST_FAILED));
+            }
+        };
+        if let Some(p) = &reference.protection
+            && !applied_by::is_valid(&p.applied_by)
+        {
+            return Err(EngineError::validation(msg::APPLIED_BY_INVALID));
+        }
+        let digest = hex(&Sha256::digest(&manifest));
+        match &mut reference.integrity {
+            None => reference.integrity = Some(ResultIntegrity::sha256(digest)),
+            Some(i) if i.digest.is_empty() => i.digest = digest,
+            Some(_) => {}
+        }
+        reference.format = format.name().into();
+        reference.row_count = row_count;
+        reference.size_bytes = total_bytes;
+        reference.parts = std::mem::take(&mut parts.done);
+        let completed_at = Timestamp::now();
+        reference.completed_at = Some(completed_at);
+        Ok(ExtractionResult {
+            state: ExecutionState {
+                job_id: plan.request_id.clone(),
+                status: Some(ExecutionStatus::Completed),
+                completed_at: Some(completed_at),
+                ..Default::default()
+            },
+            direct: None,
+            reference: Some(reference),
+            row_counts,
+        })
+    }
+
+    /// Producers + ordered writer: NDJSON producers, or part producers when a `format`
+    /// is given. Returns (bytes written, rows per config).
+    #[allow(clippy::too_many_arguments)]
     async fn stream_steps(
         &self,
         run: &Context,
         caller: &Context,
         tenant: &TenantContext,
         plan: &ExtractionPlan,
-        writer: &mut dyn ResultStreamWriter,
+        out: &mut Output<'_>,
+        format: Option<&Arc<dyn TableFormat>>,
         progress: &ExtractionProgress,
-    ) -> Result<(String, i64, BTreeMap<String, i64>)> {
+    ) -> Result<(i64, BTreeMap<String, i64>)> {
         progress.start(plan.steps.iter().map(|s| s.tables.len() as u64).sum());
         let window = plan.limits.concurrency();
         let first = FirstError::new(run);
@@ -656,13 +1013,14 @@ impl Engine {
             let (done_tx, done_rx) = watch::channel(false);
             let wait_for = index.checked_sub(window).map(|j| finished[j].clone());
             finished.push(done_rx);
-            let (engine, run, tenant, step, first, pool) = (
+            let (engine, run, tenant, step, first, pool, format) = (
                 self.clone(),
                 run.clone(),
                 tenant.clone(),
                 step.clone(),
                 first.clone(),
                 pool.clone(),
+                format.cloned(),
             );
             tasks.spawn(async move {
                 // Signals "finished" however the task ends (success, error, panic, abort).
@@ -670,11 +1028,21 @@ impl Engine {
                 if let Some(mut rx) = wait_for {
                     let _ = rx.wait_for(|f| *f).await;
                 }
-                let mut producer = Producer::new(&step.config_name, tx, pool);
-                if let Err(e) = engine
-                    .run_step(&run, &tenant, &step, Sink::Store(&mut producer))
-                    .await
-                {
+                let outcome = match format {
+                    None => {
+                        let mut producer = Producer::new(&step.config_name, tx, pool);
+                        engine
+                            .run_step(&run, &tenant, &step, Sink::Store(&mut producer))
+                            .await
+                    }
+                    Some(format) => {
+                        let mut producer = PartProducer::new(format, tx, pool);
+                        engine
+                            .run_step(&run, &tenant, &step, Sink::Parts(&mut producer))
+                            .await
+                    }
+                };
+                if let Err(e) = outcome {
                     first.record(e);
                 }
                 // Dropping the producer closes this step's queue.
@@ -683,7 +1051,6 @@ impl Engine {
         drop(finished);
 
         let limit = plan.limits.max_result_bytes;
-        let mut hasher = Sha256::new();
         let mut total: i64 = 0;
         let mut row_counts: BTreeMap<String, i64> = BTreeMap::new();
         let mut writer_error = None;
@@ -710,17 +1077,20 @@ impl Engine {
                     run.cancel();
                     break 'steps;
                 }
-                if writer.write(run, &batch.bytes).await.is_err() {
+                if let Err(e) = out.write(run, &step.config_name, &batch).await {
                     // A write interrupted because the run ended reports why the run
-                    // ended; any other write failure is the sink's.
+                    // ended; a sink that cannot store parts says so; any other write
+                    // failure is the sink's.
                     if run.err().is_none() {
-                        writer_error =
-                            Some(EngineError::new(Category::Unavailable, msg::PERSIST_FAILED));
+                        writer_error = Some(if e.category() == Category::Validation {
+                            e
+                        } else {
+                            EngineError::new(Category::Unavailable, msg::PERSIST_FAILED)
+                        });
                         run.cancel();
                     }
                     break 'steps;
                 }
-                hasher.update(&batch.bytes);
                 *count += batch.rows;
                 tables_ended += batch.tables_ended;
                 progress.wrote(
@@ -746,7 +1116,7 @@ impl Engine {
         if let Some(d) = caller.err().or(run.err()) {
             return Err(d.into());
         }
-        Ok((hex(&hasher.finalize()), total, row_counts))
+        Ok((total, row_counts))
     }
 }
 

@@ -112,4 +112,4 @@ pub use secret::Secret;
 pub use tenant::TenantContext;
 pub use time::Timestamp;
 pub use types::*;
-pub use value::{Columns, Row, RowBatch, Value};
+pub use value::{ColumnType, Columns, Row, RowBatch, Value};

@@ -20,7 +20,7 @@ use crate::context::Context;
 use crate::error::{EngineError, Result};
 use crate::tenant::TenantContext;
 use crate::types::*;
-use crate::value::RowBatch;
+use crate::value::{Columns, Row, RowBatch};
 
 /// A boxed, sendable future: the return type of every async port method.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -268,6 +268,70 @@ pub trait ResultSink: Send + Sync {
         tenant: &'a TenantContext,
         payload: &'a [u8],
     ) -> BoxFuture<'a, Result<ResultReference>>;
+
+    /// Opens one object of a multi-object result (a table's part, or the manifest that
+    /// lists the parts; docs/results.md, "Parquet results"). Same writer contract as
+    /// [`open_stream`](Self::open_stream). Provided: a sink that stores single-stream
+    /// results only refuses (`validation` / `result sink cannot store multi-part results`).
+    fn open_object<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        job_id: &'a str,
+        object: ResultObject<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn ResultStreamWriter>>> {
+        let _ = (ctx, tenant, job_id, object);
+        Box::pin(async {
+            Err(EngineError::validation(
+                crate::error::msg::PARTS_UNSUPPORTED,
+            ))
+        })
+    }
+
+    /// Removes the finished parts of a multi-object result that failed before its
+    /// manifest was written, best effort (errors are the sink's to log). Provided: keeps
+    /// them (nothing references them).
+    fn discard<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        paths: &'a [String],
+    ) -> BoxFuture<'a, ()> {
+        let _ = (ctx, tenant, paths);
+        Box::pin(async {})
+    }
+}
+
+/// Which object of a multi-object result [`ResultSink::open_object`] opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultObject<'a> {
+    /// The `index`th part (0-based, in write order), a file of the given extension
+    /// (`parquet`).
+    Part { index: usize, extension: &'a str },
+    /// The manifest listing the parts: the job's result.
+    Manifest,
+}
+
+/// A typed, per-table file format (Parquet) for store mode, supplied by a host; the
+/// engine stays free of its dependencies. One [`TableEncoder`] per `(config, table)`.
+pub trait TableFormat: Send + Sync {
+    /// The format's name (`parquet`): the reference's `format` and the parts' extension.
+    fn name(&self) -> &'static str;
+
+    /// An encoder for one table of the given columns (names and catalog types).
+    fn encoder(&self, columns: &Arc<Columns>) -> Result<Box<dyn TableEncoder>>;
+}
+
+/// Encodes one table's rows, in order, into the file's bytes. Runs on the step's task
+/// (encoding is CPU work), so it is synchronous. Memory must stay bounded whatever the
+/// table's size: bytes are handed out as soon as the format allows.
+pub trait TableEncoder: Send {
+    /// Encodes `rows`, appending any finished bytes to `out`. A value the format cannot
+    /// hold fails with `validation` / [`msg::VALUE_NOT_REPRESENTABLE`](crate::error::msg::VALUE_NOT_REPRESENTABLE).
+    fn push(&mut self, rows: &[Row], out: &mut Vec<u8>) -> Result<()>;
+
+    /// Appends the rest of the file (e.g. the footer) to `out`.
+    fn finish(self: Box<Self>, out: &mut Vec<u8>) -> Result<()>;
 }
 
 /// One result being written. Writes may apply back-pressure by awaiting.

@@ -723,6 +723,31 @@ pub struct ResultReference {
     /// reference.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: BTreeMap<String, serde_json::Value>,
+    /// A multi-object result (Parquet): one object per `(config, table)`, listed by the
+    /// manifest at `path`. Empty for single-stream results. Beyond the reference.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<ResultPart>,
+}
+
+/// One object of a multi-object result: a table's file (docs/results.md, "Parquet
+/// results").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultPart {
+    pub config: String,
+    pub table: String,
+    pub path: String,
+    pub row_count: i64,
+    /// Plaintext bytes (the file as opened).
+    pub size_bytes: i64,
+    /// Stored (sealed) bytes, when the sink knows.
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub stored_bytes: i64,
+    /// The sink's keyed signature of the plaintext (HMAC-SHA256 for sealed sinks).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hmac: String,
+    /// SHA-256 of the plaintext, computed by the engine as it wrote.
+    pub sha256: String,
 }
 
 fn is_zero_i64(v: &i64) -> bool {

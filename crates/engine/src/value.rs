@@ -118,10 +118,53 @@ impl Serialize for Value {
     }
 }
 
+/// A column's type as the datasource's catalog declares it, for typed result formats
+/// (Parquet, docs/parquet.md). NDJSON ignores it: there the [`Value`] says everything.
+///
+/// `Unknown` is what a connector that does not say gets, and what types with no typed
+/// counterpart get (unbounded `numeric`, `interval`, `timetz`, MySQL `TIME`, …): such a
+/// column is written as text, the value's NDJSON form.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ColumnType {
+    #[default]
+    Unknown,
+    Bool,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    UInt8,
+    UInt16,
+    UInt32,
+    UInt64,
+    Float32,
+    Float64,
+    /// An exact decimal of bounded precision; values arrive as their digits (a string).
+    Decimal {
+        precision: u8,
+        scale: u8,
+    },
+    Text,
+    Bytes,
+    Uuid,
+    /// Values arrive as `YYYY-MM-DDT00:00:00Z` (docs/encodings.md).
+    Date,
+    /// Time of day without zone, `HH:MM:SS[.f]`.
+    Time,
+    /// Wall time without zone.
+    Timestamp,
+    /// An instant (UTC).
+    TimestampTz,
+    /// A JSON document (also arrays, written as their JSON).
+    Json,
+}
+
 /// The column names of a row shape, with their sorted order and pre-encoded JSON keys.
 #[derive(Debug, PartialEq)]
 pub struct Columns {
     names: Vec<String>,
+    /// Catalog types, by position; all `Unknown` unless the connector said.
+    types: Vec<ColumnType>,
     /// Indices into `names`, sorted by name byte-wise; duplicate names appear once
     /// (the first occurrence wins).
     order: Vec<usize>,
@@ -136,6 +179,25 @@ impl Columns {
         S: Into<String>,
     {
         let names: Vec<String> = names.into_iter().map(Into::into).collect();
+        let types = vec![ColumnType::Unknown; names.len()];
+        Self::build(names, types)
+    }
+
+    /// Columns with their catalog types (`names` and `types` in the same order).
+    ///
+    /// # Panics
+    /// When the two differ in length (a connector bug).
+    pub fn typed<I, S>(columns: I) -> Arc<Columns>
+    where
+        I: IntoIterator<Item = (S, ColumnType)>,
+        S: Into<String>,
+    {
+        let (names, types): (Vec<String>, Vec<ColumnType>) =
+            columns.into_iter().map(|(n, t)| (n.into(), t)).unzip();
+        Self::build(names, types)
+    }
+
+    fn build(names: Vec<String>, types: Vec<ColumnType>) -> Arc<Columns> {
         let mut order: Vec<usize> = (0..names.len()).collect();
         order.sort_by(|&a, &b| names[a].as_bytes().cmp(names[b].as_bytes()).then(a.cmp(&b)));
         order.dedup_by(|b, a| names[*a] == names[*b]);
@@ -148,12 +210,22 @@ impl Columns {
                 k.into_boxed_slice()
             })
             .collect();
-        Arc::new(Columns { names, order, keys })
+        Arc::new(Columns {
+            names,
+            types,
+            order,
+            keys,
+        })
     }
 
     /// Names in the order the values are laid out.
     pub fn names(&self) -> &[String] {
         &self.names
+    }
+
+    /// Catalog types, in the order of [`names`](Self::names).
+    pub fn types(&self) -> &[ColumnType] {
+        &self.types
     }
 
     pub fn len(&self) -> usize {
@@ -246,6 +318,10 @@ pub struct RowBatch {
     /// The table the rows came from, as the cursor names it.
     pub table: Arc<str>,
     pub rows: Vec<Row>,
+    /// The table's columns when `rows` is empty: a connector sends one empty batch for a
+    /// table without rows, so a typed format can still write its schema. `None` on
+    /// batches with rows (each row carries its columns).
+    pub columns: Option<Arc<Columns>>,
 }
 
 impl RowBatch {
@@ -253,7 +329,25 @@ impl RowBatch {
         RowBatch {
             table: table.into(),
             rows,
+            columns: None,
         }
+    }
+
+    /// The batch that announces a table without rows.
+    pub fn empty(table: impl Into<Arc<str>>, columns: Arc<Columns>) -> RowBatch {
+        RowBatch {
+            table: table.into(),
+            rows: Vec::new(),
+            columns: Some(columns),
+        }
+    }
+
+    /// The columns of this batch's table: the first row's, or the announced ones.
+    pub fn columns(&self) -> Option<&Arc<Columns>> {
+        self.rows
+            .first()
+            .map(Row::columns)
+            .or(self.columns.as_ref())
     }
 }
 

@@ -117,7 +117,7 @@ pub fn canonical_request(
     }
     if let Some(f) = result_format {
         out.push_str(",\"resultFormat\":");
-        string(&mut out, if f == ResultFormat::V1 { "v1" } else { "v2" });
+        string(&mut out, f.as_str());
     }
     out.push('}');
     out.into_bytes()

@@ -66,6 +66,28 @@ pub enum ResultFormat {
     V2,
     /// The reference's format: indented JSON, HMAC then AES-256-GCM, Base64 text.
     V1,
+    /// One Parquet file per `(config, table)`, each sealed like v2, listed by a sealed v2
+    /// JSON manifest, which is the job's result (docs/results.md, "Parquet results").
+    Parquet,
+}
+
+impl ResultFormat {
+    /// The wire name (`v2`, `v1`, `parquet`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResultFormat::V2 => "v2",
+            ResultFormat::V1 => "v1",
+            ResultFormat::Parquet => "parquet",
+        }
+    }
+
+    /// How the result object itself is sealed: a Parquet job's manifest is v2.
+    pub fn sealed_format(self) -> &'static str {
+        match self {
+            ResultFormat::V1 => "v1",
+            ResultFormat::V2 | ResultFormat::Parquet => "v2",
+        }
+    }
 }
 
 /// What the client asked for.
@@ -103,6 +125,9 @@ pub struct JobResult {
     pub row_count: u64,
     /// The key version that sealed the object.
     pub key_version: String,
+    /// A Parquet job's files, in the manifest's order (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<fetcher_engine::ResultPart>,
 }
 
 impl JobResult {
@@ -123,6 +148,7 @@ impl JobResult {
                 .as_ref()
                 .map(|p| p.key_version.clone())
                 .unwrap_or_default(),
+            parts: r.parts.clone(),
         }
     }
 }

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use fetcher_crypto::{KeyPurpose, MessageSigner, VerifyPolicy};
+use fetcher_engine::ports::TableFormat;
 use fetcher_engine::{
     Context, Engine, ExecutionMode, ExtractionProgress, ExtractionRequest, TenantContext, Timestamp,
 };
@@ -120,7 +121,13 @@ pub struct Pipeline {
     pub objects: Arc<dyn ObjectStore>,
     pub keys: Arc<dyn KeyProvider>,
     pub config: PipelineConfig,
+    /// The writer of Parquet results; `None` on a host built without it, which fails
+    /// Parquet jobs (`validation` / [`PARQUET_UNSUPPORTED`]).
+    pub table_format: Option<Arc<dyn TableFormat>>,
 }
+
+/// The failure of a Parquet job on a host without the Parquet writer.
+pub const PARQUET_UNSUPPORTED: &str = "this deployment does not write parquet results";
 
 /// The `result` descriptor of `job.completed` (docs/events.md, "`result`"), plus our fields.
 #[derive(Serialize)]
@@ -140,6 +147,9 @@ struct ResultDescriptor<'a> {
     sealed_format: &'static str,
     key_version: &'a str,
     sha256: &'a str,
+    /// Beyond the reference: a Parquet job's files (docs/events.md, "`result`").
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    parts: &'a [fetcher_engine::ResultPart],
 }
 
 #[derive(Serialize)]
@@ -191,7 +201,12 @@ pub fn completed_payload(
             path: &r.path,
             size_bytes: r.size_bytes,
             row_count: r.row_count,
-            format: "json",
+            // The reference's `json` for its formats; a Parquet job says so.
+            format: if r.format == ResultFormat::Parquet {
+                "parquet"
+            } else {
+                "json"
+            },
             hmac: &r.hmac,
             integrity: Integrity {
                 algorithm: "HMAC-SHA256",
@@ -202,12 +217,10 @@ pub fn completed_payload(
                 mode: "adapter-managed",
                 applied_by: "adapter",
             },
-            sealed_format: match r.format {
-                ResultFormat::V1 => "v1",
-                ResultFormat::V2 => "v2",
-            },
+            sealed_format: r.format.sealed_format(),
             key_version: &r.key_version,
             sha256: &r.digest,
+            parts: &r.parts,
         }),
         execution_time_ms: elapsed.as_millis() as u64,
         completed_at: Some(at.to_string()),
@@ -244,6 +257,13 @@ pub fn canceled_event(job: &Job) -> PendingEvent {
 }
 
 impl Pipeline {
+    /// The pipeline writing Parquet results with `format` (the hosts pass
+    /// `fetcher_parquet::ParquetFormat`; the host crate does not link Arrow itself).
+    pub fn with_table_format(mut self, format: Arc<dyn TableFormat>) -> Self {
+        self.table_format = Some(format);
+        self
+    }
+
     /// Handles one queue message. Every log line of it carries the job id and the
     /// request id of the API call that created the job (`X-Request-Id`).
     pub async fn handle(&self, msg: &QueueMessage) -> Outcome {
@@ -576,6 +596,20 @@ impl Pipeline {
                     .reference
                     .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
                 Ok(JobResult::sealed(&r, ResultFormat::V2))
+            }
+            ResultFormat::Parquet => {
+                let format = self
+                    .table_format
+                    .clone()
+                    .ok_or_else(|| ServiceError::validation(PARQUET_UNSUPPORTED))?;
+                let out = self
+                    .engine
+                    .execute_extraction_parts(&ctx, &plan, format, progress)
+                    .await?;
+                let r = out
+                    .reference
+                    .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
+                Ok(JobResult::sealed(&r, ResultFormat::Parquet))
             }
             ResultFormat::V1 => {
                 plan.mode = ExecutionMode::Direct;

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use fetcher_crypto::{KeyRing, Sealer};
-use fetcher_engine::ports::{ResultSink, ResultStreamWriter};
+use fetcher_engine::ports::{ResultObject, ResultSink, ResultStreamWriter};
 use fetcher_engine::{
     BoxFuture, Category, Context, EngineError, ResultIntegrity, ResultProtection, ResultReference,
     TenantContext, applied_by,
@@ -27,11 +27,26 @@ pub fn result_path(tenant: &str, job_id: &str, format: ResultFormat) -> String {
     let ext = match format {
         ResultFormat::V2 => "ndjson.v2",
         ResultFormat::V1 => "json",
+        ResultFormat::Parquet => "manifest.json.v2",
     };
+    format!("{}{job_id}.{ext}", result_prefix(tenant))
+}
+
+/// The object key of a multi-object result's `index`th part: beside the manifest, in a
+/// folder named by the job (`external-data/<jobId>/part-00000.parquet.v2`). Parts are
+/// named by position, never by table, so no datasource name reaches a key.
+pub fn part_path(tenant: &str, job_id: &str, index: usize, extension: &str) -> String {
+    format!(
+        "{}{job_id}/part-{index:05}.{extension}.v2",
+        result_prefix(tenant)
+    )
+}
+
+fn result_prefix(tenant: &str) -> String {
     if tenant == SINGLE_TENANT || tenant.is_empty() {
-        format!("external-data/{job_id}.{ext}")
+        "external-data/".to_owned()
     } else {
-        format!("{tenant}/external-data/{job_id}.{ext}")
+        format!("{tenant}/external-data/")
     }
 }
 
@@ -154,6 +169,27 @@ impl ResultStreamWriter for SealingWriter {
     }
 }
 
+impl SealedResultSink {
+    /// A v2 sealing writer for `path`; every object of a job is bound to the job id.
+    async fn open_sealed(
+        &self,
+        job_id: &str,
+        path: String,
+    ) -> fetcher_engine::Result<Box<dyn ResultStreamWriter>> {
+        let ring = self.keys.key_ring().await.map_err(persist_failed)?;
+        let sealer = Sealer::new(&ring, job_id).map_err(|e| persist_failed(e.into()))?;
+        let object = self.objects.put(&path).await.map_err(persist_failed)?;
+        Ok(Box::new(SealingWriter {
+            path,
+            ring,
+            sealer: Some(sealer),
+            object: Some(object),
+            out: Vec::with_capacity(128 * 1024),
+            stored: 0,
+        }))
+    }
+}
+
 impl ResultSink for SealedResultSink {
     fn open_stream<'a>(
         &'a self,
@@ -161,19 +197,40 @@ impl ResultSink for SealedResultSink {
         tenant: &'a TenantContext,
         job_id: &'a str,
     ) -> BoxFuture<'a, fetcher_engine::Result<Box<dyn ResultStreamWriter>>> {
+        let path = result_path(&tenant.tenant_id, job_id, ResultFormat::V2);
+        Box::pin(self.open_sealed(job_id, path))
+    }
+
+    /// Parts and the manifest are sealed v2 objects like any result (docs/results.md,
+    /// "Parquet results").
+    fn open_object<'a>(
+        &'a self,
+        _ctx: &'a Context,
+        tenant: &'a TenantContext,
+        job_id: &'a str,
+        object: ResultObject<'a>,
+    ) -> BoxFuture<'a, fetcher_engine::Result<Box<dyn ResultStreamWriter>>> {
+        let path = match object {
+            ResultObject::Part { index, extension } => {
+                part_path(&tenant.tenant_id, job_id, index, extension)
+            }
+            ResultObject::Manifest => result_path(&tenant.tenant_id, job_id, ResultFormat::Parquet),
+        };
+        Box::pin(self.open_sealed(job_id, path))
+    }
+
+    fn discard<'a>(
+        &'a self,
+        _ctx: &'a Context,
+        _tenant: &'a TenantContext,
+        paths: &'a [String],
+    ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let ring = self.keys.key_ring().await.map_err(persist_failed)?;
-            let path = result_path(&tenant.tenant_id, job_id, ResultFormat::V2);
-            let sealer = Sealer::new(&ring, job_id).map_err(|e| persist_failed(e.into()))?;
-            let object = self.objects.put(&path).await.map_err(persist_failed)?;
-            Ok(Box::new(SealingWriter {
-                path,
-                ring,
-                sealer: Some(sealer),
-                object: Some(object),
-                out: Vec::with_capacity(128 * 1024),
-                stored: 0,
-            }) as Box<dyn ResultStreamWriter>)
+            for path in paths {
+                if self.objects.delete(path).await.is_err() {
+                    tracing::warn!("a part of a failed multi-object result could not be removed");
+                }
+            }
         })
     }
 

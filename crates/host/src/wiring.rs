@@ -100,6 +100,7 @@ impl HostPorts {
             objects: self.objects.clone(),
             keys: self.keys.clone(),
             config,
+            table_format: None,
         }
     }
 }

@@ -84,6 +84,7 @@ async fn world() -> World {
             lease: Duration::from_secs(60),
             ..Default::default()
         },
+        table_format: Some(Arc::new(fetcher_parquet::ParquetFormat::new())),
     };
     World {
         pipeline,
@@ -269,6 +270,121 @@ async fn a_v1_result_stays_under_its_own_ceiling_when_v2_is_unbounded() {
         w.pipeline.handle(&msg).await,
         Outcome::Completed { .. }
     ));
+}
+
+#[tokio::test]
+async fn a_parquet_job_stores_one_sealed_file_per_table_and_a_sealed_manifest() {
+    let w = world().await;
+    let (job, msg) = submit(&w, Some(ResultFormat::Parquet)).await;
+    let outcome = w.pipeline.handle(&msg).await;
+    assert!(
+        matches!(outcome, Outcome::Completed { rows: 2, .. }),
+        "{outcome:?}"
+    );
+    let result = w
+        .jobs
+        .get("acme", &job.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .result
+        .unwrap();
+    assert_eq!(result.format, ResultFormat::Parquet);
+    assert_eq!(
+        result.path,
+        format!("acme/external-data/{}.manifest.json.v2", job.id)
+    );
+    assert_eq!(result.row_count, 2);
+    assert_eq!(result.parts.len(), 1);
+    let part = &result.parts[0];
+    assert_eq!(
+        (part.config.as_str(), part.table.as_str()),
+        ("pg", "public.accounts")
+    );
+    assert_eq!(
+        part.path,
+        format!("acme/external-data/{}/part-00000.parquet.v2", job.id)
+    );
+    assert_eq!(part.row_count, 2);
+    assert_eq!(result.size_bytes, part.size_bytes as u64);
+
+    // The manifest opens with its HMAC and lists what the job record lists.
+    let manifest = open_v2(&w, &result.path, &job.id, &result.hmac).await;
+    let manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
+    assert_eq!(manifest["format"], "parquet");
+    assert_eq!(manifest["jobId"], job.id.as_str());
+    assert_eq!(manifest["rowCount"], 2);
+    assert_eq!(
+        manifest["parts"],
+        serde_json::to_value(&result.parts).unwrap()
+    );
+    // The part opens with its own HMAC, its SHA-256 is the plaintext's, and it is Parquet.
+    let file = open_v2(&w, &part.path, &job.id, &part.hmac).await;
+    assert_eq!(file.len() as i64, part.size_bytes);
+    assert_eq!(
+        (&file[..4], &file[file.len() - 4..]),
+        (&b"PAR1"[..], &b"PAR1"[..])
+    );
+    let sha: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&file)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    assert_eq!(part.sha256, sha);
+
+    let events = w.events.events();
+    let payload: serde_json::Value = serde_json::from_str(&events[0].payload).unwrap();
+    assert_eq!(payload["result"]["format"], "parquet");
+    assert_eq!(payload["result"]["sealedFormat"], "v2");
+    assert_eq!(payload["result"]["parts"], manifest["parts"]);
+
+    // The same data gives the same file, byte for byte.
+    let (again, msg) = submit(&w, Some(ResultFormat::Parquet)).await;
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Completed { .. }
+    ));
+    let second = w
+        .jobs
+        .get("acme", &again.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .result
+        .unwrap();
+    assert_eq!(second.parts[0].sha256, part.sha256);
+}
+
+#[tokio::test]
+async fn a_parquet_job_fails_cleanly_on_a_host_without_the_writer() {
+    let w = world().await;
+    let w = World {
+        pipeline: Pipeline {
+            table_format: None,
+            config: PipelineConfig {
+                max_attempts: 1,
+                ..Default::default()
+            },
+            ..w.pipeline
+        },
+        ..w
+    };
+    let (job, msg) = submit(&w, Some(ResultFormat::Parquet)).await;
+    let outcome = w.pipeline.handle(&msg).await;
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Failed);
+    assert!(
+        stored
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("parquet"),
+        "{:?}",
+        stored.error
+    );
 }
 
 #[tokio::test]

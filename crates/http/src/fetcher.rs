@@ -94,7 +94,8 @@ pub struct FetcherRequest {
     #[schema(value_type = Object, required = true)]
     pub metadata: Option<Map<String, Value>>,
     /// Beyond the reference: the result format (`v1` = the reference's sealed JSON, `v2` =
-    /// framed NDJSON). Absent: the deployment's default. Part of the dedup hash when set.
+    /// framed NDJSON, `parquet` = one sealed Parquet file per table and a manifest).
+    /// Absent: the deployment's default. Part of the dedup hash when set.
     #[schema(value_type = Option<String>, example = "v2")]
     pub result_format: Option<ResultFormat>,
 }
@@ -166,9 +167,14 @@ pub struct JobResponse {
     pub result_path: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result_hmac: Option<String>,
-    /// Beyond the reference: the format of the stored result (`v1` / `v2`).
+    /// Beyond the reference: the format of the stored result (`v1` / `v2` / `parquet`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result_format: Option<String>,
+    /// Beyond the reference: a Parquet job's files (`config`, `table`, `path`,
+    /// `rowCount`, `sizeBytes`, `hmac`, `sha256`; docs/results.md, "Parquet results").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub result_parts: Option<Vec<fetcher_engine::ResultPart>>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub request_hash: String,
     #[schema(format = DateTime)]
@@ -208,14 +214,10 @@ pub fn job_response(job: &Job) -> JobResponse {
         status: job.status.as_str().to_owned(),
         result_path: result.map(|r| r.path.clone()).filter(|p| !p.is_empty()),
         result_hmac: result.map(|r| r.hmac.clone()).filter(|h| !h.is_empty()),
-        result_format: result.map(|r| {
-            if r.format == ResultFormat::V1 {
-                "v1"
-            } else {
-                "v2"
-            }
-            .to_owned()
-        }),
+        result_format: result.map(|r| r.format.as_str().to_owned()),
+        result_parts: result
+            .filter(|r| !r.parts.is_empty())
+            .map(|r| r.parts.clone()),
         request_hash: job.request_hash.clone(),
         created_at: job.created_at.to_string(),
         completed_at: job.completed_at.map(|t| t.to_string()),

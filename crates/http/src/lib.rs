@@ -47,7 +47,7 @@
 //!   token. A token that fails verification is 401 `INVALID_TOKEN` `Authorization token
 //!   is invalid or expired`.
 //! * **`Retry-After`** accompanies the 429 of connection tests.
-//! * **`resultFormat`** (`"v1"` | `"v2"`) may be sent in the create-job body; it is
+//! * **`resultFormat`** (`"v1"` | `"v2"` | `"parquet"`) may be sent in the create-job body; it is
 //!   stored in the job and the message, and is part of the dedup hash when present.
 //!   `GET /v1/fetcher/{id}` adds `resultFormat` to completed jobs.
 //! * **Body limit** 1 MiB by default (configurable; the reference's framework used 4 MiB).

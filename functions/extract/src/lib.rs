@@ -99,21 +99,25 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
         source,
     ));
     Ok(Extractor {
-        pipeline: Arc::new(host.ports.pipeline(
-            host.engine,
-            events,
-            PipelineConfig {
-                lease,
-                // SQS redelivers a retried message after the queue's visibility timeout
-                // (minutes), so here the attempt cap bounds retries, not a time budget;
-                // the message's maximum age bounds the whole.
-                max_attempts: 3,
-                retry_budget: max_message_age,
-                max_message_age,
-                progress_interval,
-                ..Default::default()
-            },
-        )),
+        pipeline: Arc::new(
+            host.ports
+                .pipeline(
+                    host.engine,
+                    events,
+                    PipelineConfig {
+                        lease,
+                        // SQS redelivers a retried message after the queue's visibility
+                        // timeout (minutes), so here the attempt cap bounds retries, not
+                        // a time budget; the message's maximum age bounds the whole.
+                        max_attempts: 3,
+                        retry_budget: max_message_age,
+                        max_message_age,
+                        progress_interval,
+                        ..Default::default()
+                    },
+                )
+                .with_table_format(Arc::new(fetcher_parquet::ParquetFormat::new())),
+        ),
         queue,
         retry_backoff,
         store,

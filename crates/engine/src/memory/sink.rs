@@ -207,4 +207,28 @@ impl ResultSink for MemoryResultSink {
         };
         Box::pin(std::future::ready(out))
     }
+
+    /// Parts and manifests are streams like any other here (the path is by digest).
+    fn open_object<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        job_id: &'a str,
+        _object: ResultObject<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn ResultStreamWriter>>> {
+        self.open_stream(ctx, tenant, job_id)
+    }
+
+    fn discard<'a>(
+        &'a self,
+        _: &'a Context,
+        _: &'a TenantContext,
+        paths: &'a [String],
+    ) -> BoxFuture<'a, ()> {
+        let mut st = self.state.lock().unwrap();
+        for p in paths {
+            st.objects.remove(p);
+        }
+        Box::pin(std::future::ready(()))
+    }
 }
