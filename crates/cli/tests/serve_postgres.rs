@@ -383,3 +383,145 @@ fn serve_reports_progress_and_cancels_pending_and_running_jobs() {
         "{again}"
     );
 }
+
+/// The project's venv Python with pyarrow (`./scripts/test` creates it).
+fn python() -> std::path::PathBuf {
+    if let Ok(p) = std::env::var("FETCHER_TEST_PYTHON") {
+        return p.into();
+    }
+    let venv = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    assert!(
+        venv.exists(),
+        "pyarrow is needed: run ./scripts/test once (it creates .venv), or set FETCHER_TEST_PYTHON"
+    );
+    venv
+}
+
+#[test]
+fn a_parquet_job_opens_into_files_that_pyarrow_reads_as_the_ndjson_job() {
+    let db = PgDb::create("fetcher_pq");
+    seed(&db);
+    psql(
+        &db.0,
+        "CREATE TABLE empty_one (id int PRIMARY KEY, at date);",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    register_ledger(&server, &db);
+    let body = |format: &str| {
+        json!({
+            "dataRequest": {"mappedFields": {"ledger": {
+                "accounts": ["id", "name", "balance", "Order", "created_at"],
+                "empty_one": ["id", "at"]}}},
+            "metadata": {"source": "reporter"},
+            "resultFormat": format
+        })
+    };
+    let (status, nd) = server.request("POST", "/v1/fetcher", Some(&body("v2")), &[]);
+    assert_eq!(status, 202, "{nd}");
+    let (status, pq) = server.request("POST", "/v1/fetcher", Some(&body("parquet")), &[]);
+    assert_eq!(status, 202, "{pq}");
+    let nd_id = nd["jobId"].as_str().unwrap().to_owned();
+    let pq_id = pq["jobId"].as_str().unwrap().to_owned();
+    assert_ne!(nd_id, pq_id, "the format is part of the dedup hash");
+    assert_eq!(
+        server.wait_job(&nd_id, Duration::from_secs(60))["status"],
+        "completed"
+    );
+    let job = server.wait_job(&pq_id, Duration::from_secs(60));
+    assert_eq!(job["status"], "completed", "{job}");
+    assert_eq!(job["resultFormat"], "parquet");
+    assert_eq!(
+        job["resultPath"],
+        format!("external-data/{pq_id}.manifest.json.v2")
+    );
+    let parts = job["resultParts"].as_array().expect("parts listed").clone();
+    assert_eq!(parts.len(), 2, "{job}");
+    assert_eq!(
+        (parts[0]["table"].as_str(), parts[0]["rowCount"].as_i64()),
+        (Some("accounts"), Some(3))
+    );
+    assert_eq!(parts[1]["table"], "empty_one");
+
+    // Opening it needs --output-dir; with it, each file is verified and named.
+    let (ok, _, err) = open_result(dir.path(), &pq_id);
+    assert!(!ok && err.contains("--output-dir"), "{err}");
+    let out_dir = dir.path().join("opened");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fetcher"))
+        .args(["result", "open", &pq_id, "--quiet", "--data-dir"])
+        .arg(dir.path())
+        .arg("--output-dir")
+        .arg(&out_dir)
+        .env("FETCHER_MASTER_KEY", KEY)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["ledger.accounts.parquet", "ledger.empty_one.parquet"]
+    );
+
+    // pyarrow reads them as the NDJSON job's rows, with the catalog's types.
+    let (ok, ndjson, err) = open_result(dir.path(), &nd_id);
+    assert!(ok, "{err}");
+    let nd_file = dir.path().join("result.ndjson");
+    std::fs::write(&nd_file, ndjson).unwrap();
+    let listing = dir.path().join("parts.json");
+    let list: Vec<serde_json::Value> = ["accounts", "empty_one"]
+        .iter()
+        .map(|t| json!({"config": "ledger", "table": t, "file": out_dir.join(format!("ledger.{t}.parquet"))}))
+        .collect();
+    std::fs::write(&listing, serde_json::to_vec(&list).unwrap()).unwrap();
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/parquet_compare.py");
+    let cmp = std::process::Command::new(python())
+        .arg(script)
+        .arg(&nd_file)
+        .arg(&listing)
+        .output()
+        .unwrap();
+    assert!(
+        cmp.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&cmp.stdout),
+        String::from_utf8_lossy(&cmp.stderr)
+    );
+    let types: serde_json::Value = serde_json::from_slice(&cmp.stdout).unwrap();
+    assert_eq!(types["ledger.accounts"]["balance"], "decimal128(18, 4)");
+    assert_eq!(
+        types["ledger.accounts"]["created_at"],
+        "timestamp[us, tz=UTC]"
+    );
+    assert_eq!(types["ledger.empty_one"]["at"], "date32[day]");
+
+    // A tampered part is refused and leaves no file under its final name.
+    let part_file = dir
+        .path()
+        .join("results")
+        .join(parts[0]["path"].as_str().unwrap());
+    let mut sealed = std::fs::read(&part_file).unwrap();
+    let mid = sealed.len() / 2;
+    sealed[mid] ^= 1;
+    std::fs::write(&part_file, sealed).unwrap();
+    let again = dir.path().join("again");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fetcher"))
+        .args(["result", "open", &pq_id, "--quiet", "--data-dir"])
+        .arg(dir.path())
+        .arg("--output-dir")
+        .arg(&again)
+        .env("FETCHER_MASTER_KEY", KEY)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(!again.join("ledger.accounts.parquet").exists());
+    assert!(!again.join("ledger.accounts.parquet.partial").exists());
+}

@@ -64,6 +64,17 @@ fn result() -> JobResult {
         stored_bytes: 100,
         row_count: 2,
         key_version: "1".into(),
+        // Every store keeps a Parquet job's parts with the result.
+        parts: vec![fetcher_engine::ResultPart {
+            config: "pg".into(),
+            table: "accounting.invoices".into(),
+            path: "external-data/x/part-00000.parquet.v2".into(),
+            row_count: 2,
+            size_bytes: 10,
+            stored_bytes: 100,
+            hmac: "ef".repeat(32),
+            sha256: "01".repeat(32),
+        }],
     }
 }
 
