@@ -181,6 +181,84 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
         "no second event"
     );
 
+    // --- A Parquet job: one sealed file per table and a sealed manifest, in S3 ----------
+    let (status, v) = w.api(
+        "POST",
+        "/v1/fetcher",
+        Some(
+            &json!({"dataRequest": {"mappedFields": {"pg-main": {"accounts": ["id", "name"]}}},
+                     "metadata": {"source": "e2e", "case": "parquet"}, "resultFormat": "parquet"}),
+        ),
+    );
+    assert_eq!(status, 202, "{v}");
+    let pq_job = v["jobId"].as_str().unwrap().to_owned();
+    let msg = job_message(&c, &r, &pq_job).await;
+    let answer = w.invoke("extract", &sqs_event(&msg, &queue_arn));
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+    let (_, v) = w.api("GET", &format!("/v1/fetcher/{pq_job}"), None);
+    assert_eq!(
+        (v["status"].as_str(), v["resultFormat"].as_str()),
+        (Some("completed"), Some("parquet")),
+        "{v}"
+    );
+    let manifest_path = v["resultPath"].as_str().unwrap().to_owned();
+    assert_eq!(
+        manifest_path,
+        format!("external-data/{pq_job}.manifest.json.v2")
+    );
+    let sealed = read_all(&objects, &manifest_path)
+        .await
+        .unwrap()
+        .expect("manifest");
+    let mut opener = Opener::new(&ring, &pq_job).expect_hmac(v["resultHmac"].as_str().unwrap());
+    let mut manifest = Vec::new();
+    opener
+        .update_into(&sealed, &mut manifest)
+        .expect("open manifest");
+    opener.finish().expect("authentic manifest");
+    let manifest: Value = serde_json::from_slice(&manifest).unwrap();
+    assert_eq!(
+        manifest["parts"], v["resultParts"],
+        "the job lists the manifest's parts"
+    );
+    let part = &manifest["parts"][0];
+    assert_eq!(
+        (part["table"].as_str(), part["rowCount"].as_i64()),
+        (Some("accounts"), Some(3))
+    );
+    let sealed = read_all(&objects, part["path"].as_str().unwrap())
+        .await
+        .unwrap()
+        .expect("part");
+    let mut opener = Opener::new(&ring, &pq_job).expect_hmac(part["hmac"].as_str().unwrap());
+    let mut file = Vec::new();
+    opener.update_into(&sealed, &mut file).expect("open part");
+    opener.finish().expect("authentic part");
+    let parquet_file = logs.join(format!("{pq_job}.parquet"));
+    std::fs::write(&parquet_file, &file).unwrap();
+    let python = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    let read = std::process::Command::new(&python)
+        .arg("-c")
+        .arg("import sys, hashlib, json, pyarrow.parquet as pq; t = pq.read_table(sys.argv[1]); \
+              print(json.dumps({'names': t.column('name').to_pylist(), 'id': str(t.schema.field('id').type), \
+              'sha256': hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest()}))")
+        .arg(&parquet_file)
+        .output()
+        .expect("pyarrow (./scripts/test installs it in .venv)");
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let read: Value = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(read["names"], json!(["ada", "grace", "edsger"]));
+    assert_eq!(read["id"], "int64");
+    assert_eq!(read["sha256"], part["sha256"]);
+    let events = events_for(&c, &r, &pq_job, Duration::from_secs(20)).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["detail"]["result"]["format"], "parquet");
+    assert_eq!(events[0]["detail"]["result"]["parts"], manifest["parts"]);
+
     // The happy path's planning cached pg-main's schema (in DynamoDB): a mapping it
     // refutes is now a 422 at creation, nothing queued.
     let (status, v) = w.api(

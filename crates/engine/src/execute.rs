@@ -429,6 +429,10 @@ struct PartsOutput<'w> {
 impl PartsOutput<'_> {
     async fn write(&mut self, run: &Context, config: &str, batch: &Batch) -> Result<()> {
         if let Some(table) = &batch.opens {
+            // A part still open here lost its producer mid-table (the run is failing).
+            if let Some(stale) = self.open.take() {
+                stale.writer.abort(run).await;
+            }
             let object = ResultObject::Part {
                 index: self.done.len(),
                 extension: self.extension,

@@ -15,7 +15,7 @@
 //! | `schema` | discovery (cache-first or fresh) and schema validation (methods on [`Engine`]) |
 //! | `plan` | [`Engine::plan_extraction`]: limits, scope probe, validation, deterministic steps |
 //! | `execute` | [`Engine::execute_extraction`]: direct and store modes, the ordinal-window scheduler |
-//! | [`ports`] | the eight ports: registry/connector/cursor, protector, stores, sink, cache, checker, observability |
+//! | [`ports`] | the nine ports: registry/connector/cursor, protector, stores, sink, table format, cache, checker, observability |
 //! | [`memory`] | in-memory implementations of every port and a template connector |
 //! | [`testing`] | conformance suites every storage adapter must pass (feature `testing`) |
 //! | [`context`] | [`Context`]: cancellation plus deadline, telling the two apart |
@@ -47,6 +47,9 @@
 //!   keys, no final newline), with a SHA-256 digest.
 //! * **Store**: NDJSON lines `{"config":"…","table":"…","row":{…}}\n`, written
 //!   incrementally in 1024-row batches with back-pressure, digested as they stream.
+//! * **Parts** ([`Engine::execute_extraction_parts`]): one object per `(config, table)`
+//!   in a host's typed file format ([`ports::TableFormat`], e.g. Parquet), then a JSON
+//!   manifest listing them (docs/engine.md, "Multi-object store mode").
 //!
 //! ## Differences from the reference
 //!

@@ -15,6 +15,10 @@
 //! through `/proc/<pid>/clear_refs`). Needs PostgreSQL on 127.0.0.1:5432 (user
 //! `postgres`, trust auth) and `psql`, or MariaDB on 127.0.0.1:3306 (root, no password)
 //! and `mysql`; creates and drops a scratch database.
+//!
+//! `--parquet` compares a Parquet job (`"resultFormat":"parquet"`) with an NDJSON job of
+//! the same table through the same `serve` instead, in alternating turns: wall ratio,
+//! CPU seconds and peak RSS of both, and the stored sizes.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -259,12 +263,17 @@ struct OursRun {
 }
 
 fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
+    run_job(serve, data_dir, run, "v2")
+}
+
+fn run_job(serve: &Serve, data_dir: &Path, run: usize, format: &str) -> OursRun {
     let pid = serve.child.id();
     // Reset the peak-RSS counter so the reading covers this job only.
     let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
     let body = json!({
         "dataRequest": {"mappedFields": {"bench": {"bench": COLUMNS}}},
-        "metadata": {"source": "bench", "run": run}
+        "metadata": {"source": "bench", "run": run},
+        "resultFormat": format
     });
     let cpu0 = cpu_seconds(pid);
     let started = Instant::now();
@@ -282,9 +291,15 @@ fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
     let wall = started.elapsed();
     let cpu = cpu_seconds(pid) - cpu0;
     let path = job["resultPath"].as_str().unwrap_or_default();
-    let size = std::fs::metadata(data_dir.join("results").join(path))
+    let manifest = std::fs::metadata(data_dir.join("results").join(path))
         .map(|m| m.len())
         .unwrap_or(0);
+    // A Parquet job's result is its manifest plus the parts it lists.
+    let parts: u64 = job["resultParts"]
+        .as_array()
+        .map(|ps| ps.iter().filter_map(|p| p["storedBytes"].as_u64()).sum())
+        .unwrap_or(0);
+    let size = manifest + parts;
     OursRun {
         wall,
         cpu,
@@ -331,6 +346,13 @@ fn main() {
     // Warm both (page cache, connection setup, first-job effects).
     kind.export(&db, &copy_out);
     run_ours(&serve, &data_dir, 0);
+    if std::env::args().any(|a| a == "--parquet") {
+        parquet_pairs(&serve, &data_dir, rows, pairs);
+        drop(serve);
+        let _ = std::fs::remove_dir_all(&scratch);
+        kind.drop(&db);
+        return;
+    }
 
     let mut ratios = Vec::new();
     let (mut ours_cpu, mut psql_cpu, mut peaks, mut ours_wall, mut psql_wall) =
@@ -384,4 +406,54 @@ fn main() {
     drop(serve);
     let _ = std::fs::remove_dir_all(&scratch);
     kind.drop(&db);
+}
+
+/// `--parquet`: Parquet jobs against NDJSON jobs of the same table, alternating.
+fn parquet_pairs(serve: &Serve, data_dir: &Path, rows: u64, pairs: usize) {
+    run_job(serve, data_dir, 0, "parquet");
+    let (mut ratios, mut pq, mut nd) = (Vec::new(), Vec::new(), Vec::new());
+    for pair in 0..pairs {
+        let run = 1000 + 2 * pair;
+        let (p, n) = if pair % 2 == 0 {
+            let p = run_job(serve, data_dir, run, "parquet");
+            (p, run_job(serve, data_dir, run + 1, "v2"))
+        } else {
+            let n = run_job(serve, data_dir, run + 1, "v2");
+            (run_job(serve, data_dir, run, "parquet"), n)
+        };
+        let ratio = p.wall.as_secs_f64() / n.wall.as_secs_f64();
+        println!(
+            "pair {}: parquet {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  ndjson {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  ratio {ratio:.2}",
+            pair + 1,
+            p.wall,
+            p.cpu,
+            p.peak_mib,
+            n.wall,
+            n.cpu,
+            n.peak_mib
+        );
+        ratios.push(ratio);
+        pq.push(p);
+        nd.push(n);
+    }
+    let per_m = 1_000_000.0 / rows as f64;
+    let summary = |runs: &[OursRun]| {
+        (
+            median(runs.iter().map(|r| r.wall.as_secs_f64()).collect()),
+            median(runs.iter().map(|r| r.cpu).collect()) * per_m,
+            median(runs.iter().map(|r| r.peak_mib).collect()),
+            runs.iter().map(|r| r.peak_mib).fold(0.0, f64::max),
+            runs.last().map(|r| r.size).unwrap_or(0),
+        )
+    };
+    let (pw, pc, pp, pmax, ps) = summary(&pq);
+    let (nw, nc, np, nmax, ns) = summary(&nd);
+    println!(
+        "median over {pairs} pairs: ratio parquet/ndjson wall {:.2}; parquet {pw:.2} s, {pc:.2} CPU-s per 1M rows, peak RSS {pp:.0} MiB (max {pmax:.0}); ndjson {nw:.2} s, {nc:.2} CPU-s per 1M rows, peak RSS {np:.0} MiB (max {nmax:.0})",
+        median(ratios)
+    );
+    println!(
+        "sizes: sealed parquet {ps} bytes, sealed NDJSON {ns} bytes (ratio {:.3})",
+        ps as f64 / ns.max(1) as f64
+    );
 }
