@@ -11,31 +11,7 @@ pub const INFINITY: &str = "infinity";
 pub const NEG_INFINITY: &str = "-infinity";
 pub const NAN: &str = "NaN";
 
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian, astronomical years
-/// (year 0 = 1 BC). Valid for the whole `i64` day range PostgreSQL can send.
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// (year, month, day) → days since 1970-01-01.
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = m as i64;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+pub use fetcher_engine::time::{civil_from_days, days_from_civil};
 
 /// Years 0..=9999 as four digits (RFC 3339); others as ISO 8601 expanded years with an
 /// explicit sign (`+12345`, `-0044`: astronomical numbering, so 1 BC is `0000`).

@@ -205,6 +205,11 @@ impl BufferPool {
     }
 
     fn give(&self, mut buf: Vec<u8>) {
+        // A part producer's buffer can have taken a whole Parquet row group: keeping
+        // that capacity in the pool would hold it for the rest of the run.
+        if buf.capacity() > 4 * BATCH_BUFFER_CAPACITY {
+            return;
+        }
         buf.clear();
         let mut pool = self.0.lock().expect("pool lock");
         if pool.len() < POOLED_BUFFERS {
@@ -867,17 +872,6 @@ impl Engine {
             .close(run)
             .await
             .map_err(|_| EngineError::new(Category::Unavailable, msg::PERSIST_FAILED))?;
-        if let Some(p) = &reference.protection
-            && !applied_by::is_valid(&p.applied_by)
-        {
-            return Err(EngineError::validation(msg::APPLIED_BY_INVALID));
-        }
-        match &mut reference.integrity {
-            None => reference.integrity = Some(ResultIntegrity::sha256(digest)),
-            // A keyed signature from the sink; the digest is the engine's.
-            Some(i) if i.digest.is_empty() => i.digest = digest,
-            Some(_) => {}
-        }
         // The reference says `json` here although the bytes are NDJSON; we say what
         // they are.
         reference.format = "ndjson".into();
@@ -885,19 +879,7 @@ impl Engine {
         if reference.size_bytes == 0 {
             reference.size_bytes = total_bytes;
         }
-        let completed_at = Timestamp::now();
-        reference.completed_at = Some(completed_at);
-        Ok(ExtractionResult {
-            state: ExecutionState {
-                job_id: plan.request_id.clone(),
-                status: Some(ExecutionStatus::Completed),
-                completed_at: Some(completed_at),
-                ..Default::default()
-            },
-            direct: None,
-            reference: Some(reference),
-            row_counts,
-        })
+        stored_result(plan, reference, digest, row_counts)
     }
 
     async fn run_parts(
@@ -961,34 +943,12 @@ impl Engine {
                 return Err(EngineError::new(Category::Unavailable, msg::PERSIST_FAILED));
             }
         };
-        if let Some(p) = &reference.protection
-            && !applied_by::is_valid(&p.applied_by)
-        {
-            return Err(EngineError::validation(msg::APPLIED_BY_INVALID));
-        }
-        let digest = hex(&Sha256::digest(&manifest));
-        match &mut reference.integrity {
-            None => reference.integrity = Some(ResultIntegrity::sha256(digest)),
-            Some(i) if i.digest.is_empty() => i.digest = digest,
-            Some(_) => {}
-        }
         reference.format = format.name().into();
         reference.row_count = row_count;
         reference.size_bytes = total_bytes;
         reference.parts = std::mem::take(&mut parts.done);
-        let completed_at = Timestamp::now();
-        reference.completed_at = Some(completed_at);
-        Ok(ExtractionResult {
-            state: ExecutionState {
-                job_id: plan.request_id.clone(),
-                status: Some(ExecutionStatus::Completed),
-                completed_at: Some(completed_at),
-                ..Default::default()
-            },
-            direct: None,
-            reference: Some(reference),
-            row_counts,
-        })
+        let digest = hex(&Sha256::digest(&manifest));
+        stored_result(plan, reference, digest, row_counts)
     }
 
     /// Producers + ordered writer: NDJSON producers, or part producers when a `format`
@@ -1122,6 +1082,40 @@ impl Engine {
         }
         Ok((total, row_counts))
     }
+}
+
+/// A store-mode run's result from the sink's reference: refuses an invalid `appliedBy`,
+/// fills in the engine's SHA-256 `digest` unless the sink gave one, stamps completion.
+fn stored_result(
+    plan: &ExtractionPlan,
+    mut reference: ResultReference,
+    digest: String,
+    row_counts: BTreeMap<String, i64>,
+) -> Result<ExtractionResult> {
+    if let Some(p) = &reference.protection
+        && !applied_by::is_valid(&p.applied_by)
+    {
+        return Err(EngineError::validation(msg::APPLIED_BY_INVALID));
+    }
+    match &mut reference.integrity {
+        None => reference.integrity = Some(ResultIntegrity::sha256(digest)),
+        // A keyed signature from the sink; the digest is the engine's.
+        Some(i) if i.digest.is_empty() => i.digest = digest,
+        Some(_) => {}
+    }
+    let completed_at = Timestamp::now();
+    reference.completed_at = Some(completed_at);
+    Ok(ExtractionResult {
+        state: ExecutionState {
+            job_id: plan.request_id.clone(),
+            status: Some(ExecutionStatus::Completed),
+            completed_at: Some(completed_at),
+            ..Default::default()
+        },
+        direct: None,
+        reference: Some(reference),
+        row_counts,
+    })
 }
 
 struct SetOnDrop(watch::Sender<bool>);

@@ -135,8 +135,11 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
-// Howard Hinnant's civil calendar algorithms (proleptic Gregorian).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+// Howard Hinnant's civil calendar algorithms (proleptic Gregorian, astronomical years):
+// the one copy every crate uses.
+
+/// (year, month, day) of a day count since 1970-01-01.
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -149,7 +152,8 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);

@@ -134,45 +134,16 @@ pub fn array<'a>(
             }
             Arc::new(b.finish())
         }
-        ColumnType::Date => {
-            let mut b = Date32Builder::with_capacity(len);
-            for v in values {
-                match v {
-                    Value::Null => b.append_null(),
-                    Value::String(s) => {
-                        b.append_value(text::date(s).ok_or_else(not_representable)?)
-                    }
-                    _ => return Err(not_representable()),
-                }
-            }
-            Arc::new(b.finish())
-        }
-        ColumnType::Time => {
-            let mut b = Time64MicrosecondBuilder::with_capacity(len);
-            for v in values {
-                match v {
-                    Value::Null => b.append_null(),
-                    Value::String(s) => {
-                        b.append_value(text::time_of_day(s).ok_or_else(not_representable)?)
-                    }
-                    _ => return Err(not_representable()),
-                }
-            }
-            Arc::new(b.finish())
-        }
-        ColumnType::Timestamp | ColumnType::TimestampTz => {
-            let mut b = TimestampMicrosecondBuilder::with_capacity(len);
-            for v in values {
-                match v {
-                    Value::Null => b.append_null(),
-                    Value::String(s) => {
-                        b.append_value(text::timestamp(s).ok_or_else(not_representable)?)
-                    }
-                    _ => return Err(not_representable()),
-                }
-            }
-            Arc::new(b.finish().with_data_type(data_type.clone()))
-        }
+        ColumnType::Date => Arc::new(parsed::<Date32Type>(values, len, text::date)?),
+        ColumnType::Time => Arc::new(parsed::<Time64MicrosecondType>(
+            values,
+            len,
+            text::time_of_day,
+        )?),
+        ColumnType::Timestamp | ColumnType::TimestampTz => Arc::new(
+            parsed::<TimestampMicrosecondType>(values, len, text::timestamp)?
+                .with_data_type(data_type.clone()),
+        ),
         ColumnType::Json => {
             let mut b = StringBuilder::with_capacity(len, len * 32);
             for v in values {
@@ -199,6 +170,23 @@ pub fn array<'a>(
             Arc::new(b.finish())
         }
     })
+}
+
+/// A temporal column from its NDJSON texts (docs/encodings.md), parsed by `parse`.
+fn parsed<'a, T: arrow_array::ArrowPrimitiveType>(
+    values: impl Iterator<Item = &'a Value>,
+    len: usize,
+    parse: impl Fn(&str) -> Option<T::Native>,
+) -> Result<arrow_array::PrimitiveArray<T>> {
+    let mut b = PrimitiveBuilder::<T>::with_capacity(len);
+    for v in values {
+        match v {
+            Value::Null => b.append_null(),
+            Value::String(s) => b.append_value(parse(s).ok_or_else(not_representable)?),
+            _ => return Err(not_representable()),
+        }
+    }
+    Ok(b.finish())
 }
 
 /// An integer column: exact, within the Parquet type's range.

@@ -6,19 +6,9 @@
 //! PostgreSQL's `infinity` / `-infinity` become the largest and smallest value of the
 //! type (DuckDB's convention for its own infinities, and PostgreSQL's internal one).
 
-const MICROS_PER_DAY: i64 = 86_400_000_000;
+use fetcher_engine::time::days_from_civil;
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (any year, astronomical
-/// numbering): H. Hinnant's `days_from_civil`.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+const MICROS_PER_DAY: i64 = 86_400_000_000;
 
 fn digits(s: &str) -> Option<i64> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -47,7 +37,7 @@ fn civil_date(s: &str) -> Option<(i64, &str)> {
     if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
         return None; // also MySQL's zero dates and zero-in-date values
     }
-    Some((days_from_civil(year, month, day), rest))
+    Some((days_from_civil(year, month as u32, day as u32), rest))
 }
 
 fn days_in_month(y: i64, m: i64) -> i64 {

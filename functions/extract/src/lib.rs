@@ -98,26 +98,25 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
         bus,
         source,
     ));
+    let pipeline = host.ports.pipeline(
+        host.engine,
+        events,
+        PipelineConfig {
+            lease,
+            // SQS redelivers a retried message after the queue's visibility timeout
+            // (minutes), so here the attempt cap bounds retries, not a time budget; the
+            // message's maximum age bounds the whole.
+            max_attempts: 3,
+            retry_budget: max_message_age,
+            max_message_age,
+            progress_interval,
+            ..Default::default()
+        },
+    );
+    #[cfg(feature = "parquet")]
+    let pipeline = pipeline.with_table_format(Arc::new(fetcher_parquet::ParquetFormat::new()));
     Ok(Extractor {
-        pipeline: Arc::new(
-            host.ports
-                .pipeline(
-                    host.engine,
-                    events,
-                    PipelineConfig {
-                        lease,
-                        // SQS redelivers a retried message after the queue's visibility
-                        // timeout (minutes), so here the attempt cap bounds retries, not
-                        // a time budget; the message's maximum age bounds the whole.
-                        max_attempts: 3,
-                        retry_budget: max_message_age,
-                        max_message_age,
-                        progress_interval,
-                        ..Default::default()
-                    },
-                )
-                .with_table_format(Arc::new(fetcher_parquet::ParquetFormat::new())),
-        ),
+        pipeline: Arc::new(pipeline),
         queue,
         retry_backoff,
         store,
