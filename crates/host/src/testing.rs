@@ -2,6 +2,9 @@
 //! embedded SQLite/local-directory adapters and the DynamoDB/SQS/S3 adapters all run
 //! these. Each suite panics on the first broken obligation; tenants and paths are unique
 //! per run, so suites can share a real backend.
+//!
+//! One file (just over 800 lines): every suite shares the fixtures at the top, and an
+//! adapter crate runs them all through one `testing` feature.
 
 use std::sync::Arc;
 use std::time::Duration;
