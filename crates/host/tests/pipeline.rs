@@ -115,6 +115,12 @@ async fn submit(w: &World, format: Option<ResultFormat>) -> (Job, QueueMessage) 
     (job, msg)
 }
 
+/// The stored result of a completed job of tenant `acme`.
+async fn result_of(w: &World, id: &str) -> JobResult {
+    let job = w.jobs.get("acme", id).await.unwrap().expect("job stored");
+    job.result.expect("a completed job has a result")
+}
+
 async fn open_v2(w: &World, path: &str, job_id: &str, hmac: &str) -> Vec<u8> {
     let sealed = read_all(w.objects.as_ref(), path)
         .await
@@ -220,14 +226,7 @@ async fn v1_results_open_with_the_reference_procedure() {
         w.pipeline.handle(&msg).await,
         Outcome::Completed { .. }
     ));
-    let result = w
-        .jobs
-        .get("acme", &job.id)
-        .await
-        .unwrap()
-        .unwrap()
-        .result
-        .unwrap();
+    let result = result_of(&w, &job.id).await;
     assert_eq!(result.path, format!("acme/external-data/{}.json", job.id));
     let object = read_all(w.objects.as_ref(), &result.path)
         .await
@@ -281,14 +280,7 @@ async fn a_parquet_job_stores_one_sealed_file_per_table_and_a_sealed_manifest() 
         matches!(outcome, Outcome::Completed { rows: 2, .. }),
         "{outcome:?}"
     );
-    let result = w
-        .jobs
-        .get("acme", &job.id)
-        .await
-        .unwrap()
-        .unwrap()
-        .result
-        .unwrap();
+    let result = result_of(&w, &job.id).await;
     assert_eq!(result.format, ResultFormat::Parquet);
     assert_eq!(
         result.path,
@@ -346,14 +338,7 @@ async fn a_parquet_job_stores_one_sealed_file_per_table_and_a_sealed_manifest() 
         w.pipeline.handle(&msg).await,
         Outcome::Completed { .. }
     ));
-    let second = w
-        .jobs
-        .get("acme", &again.id)
-        .await
-        .unwrap()
-        .unwrap()
-        .result
-        .unwrap();
+    let second = result_of(&w, &again.id).await;
     assert_eq!(second.parts[0].sha256, part.sha256);
 }
 
