@@ -397,6 +397,18 @@ fn python() -> std::path::PathBuf {
     venv
 }
 
+/// `fetcher result open <job> --output-dir <out>` on serve's data directory.
+fn open_into(data_dir: &std::path::Path, job: &str, out: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fetcher"))
+        .args(["result", "open", job, "--quiet", "--data-dir"])
+        .arg(data_dir)
+        .arg("--output-dir")
+        .arg(out)
+        .env("FETCHER_MASTER_KEY", KEY)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_parquet_job_opens_into_files_that_pyarrow_reads_as_the_ndjson_job() {
     let db = PgDb::create("fetcher_pq");
@@ -447,14 +459,7 @@ fn a_parquet_job_opens_into_files_that_pyarrow_reads_as_the_ndjson_job() {
     let (ok, _, err) = open_result(dir.path(), &pq_id);
     assert!(!ok && err.contains("--output-dir"), "{err}");
     let out_dir = dir.path().join("opened");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fetcher"))
-        .args(["result", "open", &pq_id, "--quiet", "--data-dir"])
-        .arg(dir.path())
-        .arg("--output-dir")
-        .arg(&out_dir)
-        .env("FETCHER_MASTER_KEY", KEY)
-        .output()
-        .unwrap();
+    let out = open_into(dir.path(), &pq_id, &out_dir);
     assert!(
         out.status.success(),
         "{}",
@@ -513,14 +518,7 @@ fn a_parquet_job_opens_into_files_that_pyarrow_reads_as_the_ndjson_job() {
     sealed[mid] ^= 1;
     std::fs::write(&part_file, sealed).unwrap();
     let again = dir.path().join("again");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fetcher"))
-        .args(["result", "open", &pq_id, "--quiet", "--data-dir"])
-        .arg(dir.path())
-        .arg("--output-dir")
-        .arg(&again)
-        .env("FETCHER_MASTER_KEY", KEY)
-        .output()
-        .unwrap();
+    let out = open_into(dir.path(), &pq_id, &again);
     assert!(!out.status.success());
     assert!(!again.join("ledger.accounts.parquet").exists());
     assert!(!again.join("ledger.accounts.parquet.partial").exists());

@@ -156,45 +156,37 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
         } else {
             Kind::Other
         };
+        // Everything PostgreSQL renders as text, when the database cannot convert it.
+        let raw_bytes = sql_ascii
+            && !matches!(
+                kind,
+                Kind::Int
+                    | Kind::Float
+                    | Kind::Decimal
+                    | Kind::Bool
+                    | Kind::Uuid
+                    | Kind::Date
+                    | Kind::Timestamp
+                    | Kind::TimestampTz
+                    | Kind::Time
+                    | Kind::Bytes
+            );
+        let ctype = if supported {
+            column_type(effective, kind, &type_name, category == "A", raw_bytes)
+        } else if kind == Kind::Text {
+            ColumnType::Text
+        } else {
+            ColumnType::Unknown
+        };
         let info = ColumnInfo {
             name: column.clone(),
             kind,
             type_name,
             pg_oid: effective,
             pg_text_cast: !supported,
-            // Everything PostgreSQL renders as text, when the database cannot convert it.
-            pg_raw_bytes: sql_ascii
-                && !matches!(
-                    kind,
-                    Kind::Int
-                        | Kind::Float
-                        | Kind::Decimal
-                        | Kind::Bool
-                        | Kind::Uuid
-                        | Kind::Date
-                        | Kind::Timestamp
-                        | Kind::TimestampTz
-                        | Kind::Time
-                        | Kind::Bytes
-                ),
+            pg_raw_bytes: raw_bytes,
             orderable: effective != oid::JSON && category != "A",
-            ctype: ColumnType::Unknown,
-        };
-        let info = ColumnInfo {
-            ctype: if supported {
-                column_type(
-                    effective,
-                    kind,
-                    &info.type_name,
-                    category == "A",
-                    info.pg_raw_bytes,
-                )
-            } else if kind == Kind::Text {
-                ColumnType::Text
-            } else {
-                ColumnType::Unknown
-            },
-            ..info
+            ctype,
         };
         let same = matches!(&current, Some((t, _)) if t.schema == schema && t.name == table);
         if !same {

@@ -622,12 +622,7 @@ impl Engine {
         let completed_at = Timestamp::now();
         let row_count = row_counts.values().sum();
         Ok(ExtractionResult {
-            state: ExecutionState {
-                job_id: plan.request_id.clone(),
-                status: Some(ExecutionStatus::Completed),
-                completed_at: Some(completed_at),
-                ..Default::default()
-            },
+            state: completed_state(plan, completed_at),
             direct: Some(DirectResult {
                 format: "json".into(),
                 row_count,
@@ -853,16 +848,21 @@ fn stored_result(
     let completed_at = Timestamp::now();
     reference.completed_at = Some(completed_at);
     Ok(ExtractionResult {
-        state: ExecutionState {
-            job_id: plan.request_id.clone(),
-            status: Some(ExecutionStatus::Completed),
-            completed_at: Some(completed_at),
-            ..Default::default()
-        },
+        state: completed_state(plan, completed_at),
         direct: None,
         reference: Some(reference),
         row_counts,
     })
+}
+
+/// The terminal state of a run that completed at `at`.
+fn completed_state(plan: &ExtractionPlan, at: Timestamp) -> ExecutionState {
+    ExecutionState {
+        job_id: plan.request_id.clone(),
+        status: Some(ExecutionStatus::Completed),
+        completed_at: Some(at),
+        ..Default::default()
+    }
 }
 
 struct SetOnDrop(watch::Sender<bool>);

@@ -43,17 +43,19 @@ pub fn array<'a>(
         ColumnType::UInt64 => ints::<UInt64Type>(values, len)?,
         ColumnType::Float32 => {
             let mut b = Float32Builder::with_capacity(len);
+            let mut text = String::new();
             for v in values {
                 match v {
                     Value::Null => b.append_null(),
                     // The connector printed the 4-byte float's shortest form and parsed
                     // it as a double; printing that double again gives the same short
                     // text, and parsing it as a 4-byte float gives the original bits.
-                    Value::Float(x) => b.append_value(
-                        x.to_string()
-                            .parse::<f32>()
-                            .map_err(|_| not_representable())?,
-                    ),
+                    Value::Float(x) => {
+                        use std::fmt::Write as _;
+                        text.clear();
+                        let _ = write!(text, "{x}");
+                        b.append_value(text.parse::<f32>().map_err(|_| not_representable())?)
+                    }
                     other => b.append_value(special_float(other)? as f32),
                 }
             }

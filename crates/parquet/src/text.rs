@@ -64,18 +64,16 @@ fn clock(s: &str) -> Option<i64> {
     if h > 23 || m > 59 || sec > 60 {
         return None;
     }
-    let micros = if frac.is_empty() {
-        0
-    } else {
-        if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let padded = format!("{frac:0<9}");
-        if !padded.ends_with("000") {
-            return None; // finer than a microsecond
-        }
-        padded[..6].parse::<i64>().ok()?
-    };
+    let frac = frac.as_bytes();
+    if frac.len() > 9
+        || !frac.iter().all(u8::is_ascii_digit)
+        || frac.iter().skip(6).any(|&d| d != b'0')
+    {
+        return None; // not a fraction, or finer than a microsecond
+    }
+    let micros = (0..6).fold(0, |acc, i| {
+        acc * 10 + frac.get(i).map_or(0, |&d| i64::from(d - b'0'))
+    });
     Some(((h * 60 + m) * 60 + sec) * 1_000_000 + micros)
 }
 
@@ -155,11 +153,11 @@ pub fn uuid(s: &str) -> Option<[u8; 16]> {
     if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
         return None;
     }
-    let hex: Vec<u8> = b.iter().copied().filter(|&c| c != b'-').collect();
+    let mut digits = b.iter().filter(|&&c| c != b'-');
     let mut out = [0u8; 16];
-    for (i, pair) in hex.chunks(2).enumerate() {
-        let v = |c: u8| (c as char).to_digit(16);
-        out[i] = (v(pair[0])? * 16 + v(pair[1])?) as u8;
+    for byte in &mut out {
+        let mut nibble = || (*digits.next()? as char).to_digit(16);
+        *byte = (nibble()? * 16 + nibble()?) as u8;
     }
     Some(out)
 }
