@@ -310,13 +310,7 @@ fn decode_value(row: &MySqlRow, i: usize, c: &ColumnInfo) -> Result<Value> {
         Kind::Decimal | Kind::Text | Kind::Uuid | Kind::Bool => {
             values::text(row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?)
         }
-        Kind::Json => {
-            let b = row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?;
-            match std::str::from_utf8(b) {
-                Ok(s) => values::json(s),
-                Err(_) => Value::Bytes(b.to_vec()),
-            }
-        }
+        Kind::Json => values::json_bytes(row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?),
         Kind::Date | Kind::Timestamp | Kind::TimestampTz | Kind::Time => {
             let b = row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?;
             Value::String(temporal(c.kind, b).ok_or_else(decode_failed)?)

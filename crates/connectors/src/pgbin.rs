@@ -116,10 +116,7 @@ pub fn decode(type_oid: u32, b: &[u8]) -> R<Value> {
         UUID => Value::String(values::uuid(&exact::<16>(b)?)),
         BYTEA => Value::Bytes(b.to_vec()),
         RAW_TEXT => values::text(b),
-        RAW_JSON => match std::str::from_utf8(b) {
-            Ok(s) => values::json(s),
-            Err(_) => Value::Bytes(b.to_vec()),
-        },
+        RAW_JSON => values::json_bytes(b),
         JSON => values::json(std::str::from_utf8(b).map_err(|_| DecodeError)?),
         JSONB => {
             let (&version, rest) = b.split_first().ok_or(DecodeError)?;
@@ -192,8 +189,9 @@ fn is_array(o: u32) -> bool {
     array_element(o).is_some()
 }
 
-/// One-dimensional arrays become lists; n-dimensional ones nested lists. Lower bounds
-/// other than 1 are not represented.
+/// One-dimensional arrays become lists; n-dimensional ones nested lists. An array whose
+/// lower bounds are not all 1 (`'[0:2]={10,20,30}'`) keeps them: it arrives as the tagged
+/// object `{"lowerBounds":[0],"values":[10,20,30]}` (docs/encodings.md).
 fn array(b: &[u8]) -> R<Value> {
     let ndim = i32::from_be_bytes(be(b)?);
     let elem = u32::from_be_bytes(be(b.get(8..).ok_or(DecodeError)?)?);
@@ -201,10 +199,14 @@ fn array(b: &[u8]) -> R<Value> {
         return Err(DecodeError);
     }
     let mut dims = Vec::new();
+    let mut lower_bounds = Vec::new();
     let mut pos = 12;
     for _ in 0..ndim {
         let len = i32::from_be_bytes(be(b.get(pos..).ok_or(DecodeError)?)?);
         dims.push(usize::try_from(len).map_err(|_| DecodeError)?);
+        lower_bounds.push(i32::from_be_bytes(be(b
+            .get(pos + 4..)
+            .ok_or(DecodeError)?)?));
         pos += 8;
     }
     let total: usize = if dims.is_empty() {
@@ -234,7 +236,18 @@ fn array(b: &[u8]) -> R<Value> {
     if dims.is_empty() {
         return Ok(Value::List(Vec::new()));
     }
-    Ok(nest(&dims, &mut flat.into_iter()))
+    let values = nest(&dims, &mut flat.into_iter());
+    if lower_bounds.iter().all(|&l| l == 1) {
+        return Ok(values);
+    }
+    let bounds = lower_bounds.into_iter().map(Value::from).collect();
+    Ok(Value::Map(
+        [
+            ("lowerBounds".to_owned(), Value::List(bounds)),
+            ("values".to_owned(), values),
+        ]
+        .into(),
+    ))
 }
 
 pub fn date(days: i32) -> String {

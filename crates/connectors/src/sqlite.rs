@@ -170,8 +170,8 @@ fn decode_value(row: &SqliteRow, i: usize, c: &ColumnInfo) -> Result<Value> {
             // Read as bytes: SQLite does not check that TEXT is UTF-8, and one value
             // that is not must not make the table unextractable (kept as bytes).
             let b = row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?;
-            match (c.kind, std::str::from_utf8(b)) {
-                (Kind::Json, Ok(s)) => values::json(s),
+            match c.kind {
+                Kind::Json => values::json_bytes(b),
                 _ => values::text(b),
             }
         }
@@ -179,6 +179,8 @@ fn decode_value(row: &SqliteRow, i: usize, c: &ColumnInfo) -> Result<Value> {
             let b = row.try_get_unchecked::<Vec<u8>, _>(i).map_err(bad)?;
             match (c.kind, <[u8; 16]>::try_from(b.as_slice())) {
                 (Kind::Uuid, Ok(u)) => Value::String(values::uuid(&u)),
+                // A BLOB is no JSON text: tagged, so it cannot read as a string document.
+                (Kind::Json, _) => values::json_blob(b),
                 _ => Value::Bytes(b),
             }
         }

@@ -179,18 +179,97 @@ pub fn parse_uuid(s: &str) -> Option<String> {
     Some(uuid(&out))
 }
 
-/// A JSON document embedded as nested values, exactly: a document a tree cannot hold as
-/// written (a number beyond any double, a repeated key, a lone surrogate escape, nesting
-/// past 128 levels) is kept as its own text, compacted ([`Value::Json`]), so every
-/// document stays a JSON document. Text that is not JSON at all stays a string.
+/// A JSON column's value: the document embedded as nested values, exactly. A document a
+/// tree cannot hold as written (a number beyond any double, a repeated key, a lone
+/// surrogate escape, nesting past 128 levels) is kept as its own text, compacted
+/// ([`Value::Json`]), so every document stays a JSON document.
+///
+/// Three cases would be ambiguous embedded as they are, so they arrive tagged, as a
+/// one-key object (docs/encodings.md, "JSON columns"): the document `null` (else it reads
+/// as SQL `NULL`) and a document that is an object with a top-level tag key (else it reads
+/// as a tag) arrive as `{"$json": <document>}`; text that is not JSON at all (SQLite
+/// checks nothing) as `{"$text": "<text>"}`.
 pub fn json(text: &str) -> Value {
     match serde_json::from_str::<StrictJson>(text) {
-        Ok(StrictJson(v)) => Value::from(v),
+        Ok(StrictJson(v)) => {
+            let v = Value::from(v);
+            let ambiguous = match &v {
+                Value::Null => true,
+                Value::Map(m) => JSON_TAGS.iter().any(|t| m.contains_key(*t)),
+                _ => false,
+            };
+            if ambiguous { json_tag("$json", v) } else { v }
+        }
         Err(_) => match compact_json(text) {
+            Some(compact) if has_top_level_tag(&compact) => {
+                json_tag("$json", Value::Json(compact.into_boxed_str()))
+            }
             Some(compact) => Value::Json(compact.into_boxed_str()),
-            None => Value::String(text.to_owned()),
+            None => json_tag("$text", Value::String(text.to_owned())),
         },
     }
+}
+
+/// A JSON column's value read as bytes: [`json`] when they are UTF-8, else the tagged
+/// `{"$bytes": "<Base64>"}` (a bare Base64 string would read as a string document).
+pub fn json_bytes(b: &[u8]) -> Value {
+    match std::str::from_utf8(b) {
+        Ok(s) => json(s),
+        Err(_) => json_blob(b.to_vec()),
+    }
+}
+
+/// A JSON column's value that is bytes, not text: `{"$bytes": "<Base64>"}`.
+pub fn json_blob(b: Vec<u8>) -> Value {
+    json_tag("$bytes", Value::Bytes(b))
+}
+
+/// The keys of the one-key objects that tag a JSON column's value.
+pub const JSON_TAGS: [&str; 3] = ["$json", "$text", "$bytes"];
+
+fn json_tag(tag: &str, v: Value) -> Value {
+    Value::Map([(tag.to_owned(), v)].into())
+}
+
+/// Whether compact JSON `text` is an object with a tag among its top-level keys (keys are
+/// compared unescaped, so `"\u0024json"` counts).
+fn has_top_level_tag(text: &str) -> bool {
+    let b = text.as_bytes();
+    if b.first() != Some(&b'{') {
+        return false;
+    }
+    let (mut depth, mut i, mut prev) = (0usize, 0usize, 0u8);
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                let mut end = i + 1;
+                while b[end] != b'"' {
+                    end += if b[end] == b'\\' { 2 } else { 1 };
+                }
+                let is_key = depth == 1 && matches!(prev, b'{' | b',');
+                if is_key
+                    && serde_json::from_str::<String>(&text[i..=end])
+                        .is_ok_and(|k| JSON_TAGS.contains(&k.as_str()))
+                {
+                    return true;
+                }
+                prev = b'"';
+                i = end + 1;
+                continue;
+            }
+            c @ (b'{' | b'[') => {
+                depth += 1;
+                prev = c;
+            }
+            c @ (b'}' | b']') => {
+                depth -= 1;
+                prev = c;
+            }
+            c => prev = c,
+        }
+        i += 1;
+    }
+    false
 }
 
 /// A JSON value parsed with a repeated object key as an error (serde_json keeps the last).
@@ -432,7 +511,8 @@ mod tests {
         }
         let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
         assert_eq!(json(&deep), Value::Json(deep.clone().into()));
-        // Not JSON at all: a string, as before.
+        // Not JSON at all (SQLite checks nothing): tagged, so it cannot read as the
+        // string document `"quoted"`.
         for text in [
             "quoted",
             "{\"a\":}",
@@ -444,8 +524,41 @@ mod tests {
             "{\"a\" 1}",
             "",
         ] {
-            assert_eq!(json(text), Value::String(text.into()), "{text}");
+            assert_eq!(json(text), json_tag("$text", text.into()), "{text}");
         }
+        assert_ne!(json("quoted"), json("\"quoted\""));
+        // The document `null` is not SQL NULL, and a document shaped like a tag is not a
+        // tag: both arrive wrapped in `$json`, tree or kept text alike.
+        assert_eq!(json(" null "), json_tag("$json", Value::Null));
+        for text in [
+            r#"{"$text":"x"}"#,
+            r#"{"a":1,"$json":null}"#,
+            r#"{"\u0024bytes":1}"#,
+        ] {
+            let Value::Map(m) = json(text) else {
+                panic!("{text}")
+            };
+            assert!(m.contains_key("$json") && m.len() == 1, "{text}");
+        }
+        assert_eq!(
+            json(r#"{"$text":1,"$text":2}"#),
+            json_tag("$json", Value::Json(r#"{"$text":1,"$text":2}"#.into()))
+        );
+        // Tag keys below the top level, or as values, are the document's own business.
+        for text in [r#"{"a":{"$json":1}}"#, r#"{"a":"$json"}"#, r#"["$text"]"#] {
+            assert!(
+                !matches!(json(text), Value::Map(ref m) if m.len() == 1 && m.contains_key("$json")),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            json(r#"{"a":{"$json":1},"a":2}"#),
+            Value::Json(r#"{"a":{"$json":1},"a":2}"#.into())
+        );
+        assert_eq!(
+            json_bytes(b"\xff"),
+            json_tag("$bytes", Value::Bytes(vec![0xff]))
+        );
         assert_eq!(
             compact_json(" { \"a b\" : [ 1 , 2.5e+3 , \"x\\\" y\" ] } "),
             Some(r#"{"a b":[1,2.5e+3,"x\" y"]}"#.into())

@@ -75,26 +75,31 @@ async fn mysql_temporals_print_like_the_reference() {
 
 #[tokio::test]
 async fn sqlite_values_arrive_as_stored_even_when_odd() {
-    // SQLite checks neither that TEXT is UTF-8 nor that a BOOLEAN holds 0 or 1.
+    // SQLite checks neither that TEXT is UTF-8 nor that a BOOLEAN holds 0 or 1, nor that
+    // a JSON column holds JSON.
     let db = LiteDb::create(
-        "CREATE TABLE odd (id INTEGER PRIMARY KEY, flag BOOLEAN, t TEXT);
-         INSERT INTO odd VALUES (1, 0, 'fine'), (2, 1, CAST(X'C328' AS TEXT)), (3, 2, CAST(X'FF' AS TEXT)),
-                                (4, -1, NULL), (5, 865, 'ok');",
+        "CREATE TABLE odd (id INTEGER PRIMARY KEY, flag BOOLEAN, t TEXT, j JSON);
+         INSERT INTO odd VALUES (1, 0, 'fine', '\"quoted\"'), (2, 1, CAST(X'C328' AS TEXT), 'quoted'),
+                                (3, 2, CAST(X'FF' AS TEXT), 'null'), (4, -1, NULL, NULL),
+                                (5, 865, 'ok', CAST(X'FF' AS TEXT)), (6, 1, 'blob', X'7B7D');",
     )
     .await;
     let h = harness(&[db.descriptor("lite")]).await;
     let out = h
-        .store_ndjson(json!({"mappedFields": {"lite": {"odd": ["id", "flag", "t"]}}}))
+        .store_ndjson(json!({"mappedFields": {"lite": {"odd": ["id", "flag", "t", "j"]}}}))
         .await
         .expect("one odd value never makes the table unextractable");
+    // No two stored values read alike: the string document, text that is no JSON, the
+    // document `null`, SQL NULL, bytes that are no text, a BLOB.
     assert_eq!(
         rows_of(&out, "odd"),
         [
-            json!({"id": 1, "flag": 0, "t": "fine"}),
-            json!({"id": 2, "flag": 1, "t": "wyg="}),
-            json!({"id": 3, "flag": 2, "t": "/w=="}),
-            json!({"id": 4, "flag": -1, "t": null}),
-            json!({"id": 5, "flag": 865, "t": "ok"}),
+            json!({"id": 1, "flag": 0, "t": "fine", "j": "quoted"}),
+            json!({"id": 2, "flag": 1, "t": "wyg=", "j": {"$text": "quoted"}}),
+            json!({"id": 3, "flag": 2, "t": "/w==", "j": {"$json": null}}),
+            json!({"id": 4, "flag": -1, "t": null, "j": null}),
+            json!({"id": 5, "flag": 865, "t": "ok", "j": {"$bytes": "/w=="}}),
+            json!({"id": 6, "flag": 1, "t": "blob", "j": {"$bytes": "e30="}}),
         ]
     );
     // Booleans still filter it (true is 1).
@@ -102,7 +107,7 @@ async fn sqlite_values_arrive_as_stored_even_when_odd() {
         .store_ndjson(json!({"mappedFields": {"lite": {"odd": ["id"]}}, "filters": {"lite": {"odd": {"flag": {"eq": [true]}}}}}))
         .await
         .unwrap();
-    assert_eq!(rows_of(&out, "odd"), [json!({"id": 2})]);
+    assert_eq!(rows_of(&out, "odd"), [json!({"id": 2}), json!({"id": 6})]);
     db.remove();
 }
 
@@ -188,6 +193,14 @@ fn odd_documents() -> Vec<(&'static str, String)> {
         (
             r#"{"b": [1.5, -0.0], "a": "x"}"#,
             r#"{"a":"x","b":[1.5,-0]}"#.into(),
+        ),
+        // The document `null` is not SQL NULL, and a tag-shaped document is not a tag
+        // (docs/encodings.md, "JSON columns").
+        ("null", r#"{"$json":null}"#.into()),
+        (r#"{"$text": "x"}"#, r#"{"$json":{"$text":"x"}}"#.into()),
+        (
+            r#"{"$bytes": 1, "$bytes": 2}"#,
+            r#"{"$json":{"$bytes":1,"$bytes":2}}"#.into(),
         ),
     ]
 }

@@ -44,8 +44,13 @@ enum Rule {
     Timestamp,
     /// Hex of the bytes (no `\x`), as our Base64.
     Hex,
-    /// The same JSON document, compared as values.
+    /// The same JSON document, compared as values, read by the documented rule for JSON
+    /// columns: a one-key `$json` object holds the document, a one-key `$text` object
+    /// text that is no JSON; anything else is the document itself, never `null`.
     JsonDoc,
+    /// PostgreSQL's array text (`{1,NULL}`, `[0:2]={1,2,3}`) as our JSON array, or as the
+    /// tagged `{"lowerBounds": [..], "values": [..]}` when a lower bound is not 1.
+    PgArray,
 }
 
 /// The same JSON value: numbers compared as numbers (a document's `-5.0` is our `-5`:
@@ -120,7 +125,54 @@ fn check(rule: Rule, theirs: Option<&str>, ours: &J) -> Result<(), String> {
                 .collect();
             ours.as_str() == Some(&fetcher_engine::json::base64(&bytes))
         }
-        Rule::JsonDoc => serde_json::from_str::<J>(t).is_ok_and(|theirs| same_json(&theirs, ours)),
+        Rule::JsonDoc => {
+            let doc = |t: &str| serde_json::from_str::<J>(t);
+            match ours
+                .as_object()
+                .filter(|m| m.len() == 1)
+                .and_then(|m| m.iter().next())
+            {
+                Some((tag, inner)) if tag == "$json" => {
+                    doc(t).is_ok_and(|theirs| same_json(&theirs, inner))
+                }
+                Some((tag, inner)) if tag == "$text" => {
+                    doc(t).is_err() && inner.as_str() == Some(t)
+                }
+                Some((tag, _)) if tag.starts_with('$') => false,
+                _ => !ours.is_null() && doc(t).is_ok_and(|theirs| same_json(&theirs, ours)),
+            }
+        }
+        Rule::PgArray => {
+            let (bounds, body) = match t.split_once('=') {
+                Some((dims, body)) if t.starts_with('[') => {
+                    let lower: Vec<i64> = dims
+                        .split(']')
+                        .filter(|d| !d.is_empty())
+                        .map(|d| {
+                            d.trim_start_matches('[')
+                                .split(':')
+                                .next()
+                                .unwrap()
+                                .parse()
+                                .unwrap()
+                        })
+                        .collect();
+                    (Some(lower), body)
+                }
+                _ => (None, t),
+            };
+            let values: J = serde_json::from_str(
+                &body
+                    .replace('{', "[")
+                    .replace('}', "]")
+                    .replace("NULL", "null"),
+            )
+            .map_err(|e| format!("{t}: {e}"))?;
+            match bounds {
+                None => same_json(&values, ours),
+                Some(lower) => *ours == json!({"lowerBounds": lower, "values": values}),
+            }
+        }
     };
     if ok {
         Ok(())
@@ -170,7 +222,7 @@ async fn extract(h: &Harness, ds: &str, fields: &[&str]) -> Vec<J> {
     rows_of(&out, "fid")
 }
 
-const PG_COLUMNS: [(&str, Rule, &str); 17] = [
+const PG_COLUMNS: [(&str, Rule, &str); 18] = [
     ("i2", Rule::IntText, "i2::text"),
     ("i4", Rule::IntText, "i4::text"),
     ("i8", Rule::IntText, "i8::text"),
@@ -187,6 +239,7 @@ const PG_COLUMNS: [(&str, Rule, &str); 17] = [
     ("by", Rule::Hex, "encode(by, 'hex')"),
     ("j", Rule::JsonDoc, "j::text"),
     ("jb", Rule::JsonDoc, "jb::text"),
+    ("ia", Rule::PgArray, "ia::text"),
     (
         "ip",
         Rule::Same,
@@ -200,7 +253,7 @@ async fn postgres_values_are_the_databases_own() {
     let db = PgDb::create(&format!(
         r#"SELECT setseed(0.4242);
         CREATE TABLE fid (id int PRIMARY KEY, i2 int2, i4 int4, i8 int8, num numeric, f4 float4, f8 float8,
-          t text, b bool, d date, ts timestamp, tz timestamptz, tm time, u uuid, by bytea, j json, jb jsonb, ip inet);
+          t text, b bool, d date, ts timestamp, tz timestamptz, tm time, u uuid, by bytea, j json, jb jsonb, ip inet, ia int[]);
         INSERT INTO fid SELECT g,
           floor(random() * 65536 - 32768)::int2,
           floor(random() * 4294967296 - 2147483648)::int8::int4,
@@ -218,18 +271,22 @@ async fn postgres_values_are_the_databases_own() {
           decode(md5(g::text) || lpad(to_hex(g), 8, '0'), 'hex'),
           json_build_object('k', g, 'f', (random() - 0.5) * 10 ^ (g % 40 - 20), 's', 'x' || g, 'a', json_build_array(random(), g % 7 = 0, NULL)),
           jsonb_build_object('k', g, 'f', (random() - 0.5) * 1e9, 'n', json_build_object('deep', g % 3)),
-          ('10.' || (g % 256) || '.' || (g / 256 % 256) || '.1/' || (8 + g % 25))::inet
+          ('10.' || (g % 256) || '.' || (g / 256 % 256) || '.1/' || (8 + g % 25))::inet,
+          CASE WHEN g % 4 = 0 THEN ('[' || (g % 9 - 4) || ':' || (g % 9 - 2) || ']={{' || g || ',' || -g || ',NULL}}')::int[]
+               ELSE ARRAY[g, -g, NULL] END
         FROM generate_series(1, {n}) g;
-        UPDATE fid SET i2 = NULL, num = NULL, f8 = NULL, t = NULL, ts = NULL, by = NULL, j = NULL, ip = NULL WHERE id % 17 = 0;
+        UPDATE fid SET i2 = NULL, num = NULL, f8 = NULL, t = NULL, ts = NULL, by = NULL, j = NULL, ip = NULL, ia = NULL WHERE id % 17 = 0;
         INSERT INTO fid VALUES
           (-1, -32768, -2147483648, -9223372036854775808, '-0.0000000000000000000001', '-3.4028235e38', '-1.7976931348623157e308',
-           '', false, '0001-01-01', '0001-01-01 00:00:00', '0001-01-01 00:00:00+00', '00:00:00', '00000000-0000-0000-0000-000000000000', '', '{{}}', '[]', '0.0.0.0/0'),
+           '', false, '0001-01-01', '0001-01-01 00:00:00', '0001-01-01 00:00:00+00', '00:00:00', '00000000-0000-0000-0000-000000000000', '', '{{}}', '[]', '0.0.0.0/0', '{{}}'),
           (-2, 32767, 2147483647, 9223372036854775807, (repeat('9', 1000) || '.' || repeat('1', 500))::numeric, '1e-45', '5e-324',
            'hé 🎉 日本語 "q" \ back', true, '9999-12-31', '9999-12-31 23:59:59.999999', '9999-12-31 23:59:59.999999+00', '23:59:59.999999',
-           'ffffffff-ffff-ffff-ffff-ffffffffffff', '\x00ff', '[-2027874574.0522642, 1e-300, 18446744073709551615]', '{{"a": 1.7976931348623157e308}}', '::1'),
-          (-3, 0, 0, 0, 'NaN', 'NaN', 'NaN', 'x', NULL, 'infinity', 'infinity', '-infinity', '24:00:00', NULL, NULL, 'null', '"s"', 'fe80::1/64'),
-          (-4, NULL, NULL, NULL, '-Infinity', 'Infinity', '-Infinity', NULL, NULL, '-infinity', '-infinity', 'infinity', NULL, NULL, NULL, NULL, NULL, NULL),
-          (-5, 1, 1, 1, '0', '-0', '-0', ' ', true, '2000-02-29', '2000-02-29 12:00:00.5', '2000-02-29 12:00:00.000001+00', '12:00:00.5', NULL, NULL, '0', '-0.0', NULL);"#
+           'ffffffff-ffff-ffff-ffff-ffffffffffff', '\x00ff', '[-2027874574.0522642, 1e-300, 18446744073709551615]', '{{"a": 1.7976931348623157e308}}', '::1', '[0:1][5:6]={{{{1,2}},{{3,4}}}}'),
+          (-3, 0, 0, 0, 'NaN', 'NaN', 'NaN', 'x', NULL, 'infinity', 'infinity', '-infinity', '24:00:00', NULL, NULL, 'null', '"s"', 'fe80::1/64', '[-2147483648:-2147483648]={{7}}'),
+          (-4, NULL, NULL, NULL, '-Infinity', 'Infinity', '-Infinity', NULL, NULL, '-infinity', '-infinity', 'infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+          (-5, 1, 1, 1, '0', '-0', '-0', ' ', true, '2000-02-29', '2000-02-29 12:00:00.5', '2000-02-29 12:00:00.000001+00', '12:00:00.5', NULL, NULL, '0', '-0.0', NULL, '[2:3]={{1,2}}'),
+          (-6, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           '{{"$text": "x", "$text": "y"}}', '{{"$json": null}}', NULL, '{{{{1}},{{2}}}}');"#
     ))
     .await;
     let h = harness(&[db.descriptor("pg")]).await;
@@ -409,7 +466,11 @@ async fn sqlite_values_are_the_databases_own() {
     sqlx::query(
         "INSERT INTO fid VALUES (-1, -9223372036854775807 - 1, -1.7976931348623157e308, '', X'', 0, '{}'), \
          (-2, 9223372036854775807, 5e-324, 'é 🎉 \"q\"', X'00FF', 865, '[-2027874574.0522642]'), \
-         (-3, 0, 0.5, ' ', X'00', 1, 'null')",
+         (-3, 0, 0.5, ' ', X'00', 1, 'null'), \
+         (-4, NULL, NULL, NULL, NULL, 0, '\"quoted\"'), \
+         (-5, NULL, NULL, NULL, NULL, 0, 'quoted'), \
+         (-6, NULL, NULL, NULL, NULL, 0, '{\"$text\": \"quoted\"}'), \
+         (-7, NULL, NULL, NULL, NULL, 0, ' [1, 2] ')",
     )
     .execute(&mut *tx)
     .await
