@@ -15,6 +15,7 @@
 //! | `FETCHER_EVENT_SOURCE` | the events' `Source` (default `fetcher.worker`) |
 //! | `FETCHER_MULTI_TENANT` | `true`: tenants from the JWT authorizer's `tenantId` claim |
 //! | `FETCHER_LOG` | the log filter (default `info`) |
+//! | `FETCHER_READ_PARTITIONS` | PostgreSQL connections per extraction step, 1 to 16 (default 1; docs/datasources.md, "Partitioned reads") |
 //! | `FETCHER_PROGRESS_INTERVAL_MS` | how often a running job writes its progress with its lease heartbeat, and so how soon a cancel is seen (default 2000, at least 100) |
 //! | `FETCHER_RETRY_BACKOFF_SECS` | first delay before a retried job message comes back (default 30; doubles per receive, at most 15 minutes) instead of the queue's visibility timeout |
 //! | `FETCHER_MAX_MESSAGE_AGE_SECS` | oldest job message trusted (default 21600); must exceed the queue's visibility × receive count (the template sets visibility × 6) |
@@ -56,6 +57,8 @@ pub struct HostConfig {
     pub lease: Duration,
     pub extraction_timeout: Duration,
     pub max_result_bytes: i64,
+    /// PostgreSQL connections per step (docs/datasources.md, "Partitioned reads").
+    pub read_partitions: usize,
     /// The first back-off of a retried job message; doubles per receive up to 15 minutes.
     pub retry_backoff: Duration,
     /// How old a job message may be and still be trusted. It must exceed the queue's
@@ -126,6 +129,7 @@ impl HostConfig {
             lease: Duration::from_secs(s.lease_secs),
             extraction_timeout: s.extraction.extraction_timeout(),
             max_result_bytes: s.extraction.max_result_bytes(),
+            read_partitions: s.extraction.read_partitions.into(),
             max_message_age: Duration::from_secs(s.max_message_age_secs),
             retry_backoff: Duration::from_secs(s.retry_backoff_secs),
             require_auth: !s.allow_unauthenticated,
@@ -226,6 +230,7 @@ impl Host {
                 policy: policy.clone(),
                 extraction_timeout: config.extraction_timeout,
                 max_result_bytes: config.max_result_bytes,
+                read_partitions: config.read_partitions,
             })
             .map_err(|e| format!("building the engine: {e}"))?;
         let probes: Vec<Arc<dyn ReadinessProbe>> = vec![

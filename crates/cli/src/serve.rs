@@ -293,6 +293,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         policy: policy.clone(),
         extraction_timeout: args.extraction.extraction_timeout(),
         max_result_bytes: args.extraction.max_result_bytes(),
+        read_partitions: args.extraction.read_partitions.into(),
     })?;
     let queue = InProcessQueue::new();
     let pipeline = Arc::new(

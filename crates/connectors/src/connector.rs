@@ -14,6 +14,7 @@ use sqlx::Connection as _;
 use crate::catalog::Catalog;
 use crate::error::{self, msg};
 use crate::host::HostPolicy;
+use crate::partition::{self, ReadPartitions};
 use crate::query::{self, ChannelCursor};
 #[cfg(feature = "sqlite")]
 use crate::sqlite;
@@ -78,11 +79,13 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 pub const DISCOVER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Builds connectors of one type.
+#[derive(Clone)]
 pub struct SqlConnectorFactory {
     dialect: Dialect,
     credentials: Arc<dyn CredentialSource>,
     policy: HostPolicy,
     copy_fast_path: bool,
+    partitions: ReadPartitions,
 }
 
 impl SqlConnectorFactory {
@@ -96,7 +99,24 @@ impl SqlConnectorFactory {
             credentials,
             policy,
             copy_fast_path: true,
+            partitions: ReadPartitions::default(),
         }
+    }
+
+    /// PostgreSQL only: read each step over `connections` connections in one exported
+    /// snapshot, big tables split on their integer key (docs/datasources.md, "Partitioned
+    /// reads"); `1` (the default) reads in one stream. The bytes are the same either way.
+    pub fn with_read_partitions(mut self, connections: usize) -> Self {
+        self.partitions.connections = connections.max(1);
+        self
+    }
+
+    /// Rows per key-range chunk of a partitioned read (small in tests, to get many
+    /// chunks from a small table).
+    #[doc(hidden)]
+    pub fn with_chunk_rows(mut self, rows: i64) -> Self {
+        self.partitions.chunk_rows = rows.max(1);
+        self
     }
 
     /// PostgreSQL only: turns the unfiltered `COPY` fast path off (every table then uses
@@ -136,6 +156,8 @@ impl SqlConnectorFactory {
             password,
             policy: self.policy.clone(),
             copy_fast_path: self.copy_fast_path,
+            partitions: self.partitions,
+            pg_options: None,
             conn: None,
             catalog: None,
         })
@@ -201,6 +223,16 @@ impl SqlRegistry {
         SqlRegistry { factories }
     }
 
+    /// Every factory with [`SqlConnectorFactory::with_read_partitions`].
+    pub fn with_read_partitions(self, connections: usize) -> Self {
+        let factories = self
+            .factories
+            .into_iter()
+            .map(|(k, f)| (k, Arc::new((*f).clone().with_read_partitions(connections))))
+            .collect();
+        SqlRegistry { factories }
+    }
+
     pub fn factory(&self, datasource_type: &str) -> Option<Arc<SqlConnectorFactory>> {
         self.factories.get(datasource_type).cloned()
     }
@@ -247,6 +279,10 @@ pub struct SqlConnector {
     password: Secret,
     policy: HostPolicy,
     copy_fast_path: bool,
+    partitions: ReadPartitions,
+    /// PostgreSQL: the options the connection was made with (the resolved, checked
+    /// address), for a partitioned read's further connections.
+    pg_options: Option<sqlx::postgres::PgConnectOptions>,
     conn: Option<Conn>,
     catalog: Option<Catalog>,
 }
@@ -297,7 +333,9 @@ impl SqlConnector {
                     let target = self.policy.target(ctx, d).await?;
                     let o = pg::options(d, &target, password)?;
                     let fut = async { pg::connect(&o).await.map_err(error::connect_failed) };
-                    Conn::Pg(bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?)
+                    let c = bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?;
+                    self.pg_options = Some(o);
+                    Conn::Pg(c)
                 }
                 Dialect::MySql => {
                     let target = self.policy.target(ctx, d).await?;
@@ -428,11 +466,15 @@ impl Connector for SqlConnector {
         Box::pin(async move {
             let plans = self.plan(ctx, request).await?;
             let conn = self.conn.take().expect("connected by plan");
-            let cursor = match conn {
-                Conn::Pg(c) => ChannelCursor::spawn(move |tx| pg::produce(c, plans, tx)),
-                Conn::My(c) => ChannelCursor::spawn(move |tx| mysql::produce(c, plans, tx)),
+            let partitions = self.partitions;
+            let cursor = match (conn, self.pg_options.clone()) {
+                (Conn::Pg(c), Some(o)) if partitions.connections > 1 => {
+                    ChannelCursor::spawn(move |tx| partition::produce(c, o, plans, partitions, tx))
+                }
+                (Conn::Pg(c), _) => ChannelCursor::spawn(move |tx| pg::produce(c, plans, tx)),
+                (Conn::My(c), _) => ChannelCursor::spawn(move |tx| mysql::produce(c, plans, tx)),
                 #[cfg(feature = "sqlite")]
-                Conn::Lite(c) => ChannelCursor::spawn(move |tx| sqlite::produce(c, plans, tx)),
+                (Conn::Lite(c), _) => ChannelCursor::spawn(move |tx| sqlite::produce(c, plans, tx)),
             };
             Ok(Box::new(cursor) as Box<dyn RowCursor + 'a>)
         })

@@ -14,6 +14,7 @@
 //! | [`filter`] | filter conditions (docs/filters.md) → SQL with bound, catalog-typed parameters |
 //! | [`pgbin`] | PostgreSQL binary format decoding (query rows and `COPY … (FORMAT binary)`) |
 //! | `pg`, `mysql`, `sqlite` | per-dialect connect options, catalog queries, producers |
+//! | `partition` | PostgreSQL partitioned reads: several connections in one exported snapshot, key-range chunks merged back into the single stream ([`ReadPartitions`]) |
 //! | [`values`] | lossless rendering: calendar, timestamps, tagged strings, UUIDs, JSON |
 //! | [`ssl`] | TLS mode allowlists ([`validate_ssl_mode`]) and the sqlx mapping |
 //! | [`host`] | host safety (SSRF): [`HostPolicy`], [`validate_host_input`], blocked ranges and names; which files SQLite datasources may open ([`SqliteFiles`]) |
@@ -52,6 +53,15 @@
 //! cannot take parameters, and rendering tenant-supplied literals into SQL is the one thing
 //! this crate never does, so filters fall back to the streaming query. Both paths share the
 //! binary decoder ([`pgbin::decode`]) and are tested to give identical bytes.
+//!
+//! ## PostgreSQL partitioned reads
+//!
+//! With [`SqlConnectorFactory::with_read_partitions`] above 1, a step reads PostgreSQL over
+//! that many connections inside one exported snapshot (`pg_export_snapshot()`), each table
+//! with an integer leading primary key in key-range chunks merged back in order: the same
+//! rows, order and batches as one stream, so the same bytes (tested). See `partition` and
+//! docs/datasources.md, "Partitioned reads". MySQL/MariaDB cannot share a snapshot between
+//! connections, so they always read in one stream.
 //!
 //! ## Error policy
 //!
@@ -148,6 +158,7 @@ pub mod error;
 pub mod filter;
 pub mod host;
 mod mysql;
+mod partition;
 mod pg;
 pub mod pgbin;
 pub mod query;
@@ -166,6 +177,7 @@ pub use host::{
     DialTarget, HostPolicy, Resolver, SqliteFiles, SqliteRoot, SystemResolver, is_blocked_hostname,
     is_blocked_ip, validate_host_input,
 };
+pub use partition::ReadPartitions;
 pub use ssl::{SSL_ROOT_CERT_KEY, validate_ssl_mode};
 
 /// Installs rustls' `ring` provider as the process default, once. sqlx builds its TLS

@@ -13,6 +13,7 @@ use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo, decimal_type, table_k
 use crate::error::{decode_failed, discover_failed, query_failed};
 use crate::filter::Bind;
 use crate::host::DialTarget;
+use crate::partition::Part;
 use crate::pgbin::{self, CopyBinaryParser, oid};
 use crate::query::{BATCH_ROWS, Msg, TablePlan, pg_decoders};
 use crate::ssl;
@@ -240,39 +241,45 @@ fn decode_row(row: &PgRow, decoders: &[u32]) -> Result<Vec<Value>> {
     Ok(vals)
 }
 
-async fn send(tx: &mpsc::Sender<Msg>, plan: &TablePlan, rows: &mut Vec<ERow>) -> bool {
-    if rows.is_empty() {
-        return true;
-    }
-    let batch = RowBatch::new(plan.key.clone(), std::mem::take(rows));
-    tx.send(Msg::Batch(batch)).await.is_ok()
+/// Where a stream of rows goes, a batch at a time.
+pub(crate) enum Out<'a> {
+    /// The engine's cursor; `sent_any` says whether a batch of this table went already.
+    Engine {
+        tx: &'a mpsc::Sender<Msg>,
+        plan: &'a TablePlan,
+        sent_any: bool,
+    },
+    /// A partitioned read's merger (one chunk of a table).
+    Chunk(&'a mpsc::Sender<Part>),
 }
 
-/// The last batch of a table: its remaining rows, or the announcement of a table that
-/// had none (so typed formats can still write its columns).
-async fn send_last(
-    tx: &mpsc::Sender<Msg>,
-    plan: &TablePlan,
-    rows: &mut Vec<ERow>,
-    sent_any: bool,
-) -> bool {
-    if rows.is_empty() && !sent_any {
-        let batch = RowBatch::empty(plan.key.clone(), plan.columns.clone());
-        return tx.send(Msg::Batch(batch)).await.is_ok();
+impl Out<'_> {
+    /// `false`: the reader went away.
+    async fn send(&mut self, rows: Vec<ERow>) -> bool {
+        match self {
+            Out::Engine { tx, plan, sent_any } => {
+                *sent_any = true;
+                let batch = RowBatch::new(plan.key.clone(), rows);
+                tx.send(Msg::Batch(batch)).await.is_ok()
+            }
+            Out::Chunk(tx) => tx.send(Part::Rows(rows)).await.is_ok(),
+        }
     }
-    send(tx, plan, rows).await
 }
 
-async fn stream_table(
+/// Streams `sql` (the plan's statement, or a key range of it) into `out` in batches of
+/// [`BATCH_ROWS`]: through `COPY … (FORMAT binary)` when the plan allows it, else as a
+/// bound-parameter query. `Ok(false)`: the reader went away.
+pub(crate) async fn stream_query(
     conn: &mut PgConnection,
     plan: &TablePlan,
-    tx: &mpsc::Sender<Msg>,
+    sql: &str,
+    out: &mut Out<'_>,
 ) -> Result<bool> {
     let decoders = pg_decoders(plan);
     let mut rows = Vec::with_capacity(BATCH_ROWS);
-    let mut sent_any = false;
     if plan.copy {
-        let sql = format!("COPY ({}) TO STDOUT (FORMAT binary)", plan.sql);
+        let sql = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
         let mut stream = conn.copy_out_raw(&sql).await.map_err(query_failed)?;
         let mut parser = CopyBinaryParser::new();
         while let Some(chunk) = stream.try_next().await.map_err(query_failed)? {
@@ -282,8 +289,8 @@ async fn stream_table(
                 })
                 .map_err(|_| decode_failed())?;
             if rows.len() >= BATCH_ROWS {
-                sent_any = true;
-                if !send(tx, plan, &mut rows).await {
+                let full = std::mem::replace(&mut rows, Vec::with_capacity(BATCH_ROWS));
+                if !out.send(full).await {
                     return Ok(false);
                 }
             }
@@ -292,7 +299,7 @@ async fn stream_table(
             return Err(decode_failed());
         }
     } else {
-        let mut q = sqlx::query(&plan.sql);
+        let mut q = sqlx::query(sql);
         for b in &plan.binds {
             q = bind(q, b);
         }
@@ -303,14 +310,40 @@ async fn stream_table(
                 decode_row(&row, &decoders)?,
             ));
             if rows.len() >= BATCH_ROWS {
-                sent_any = true;
-                if !send(tx, plan, &mut rows).await {
+                let full = std::mem::replace(&mut rows, Vec::with_capacity(BATCH_ROWS));
+                if !out.send(full).await {
                     return Ok(false);
                 }
             }
         }
     }
-    Ok(send_last(tx, plan, &mut rows, sent_any).await)
+    Ok(rows.is_empty() || out.send(rows).await)
+}
+
+/// One table in one stream; a table without rows is announced by an empty batch (so
+/// typed formats can still write its columns).
+pub(crate) async fn stream_table(
+    conn: &mut PgConnection,
+    plan: &TablePlan,
+    tx: &mpsc::Sender<Msg>,
+) -> Result<bool> {
+    let mut out = Out::Engine {
+        tx,
+        plan,
+        sent_any: false,
+    };
+    if !stream_query(conn, plan, &plan.sql, &mut out).await? {
+        return Ok(false);
+    }
+    Ok(match out {
+        Out::Engine { sent_any: true, .. } => true,
+        _ => announce_empty(tx, plan).await,
+    })
+}
+
+async fn announce_empty(tx: &mpsc::Sender<Msg>, plan: &TablePlan) -> bool {
+    let batch = RowBatch::empty(plan.key.clone(), plan.columns.clone());
+    tx.send(Msg::Batch(batch)).await.is_ok()
 }
 
 /// The producer: streams every planned table in order, then closes the connection.

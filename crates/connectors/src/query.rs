@@ -30,6 +30,67 @@ pub struct TablePlan {
     pub binds: Vec<Bind>,
     /// PostgreSQL: unfiltered tables use `COPY (SELECT …) TO STDOUT (FORMAT binary)`.
     pub copy: bool,
+    /// `sql` in its parts, so a partitioned read can add a key range.
+    select: SelectSql,
+    /// PostgreSQL: the integer leading primary-key column a partitioned read splits the
+    /// table on; `None` when the table has none (it is then read in one stream).
+    pub split: Option<SplitKey>,
+}
+
+/// The column a partitioned read splits a table on, and the table, both quoted.
+#[derive(Debug, Clone)]
+pub struct SplitKey {
+    pub column: String,
+    pub table: String,
+}
+
+impl TablePlan {
+    /// The query restricted to the key range `start <= key < end` (an open end where
+    /// `None`). The bounds are integers the connector computed itself, written as
+    /// literals: `COPY` takes no parameters.
+    pub fn sql_in_range(&self, start: Option<i64>, end: Option<i64>) -> String {
+        let key = &self.split.as_ref().expect("a split key").column;
+        let range: Vec<String> = [
+            start.map(|s| format!("{key} >= {s}")),
+            end.map(|e| format!("{key} < {e}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        self.select.render(&range.join(" AND "))
+    }
+}
+
+/// `SELECT cols FROM table [WHERE filter] [ORDER BY order]`, in parts.
+#[derive(Debug, Clone)]
+struct SelectSql {
+    head: String,
+    filter: String,
+    order: String,
+}
+
+impl SelectSql {
+    /// The statement, with `extra` (when not empty) as a further condition.
+    fn render(&self, extra: &str) -> String {
+        let mut sql = self.head.clone();
+        let conditions: Vec<&str> = [self.filter.as_str(), extra]
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .collect();
+        if !conditions.is_empty() {
+            sql.push_str(" WHERE ");
+            if conditions.len() == 1 {
+                sql.push_str(conditions[0]);
+            } else {
+                sql.push_str(&format!("({}) AND ({})", conditions[0], conditions[1]));
+            }
+        }
+        if !self.order.is_empty() {
+            sql.push_str(" ORDER BY ");
+            sql.push_str(&self.order);
+        }
+        sql
+    }
 }
 
 fn column_expr(dialect: Dialect, c: &ColumnInfo) -> String {
@@ -82,6 +143,10 @@ fn tie_break_expr(dialect: Dialect, c: &ColumnInfo) -> String {
 
 /// `SELECT cols FROM table [WHERE …] ORDER BY pk | selected columns`.
 pub fn select_sql(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &Where) -> String {
+    select_parts(dialect, t, selected, w).render("")
+}
+
+fn select_parts(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &Where) -> SelectSql {
     let cols: Vec<String> = selected.iter().map(|c| column_expr(dialect, c)).collect();
     let from = match dialect {
         Dialect::Postgres => format!(
@@ -106,16 +171,29 @@ pub fn select_sql(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &
             .map(|k| quote_ident(dialect, k))
             .collect()
     };
-    let mut sql = format!("SELECT {} FROM {from}", cols.join(", "));
-    if !w.sql.is_empty() {
-        sql.push_str(" WHERE ");
-        sql.push_str(&w.sql);
+    SelectSql {
+        head: format!("SELECT {} FROM {from}", cols.join(", ")),
+        filter: w.sql.clone(),
+        order: order.join(", "),
     }
-    if !order.is_empty() {
-        sql.push_str(" ORDER BY ");
-        sql.push_str(&order.join(", "));
-    }
-    sql
+}
+
+/// A PostgreSQL table's split key: its leading primary-key column when that is a plain
+/// `smallint`, `integer` or `bigint` (ranges of it are cheap to compute and compare).
+fn split_key(dialect: Dialect, t: &TableInfo) -> Option<SplitKey> {
+    let first = t.primary_key.first()?;
+    let c = t.column(first)?;
+    let integer = matches!(c.pg_oid, oid::INT2 | oid::INT4 | oid::INT8);
+    (dialect == Dialect::Postgres && integer && !c.pg_text_cast && !c.pg_raw_bytes).then(|| {
+        SplitKey {
+            column: quote_ident(dialect, &c.name),
+            table: format!(
+                "{}.{}",
+                quote_ident(dialect, &t.schema),
+                quote_ident(dialect, &t.name)
+            ),
+        }
+    })
 }
 
 /// Validates the request against the catalog and plans every table, in ascending table
@@ -155,13 +233,15 @@ pub fn plan(
                 .collect::<Result<_>>()?
         };
         let w = build_where(dialect, table, filters.and_then(|f| f.get(requested)))?;
-        let sql = select_sql(dialect, table, &selected, &w);
+        let select = select_parts(dialect, table, &selected, &w);
         plans.push(TablePlan {
+            sql: select.render(""),
+            select,
+            split: split_key(dialect, table),
             key: Arc::from(requested.as_str()),
             columns: Columns::typed(selected.iter().map(|c| (c.name.clone(), c.ctype))),
             copy: copy_fast_path && dialect == Dialect::Postgres && w.binds.is_empty(),
             selected,
-            sql,
             binds: w.binds,
         });
     }

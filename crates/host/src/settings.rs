@@ -38,6 +38,13 @@ pub struct ExtractionSettings {
     #[arg(long, env = "FETCHER_PROGRESS_INTERVAL_MS", default_value_t = 2000,
         value_parser = clap::value_parser!(u64).range(100..))]
     pub progress_interval_ms: u64,
+    /// PostgreSQL connections per extraction step, 1 to 16: above 1, a step reads inside
+    /// one exported snapshot and splits big tables on their integer key across the
+    /// connections (docs/datasources.md, "Partitioned reads"); the result's bytes are the
+    /// same. `1` reads each table in one stream.
+    #[arg(long, env = "FETCHER_READ_PARTITIONS", default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub read_partitions: u16,
 }
 
 impl ExtractionSettings {
@@ -183,6 +190,7 @@ mod tests {
         assert_eq!(s.extraction.extraction_timeout(), Duration::from_secs(300));
         assert_eq!(s.extraction.progress_interval(), Duration::from_secs(2));
         assert!(!s.extraction.multi_tenant);
+        assert_eq!(s.extraction.read_partitions, 1);
         let s = parse(&[
             ("FETCHER_NAME", "x"),
             ("FETCHER_SECS", "5"),
@@ -190,9 +198,11 @@ mod tests {
             ("FETCHER_MULTI_TENANT", "true"),
             ("FETCHER_EXTRACTION_TIMEOUT_SECS", "0"),
             ("FETCHER_MAX_RESULT_BYTES", "0"),
+            ("FETCHER_READ_PARTITIONS", "4"),
             ("FETCHER_TEST_LOG_DIR", "/tmp/whatever"),
         ])
         .unwrap();
+        assert_eq!(s.extraction.read_partitions, 4);
         assert_eq!((s.secs, s.on), (5, false));
         assert!(s.extraction.multi_tenant);
         assert_eq!(s.extraction.extraction_timeout(), Duration::ZERO);
@@ -224,6 +234,17 @@ mod tests {
             e.starts_with("FETCHER_PROGRESS_INTERVAL_MS has an invalid value '10'"),
             "{e}"
         );
+        for partitions in ["0", "17", "two"] {
+            let e = parse(&[
+                ("FETCHER_NAME", "x"),
+                ("FETCHER_READ_PARTITIONS", partitions),
+            ])
+            .unwrap_err();
+            assert!(
+                e.starts_with("FETCHER_READ_PARTITIONS has an invalid value"),
+                "{e}"
+            );
+        }
         let e = parse(&[("FETCHER_NAME", "x"), ("FETCHER_MAX_RESULT_BYTES", "-1")]).unwrap_err();
         assert!(e.starts_with("FETCHER_MAX_RESULT_BYTES"), "{e}");
         assert_eq!(

@@ -51,6 +51,8 @@ pub struct EngineSettings {
     pub extraction_timeout: Duration,
     /// The serialized-result ceiling; `0` for unbounded.
     pub max_result_bytes: i64,
+    /// PostgreSQL connections per step (docs/datasources.md, "Partitioned reads").
+    pub read_partitions: usize,
 }
 
 impl HostPorts {
@@ -65,7 +67,8 @@ impl HostPorts {
         let registry = match settings.datasources {
             Datasources::ServersOnly => SqlRegistry::servers_only(credentials, policy),
             Datasources::WithSqlite => SqlRegistry::new(credentials, policy),
-        };
+        }
+        .with_read_partitions(settings.read_partitions);
         Engine::builder()
             .connector_registry(Arc::new(registry))
             .connection_store(self.connections.clone())
@@ -132,6 +135,7 @@ mod tests {
             policy: HostPolicy::single_tenant(),
             extraction_timeout: Duration::ZERO,
             max_result_bytes: 0,
+            read_partitions: 1,
         }
     }
 

@@ -16,6 +16,11 @@
 //! `postgres`, trust auth) and `psql`, or MariaDB on 127.0.0.1:3306 (root, no password)
 //! and `mysql`; creates and drops a scratch database.
 //!
+//! `--partitions 1,2,4` runs one `serve` per value of `--read-partitions` (PostgreSQL
+//! partitioned reads) in the same alternation: per value, the wall ratio to the peer, the
+//! speed-up over the first value, CPU and peak RSS; every job's result HMAC must be the
+//! same (the partitioned result is byte-identical).
+//!
 //! `--parquet` compares a Parquet job (`"resultFormat":"parquet"`) with an NDJSON job of
 //! the same table through the same `serve` instead, in alternating turns: wall ratio,
 //! CPU seconds and peak RSS of both, and the stored sizes.
@@ -220,7 +225,7 @@ fn children_cpu_seconds() -> f64 {
     t(u.ru_utime) + t(u.ru_stime)
 }
 
-fn start_serve(fetcher: &Path, data_dir: &Path) -> Serve {
+fn start_serve(fetcher: &Path, data_dir: &Path, partitions: usize) -> Serve {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -237,6 +242,8 @@ fn start_serve(fetcher: &Path, data_dir: &Path) -> Serve {
             "--max-result-bytes",
             "0",
         ])
+        .arg("--read-partitions")
+        .arg(partitions.to_string())
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
         .arg("--data-dir")
@@ -260,6 +267,8 @@ struct OursRun {
     cpu: f64,
     peak_mib: f64,
     size: u64,
+    /// The result's HMAC: the same plaintext gives the same HMAC under one key.
+    hmac: String,
 }
 
 fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
@@ -305,6 +314,7 @@ fn run_job(serve: &Serve, data_dir: &Path, run: usize, format: &str) -> OursRun 
         cpu,
         peak_mib: peak_rss_mib(pid),
         size,
+        hmac: job["resultHmac"].as_str().unwrap_or_default().to_owned(),
     }
 }
 
@@ -331,79 +341,124 @@ fn main() {
     println!("loaded {rows} rows in {:.1?}", load.elapsed());
 
     let scratch = std::env::temp_dir().join(&db);
-    let data_dir = scratch.join("data");
     std::fs::create_dir_all(&scratch).unwrap();
     let copy_out = scratch.join("export.txt");
-    let serve = start_serve(&fetcher, &data_dir);
-    let (status, v) = http(
-        serve.port,
-        "POST",
-        "/v1/management/connections",
-        Some(&kind.connection(&db)),
-    );
-    assert_eq!(status, 201, "{v}");
+    let partitions: Vec<usize> = std::env::args()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .find(|w| w[0] == "--partitions")
+        .map(|w| {
+            w[1].split(',')
+                .map(|p| p.parse().expect("--partitions 1,2,4"))
+                .collect()
+        })
+        .unwrap_or_else(|| vec![1]);
+    // One serve per partition count, each with its own data directory.
+    let serves: Vec<(usize, Serve, PathBuf)> = partitions
+        .iter()
+        .map(|&p| {
+            let data_dir = scratch.join(format!("data-p{p}"));
+            let serve = start_serve(&fetcher, &data_dir, p);
+            let (status, v) = http(
+                serve.port,
+                "POST",
+                "/v1/management/connections",
+                Some(&kind.connection(&db)),
+            );
+            assert_eq!(status, 201, "{v}");
+            (p, serve, data_dir)
+        })
+        .collect();
 
     // Warm both (page cache, connection setup, first-job effects).
     kind.export(&db, &copy_out);
-    run_ours(&serve, &data_dir, 0);
+    for (_, serve, data_dir) in &serves {
+        run_ours(serve, data_dir, 0);
+    }
     if std::env::args().any(|a| a == "--parquet") {
-        parquet_pairs(&serve, &data_dir, rows, pairs);
-        drop(serve);
+        let (_, serve, data_dir) = &serves[0];
+        parquet_pairs(serve, data_dir, rows, pairs);
+        drop(serves);
         let _ = std::fs::remove_dir_all(&scratch);
         kind.drop(&db);
         return;
     }
 
-    let mut ratios = Vec::new();
-    let (mut ours_cpu, mut psql_cpu, mut peaks, mut ours_wall, mut psql_wall) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut size = 0;
+    let n = serves.len();
+    let mut ratios = vec![Vec::new(); n];
+    let mut speedups = vec![Vec::new(); n];
+    let mut runs: Vec<Vec<OursRun>> = (0..n).map(|_| Vec::new()).collect();
+    let (mut psql_cpu, mut psql_wall) = (Vec::new(), Vec::new());
     for pair in 0..pairs {
-        // Alternate which goes first, so drift in the machine's load hits both.
-        let (o, p) = if pair % 2 == 0 {
-            let o = run_ours(&serve, &data_dir, pair + 1);
-            (o, kind.export(&db, &copy_out))
-        } else {
-            let p = kind.export(&db, &copy_out);
-            (run_ours(&serve, &data_dir, pair + 1), p)
-        };
-        let ratio = o.wall.as_secs_f64() / p.0.as_secs_f64();
-        println!(
-            "pair {}: fetcher {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  {} {:>7.2?} (cpu {:.2} s)  ratio {ratio:.2}",
+        // Alternate the peer first and last, and rotate the partition counts, so drift in
+        // the machine's load hits all of them.
+        let order: Vec<usize> = (0..n).map(|i| (i + pair) % n).collect();
+        let mut ours: Vec<Option<OursRun>> = (0..n).map(|_| None).collect();
+        let peer_first = pair % 2 == 1;
+        let p = peer_first.then(|| kind.export(&db, &copy_out));
+        for &i in &order {
+            let (_, serve, data_dir) = &serves[i];
+            ours[i] = Some(run_ours(serve, data_dir, pair + 1));
+        }
+        let p = p.unwrap_or_else(|| kind.export(&db, &copy_out));
+        let ours: Vec<OursRun> = ours.into_iter().map(Option::unwrap).collect();
+        let mut line = format!(
+            "pair {}: {} {:>7.2?} (cpu {:.2} s)",
             pair + 1,
-            o.wall,
-            o.cpu,
-            o.peak_mib,
             kind.peer(),
             p.0,
             p.1
         );
-        ratios.push(ratio);
-        ours_cpu.push(o.cpu);
-        ours_wall.push(o.wall.as_secs_f64());
+        for (i, o) in ours.iter().enumerate() {
+            assert_eq!(
+                o.hmac, ours[0].hmac,
+                "partitioned results differ from the single stream"
+            );
+            let ratio = o.wall.as_secs_f64() / p.0.as_secs_f64();
+            line.push_str(&format!(
+                " | P={} {:>7.2?} (cpu {:.2} s, peak {:.0} MiB) ratio {ratio:.2}",
+                serves[i].0, o.wall, o.cpu, o.peak_mib
+            ));
+            ratios[i].push(ratio);
+            speedups[i].push(ours[0].wall.as_secs_f64() / o.wall.as_secs_f64());
+        }
+        println!("{line}");
         psql_wall.push(p.0.as_secs_f64());
         psql_cpu.push(p.1);
-        peaks.push(o.peak_mib);
-        size = o.size;
+        for (i, o) in ours.into_iter().enumerate() {
+            runs[i].push(o);
+        }
     }
     let per_m = 1_000_000.0 / rows as f64;
+    for (i, (p, _, _)) in serves.iter().enumerate() {
+        let r = &runs[i];
+        let peaks: Vec<f64> = r.iter().map(|o| o.peak_mib).collect();
+        println!(
+            "median over {pairs} pairs, P={p}: ratio fetcher/{peer} wall {:.2}; fetcher {:.2} s wall, {:.2} CPU-s per 1M rows, peak RSS {:.0} MiB (max {:.0}); speed-up over P={} {:.2}",
+            median(ratios[i].clone()),
+            median(r.iter().map(|o| o.wall.as_secs_f64()).collect()),
+            median(r.iter().map(|o| o.cpu).collect()) * per_m,
+            median(peaks.clone()),
+            peaks.iter().copied().fold(0.0, f64::max),
+            serves[0].0,
+            median(speedups[i].clone()),
+            peer = kind.peer(),
+        );
+    }
     println!(
-        "median over {pairs} pairs: ratio fetcher/{peer} wall {:.2}; fetcher {:.2} s wall, {:.2} CPU-s per 1M rows, peak RSS {:.0} MiB (max {:.0}); {peer} {:.2} s wall, {:.2} CPU-s per 1M rows",
-        median(ratios),
-        median(ours_wall),
-        median(ours_cpu) * per_m,
-        median(peaks.clone()),
-        peaks.iter().copied().fold(0.0, f64::max),
+        "{peer}: {:.2} s wall, {:.2} CPU-s per 1M rows; every result identical (HMAC {})",
         median(psql_wall),
         median(psql_cpu) * per_m,
+        &runs[0][0].hmac[..16.min(runs[0][0].hmac.len())],
         peer = kind.peer(),
     );
     println!(
-        "sizes: sealed NDJSON {size} bytes, {} text {} bytes",
+        "sizes: sealed NDJSON {} bytes, {} text {} bytes",
+        runs[0][0].size,
         kind.peer(),
         std::fs::metadata(&copy_out).map(|m| m.len()).unwrap_or(0)
     );
-    drop(serve);
+    drop(serves);
     let _ = std::fs::remove_dir_all(&scratch);
     kind.drop(&db);
 }
