@@ -140,6 +140,44 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
         "exactly one of 16 concurrent identical inserts is created"
     );
 
+    // Concurrent claims of one pending job: exactly one wins, and the stored job is the
+    // winner's (its token finishes the job; a loser's would not).
+    let racing = Job::new(t, request("claim-race"), format!("hash-claim-race-{t}"));
+    assert_eq!(store.insert(&racing).await.unwrap(), InsertOutcome::Created);
+    let now = Timestamp::now();
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let (store, tenant, id) = (store.clone(), tenant.clone(), racing.id.clone());
+        handles.push(tokio::spawn(async move {
+            store
+                .claim(&tenant, &id, now, Duration::from_secs(60))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut winners = Vec::new();
+    for h in handles {
+        match h.await.unwrap() {
+            ClaimOutcome::Claimed { token, .. } => winners.push(token),
+            ClaimOutcome::NotClaimable(job) => assert_eq!(job.status, JobStatus::Processing),
+            ClaimOutcome::NotFound => panic!("the job exists"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one of 8 concurrent claims wins");
+    let stored = store.get(t, &racing.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Processing);
+    store
+        .complete(
+            t,
+            &racing.id,
+            winners[0],
+            &result(),
+            &event(JobStatus::Completed),
+            Timestamp::now(),
+        )
+        .await
+        .expect("the winner's token finishes the job");
+
     // find_recent_by_hash: the newest since the bound.
     let recent = store
         .find_recent_by_hash(t, &a.request_hash, at(0))
