@@ -74,6 +74,8 @@ pub trait Connector: Send {
     /// **Ordering contract (stricter than the reference):** rows come in a stable order —
     /// tables in ascending name order, rows ordered by primary key (or by the selected
     /// columns when there is none) — so the same data always gives the same bytes.
+    /// How the rows are read is the connector's business (several connections, say) as
+    /// long as the rows, their order and the batches are the ones one stream would give.
     /// Filters must be applied or rejected, never silently dropped.
     fn query_stream<'a>(
         &'a mut self,
