@@ -13,8 +13,18 @@ use serde_json::Value;
 #[cfg(panic = "abort")]
 compile_error!("the extract function must be built with panic = \"unwind\"");
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Error> {
+// A worker thread per vCPU: reading, encoding and sealing a result run as separate tasks,
+// and a partitioned read (FETCHER_READ_PARTITIONS) decodes on several connections, so a
+// function with more memory (and so more vCPUs) overlaps them instead of taking turns.
+fn main() -> Result<(), Error> {
+    fetcher_fn_extract::one_malloc_arena();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> Result<(), Error> {
     init_json_logging();
     let config = HostConfig::from_env().map_err(Error::from)?;
     let sdk = fetcher_aws::sdk_config().await;
