@@ -9,9 +9,7 @@ use std::sync::Arc;
 
 use common::*;
 use fetcher_connectors::{Dialect, HostPolicy, SqlConnectorFactory, StaticCredentials};
-use fetcher_engine::memory::{MemoryConnectionStore, MemoryRegistry, MemoryResultSink};
-use fetcher_engine::ports::ConnectionStore;
-use fetcher_engine::{Context, Engine, ExtractionRequest};
+use fetcher_engine::ExtractionRequest;
 use serde_json::json;
 
 fn factory(connections: usize, copy: bool) -> SqlConnectorFactory {
@@ -24,28 +22,6 @@ fn factory(connections: usize, copy: bool) -> SqlConnectorFactory {
     .with_read_partitions(connections)
     // Small chunks, so a few thousand rows make dozens of them.
     .with_chunk_rows(97)
-}
-
-async fn harness_with(d: &fetcher_engine::ConnectionDescriptor, f: SqlConnectorFactory) -> Harness {
-    let store = MemoryConnectionStore::new();
-    let sink = MemoryResultSink::new();
-    let registry = MemoryRegistry::new();
-    registry.register("POSTGRESQL", Arc::new(f));
-    let engine = Engine::builder()
-        .connector_registry(registry)
-        .connection_store(store.clone())
-        .result_sink(sink.clone())
-        .build()
-        .unwrap();
-    store
-        .create(&Context::background(), &tenant(), d, None)
-        .await
-        .unwrap();
-    Harness {
-        engine,
-        store,
-        sink,
-    }
 }
 
 /// Keys with gaps, a skewed tail, negatives, the integer limits, repeated leading values
@@ -87,11 +63,11 @@ async fn partitioned_reads_give_the_single_streams_bytes() {
     ];
     for request in requests {
         for copy in [true, false] {
-            let single = harness_with(&d, factory(1, copy)).await;
+            let single = pg_harness(factory(1, copy), &d).await;
             let want = single.store_ndjson(request.clone()).await.unwrap();
             assert!(rows_of(&want, "big").len() > 3000 || request.get("filters").is_some());
             for connections in [2, 3, 4] {
-                let h = harness_with(&d, factory(connections, copy)).await;
+                let h = pg_harness(factory(connections, copy), &d).await;
                 let got = h.store_ndjson(request.clone()).await.unwrap();
                 assert!(
                     got == want,
@@ -112,28 +88,18 @@ async fn partitioned_reads_give_the_single_streams_batches() {
     let d = db.descriptor("pg");
     let request: ExtractionRequest =
         serde_json::from_value(json!({"mappedFields": all_tables()})).unwrap();
-    let batches = |connections| {
-        let d = d.clone();
-        let request = request.clone();
+    let shape = |connections| {
+        let (d, request) = (d.clone(), request.clone());
         async move {
-            let ctx = Context::background();
-            let mut c = factory(connections, true)
-                .build_connector(&ctx, &tenant(), &d)
-                .await
-                .unwrap();
-            let mut cursor = fetcher_engine::ports::Connector::query_stream(&mut c, &ctx, &request)
-                .await
-                .unwrap();
-            let mut shape = Vec::new();
-            while let Some(b) = cursor.next_batch(&ctx).await.unwrap() {
-                shape.push((b.table.to_string(), b.rows.len()));
-            }
-            shape
+            let got = batches(&factory(connections, true), &d, &request).await;
+            got.into_iter()
+                .map(|(table, rows)| (table, rows.len()))
+                .collect::<Vec<_>>()
         }
     };
-    let want = batches(1).await;
+    let want = shape(1).await;
     assert!(want.contains(&("empty".to_owned(), 0)), "{want:?}");
-    assert_eq!(batches(4).await, want);
+    assert_eq!(shape(4).await, want);
     db.drop_db().await;
 }
 
@@ -152,23 +118,13 @@ async fn partitioned_reads_share_one_snapshot() {
     let read = |connections: usize| {
         let (d, request) = (d.clone(), request.clone());
         async move {
-            let ctx = Context::background();
-            let mut c = factory(connections, true)
-                .build_connector(&ctx, &tenant(), &d)
-                .await
-                .unwrap();
-            let mut cursor = fetcher_engine::ports::Connector::query_stream(&mut c, &ctx, &request)
-                .await
-                .unwrap();
-            let mut rows = Vec::new();
-            while let Some(b) = cursor.next_batch(&ctx).await.unwrap() {
-                rows.extend(
-                    b.rows
-                        .into_iter()
-                        .map(|r| format!("{}:{:?}", b.table, r.values())),
-                );
-            }
-            rows
+            let got = batches(&factory(connections, true), &d, &request).await;
+            got.into_iter()
+                .flat_map(|(table, rows)| {
+                    rows.into_iter()
+                        .map(move |r| format!("{table}:{:?}", r.values()))
+                })
+                .collect::<Vec<_>>()
         }
     };
     let before = read(1).await;

@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use common::*;
 use fetcher_connectors::{Dialect, HostPolicy, SqlConnectorFactory, StaticCredentials};
-use fetcher_engine::memory::{MemoryConnectionStore, MemoryRegistry, MemoryResultSink};
-use fetcher_engine::ports::{ConnectionStore, Connector};
-use fetcher_engine::{Category, Context, Engine, ExtractionRequest, Row, Value};
+use fetcher_engine::ports::Connector;
+use fetcher_engine::{Category, Context, ExtractionRequest, Row, Value};
 use serde_json::json;
 
 fn factory(copy: bool) -> SqlConnectorFactory {
@@ -202,25 +201,7 @@ async fn fixture_discovery_golden_counts_and_determinism() {
 
 /// A harness whose PostgreSQL factory has the COPY path switched on or off.
 async fn engine_with(d: &fetcher_engine::ConnectionDescriptor, copy: bool) -> Harness {
-    let store = MemoryConnectionStore::new();
-    let sink = MemoryResultSink::new();
-    let registry = MemoryRegistry::new();
-    registry.register("POSTGRESQL", Arc::new(factory(copy)));
-    let engine = Engine::builder()
-        .connector_registry(registry)
-        .connection_store(store.clone())
-        .result_sink(sink.clone())
-        .build()
-        .unwrap();
-    store
-        .create(&Context::background(), &tenant(), d, None)
-        .await
-        .unwrap();
-    Harness {
-        engine,
-        store,
-        sink,
-    }
+    pg_harness(factory(copy), d).await
 }
 
 const EDGE_SQL: &str = r#"

@@ -23,6 +23,16 @@ use fetcher_aws::testing::{clients, config};
 use fetcher_e2e::{create_database, psql};
 use serde_json::{Value, json};
 
+/// The value after `name` on the command line, or `default`.
+fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 fn vm_hwm_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -46,13 +56,8 @@ fn main() {
 }
 
 async fn bench() {
-    let args: Vec<String> = std::env::args().collect();
-    let rows: u64 = args
-        .iter()
-        .position(|a| a == "--rows")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+    let rows: u64 = arg("--rows", 1_000_000);
+    let partitions: usize = arg("--partitions", 1);
     let db = "fetcher_bench";
     create_database(db);
     let t = Instant::now();
@@ -73,12 +78,6 @@ async fn bench() {
     let sdk = config().await;
     // Results stream to S3 in constant memory: lift the reference's 256 MiB ceiling and
     // the 5-minute bound so the 5M-row run is limited by nothing but the data.
-    let partitions: usize = args
-        .iter()
-        .position(|a| a == "--partitions")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
     let cfg = HostConfig {
         max_result_bytes: 0,
         read_partitions: partitions,

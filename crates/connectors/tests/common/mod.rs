@@ -194,12 +194,47 @@ pub struct Harness {
 }
 
 pub async fn harness(descriptors: &[ConnectionDescriptor]) -> Harness {
-    let store = MemoryConnectionStore::new();
-    let sink = MemoryResultSink::new();
     let registry = Arc::new(SqlRegistry::new(
         Arc::new(StaticCredentials::new()),
         HostPolicy::single_tenant(),
     ));
+    harness_with(registry, descriptors).await
+}
+
+/// A harness whose only PostgreSQL connector is `factory` (COPY off, partitioned reads, …).
+pub async fn pg_harness(
+    factory: fetcher_connectors::SqlConnectorFactory,
+    d: &ConnectionDescriptor,
+) -> Harness {
+    let registry = fetcher_engine::memory::MemoryRegistry::new();
+    registry.register("POSTGRESQL", Arc::new(factory));
+    harness_with(registry, std::slice::from_ref(d)).await
+}
+
+/// Reads `request` straight through a connector `factory` builds, as its cursor gives
+/// it: one `(table, rows)` per batch.
+pub async fn batches(
+    factory: &fetcher_connectors::SqlConnectorFactory,
+    d: &ConnectionDescriptor,
+    request: &ExtractionRequest,
+) -> Vec<(String, Vec<fetcher_engine::Row>)> {
+    use fetcher_engine::ports::Connector as _;
+    let ctx = Context::background();
+    let mut c = factory.build_connector(&ctx, &tenant(), d).await.unwrap();
+    let mut cursor = c.query_stream(&ctx, request).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(b) = cursor.next_batch(&ctx).await.unwrap() {
+        out.push((b.table.to_string(), b.rows));
+    }
+    out
+}
+
+async fn harness_with(
+    registry: Arc<dyn fetcher_engine::ports::ConnectorRegistry>,
+    descriptors: &[ConnectionDescriptor],
+) -> Harness {
+    let store = MemoryConnectionStore::new();
+    let sink = MemoryResultSink::new();
     let engine = Engine::builder()
         .connector_registry(registry)
         .connection_store(store.clone())
