@@ -151,11 +151,12 @@ async fn key_ranges(
     Ok(split(min, max, estimate.unwrap_or(-1), chunk_rows))
 }
 
-/// `[min, max]` cut into equal-width ranges of about `chunk_rows` of `estimate` rows (a
-/// table never analysed has none: its keys are then taken as dense).
+/// `[min, max]` cut into equal-width ranges of about `chunk_rows` of `estimate` rows. A
+/// table never analysed has no estimate (`-1`): it is one range, since guessing from the
+/// key span could turn two rows with keys far apart into a million queries.
 fn split(min: i64, max: i64, estimate: i64, chunk_rows: i64) -> Vec<(Option<i64>, Option<i64>)> {
     let span = max as i128 - min as i128 + 1;
-    let rows = if estimate > 0 { estimate as i128 } else { span };
+    let rows = estimate.max(0) as i128;
     let chunks = (rows / chunk_rows.max(1) as i128).clamp(1, span.min(1_000_000));
     let width = (span + chunks - 1) / chunks;
     let bound = |i: i128| (min as i128 + width * i) as i64;
@@ -277,7 +278,7 @@ mod tests {
     fn ranges_cover_every_key_once_in_order() {
         for (min, max, estimate, chunk) in [
             (1, 1_000_000, 1_000_000, 8192),
-            (-50, 50, -1, 10),
+            (-50, 50, 101, 10),
             (i64::MIN, i64::MAX, 1_000, 100),
             (7, 7, 1, 1),
             (0, 99, 100, 1000),
@@ -298,5 +299,7 @@ mod tests {
         }
         assert_eq!(split(1, 1_000_000, 1_000_000, 8192).len(), 122);
         assert_eq!(split(0, 99, 100, 1000).len(), 1);
+        // No estimate (never analysed): one range, however wide the keys.
+        assert_eq!(split(1, 1_000_000_000_000, -1, 10), vec![(None, None)]);
     }
 }

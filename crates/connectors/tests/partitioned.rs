@@ -32,7 +32,6 @@ INSERT INTO big SELECT g * 3 + (g % 7), 'row ' || g, g * 1.2345, timestamptz '20
   jsonb_build_object('g', g), CASE WHEN g % 5 = 0 THEN NULL ELSE 'n' || g END FROM generate_series(1, 3000) g;
 INSERT INTO big SELECT 1000000000000 + g * g * g, 'tail ' || g, g, NULL, NULL, NULL FROM generate_series(1, 400) g;
 INSERT INTO big VALUES (-9223372036854775808, 'min', 0, NULL, NULL, NULL), (9223372036854775807, 'max', 0, NULL, NULL, NULL);
-ANALYZE big;
 CREATE TABLE small (id smallint PRIMARY KEY, v int);
 INSERT INTO small SELECT g, g * g FROM generate_series(-32768, 32767, 41) g;
 CREATE TABLE comp (a int, b text, v int, PRIMARY KEY (a, b));
@@ -42,6 +41,7 @@ INSERT INTO txt SELECT md5(g::text), g FROM generate_series(1, 800) g;
 CREATE TABLE empty (id int PRIMARY KEY, v int);
 CREATE TABLE nokey (v int, w text);
 INSERT INTO nokey SELECT g % 50, 'w' || g FROM generate_series(1, 600) g;
+ANALYZE;
 "#;
 
 fn all_tables() -> serde_json::Value {
