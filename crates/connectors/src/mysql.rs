@@ -330,7 +330,8 @@ async fn stream_table(
     plan: &TablePlan,
     tx: &mpsc::Sender<Msg>,
 ) -> Result<bool> {
-    let mut q = sqlx::query(&plan.sql);
+    let sql = plan.sql();
+    let mut q = sqlx::query(&sql);
     for b in &plan.binds {
         q = bind(q, b);
     }

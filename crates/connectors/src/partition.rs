@@ -254,15 +254,14 @@ async fn merge(
             }
         }
     }
-    if pending.is_empty() && sent_any {
-        return Ok(true);
-    }
-    let batch = if pending.is_empty() {
-        RowBatch::empty(plan.key.clone(), plan.columns.clone())
-    } else {
-        RowBatch::new(plan.key.clone(), pending)
-    };
-    Ok(tx.send(Msg::Batch(batch)).await.is_ok())
+    Ok(match (pending.is_empty(), sent_any) {
+        (true, true) => true,
+        (true, false) => pg::announce_empty(tx, plan).await,
+        (false, _) => tx
+            .send(Msg::Batch(RowBatch::new(plan.key.clone(), pending)))
+            .await
+            .is_ok(),
+    })
 }
 
 /// A worker that stopped without finishing its chunk (a panic): never a complete table.

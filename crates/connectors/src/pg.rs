@@ -332,7 +332,7 @@ pub(crate) async fn stream_table(
         plan,
         sent_any: false,
     };
-    if !stream_query(conn, plan, &plan.sql, &mut out).await? {
+    if !stream_query(conn, plan, &plan.sql(), &mut out).await? {
         return Ok(false);
     }
     Ok(match out {
@@ -341,7 +341,8 @@ pub(crate) async fn stream_table(
     })
 }
 
-async fn announce_empty(tx: &mpsc::Sender<Msg>, plan: &TablePlan) -> bool {
+/// The one batch of a table without rows.
+pub(crate) async fn announce_empty(tx: &mpsc::Sender<Msg>, plan: &TablePlan) -> bool {
     let batch = RowBatch::empty(plan.key.clone(), plan.columns.clone());
     tx.send(Msg::Batch(batch)).await.is_ok()
 }

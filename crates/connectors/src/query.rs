@@ -26,11 +26,10 @@ pub struct TablePlan {
     pub key: Arc<str>,
     pub columns: Arc<Columns>,
     pub selected: Vec<ColumnInfo>,
-    pub sql: String,
     pub binds: Vec<Bind>,
     /// PostgreSQL: unfiltered tables use `COPY (SELECT …) TO STDOUT (FORMAT binary)`.
     pub copy: bool,
-    /// `sql` in its parts, so a partitioned read can add a key range.
+    /// The statement in its parts, so a partitioned read can add a key range.
     select: SelectSql,
     /// PostgreSQL: the integer leading primary-key column a partitioned read splits the
     /// table on; `None` when the table has none (it is then read in one stream).
@@ -45,6 +44,11 @@ pub struct SplitKey {
 }
 
 impl TablePlan {
+    /// The table's statement.
+    pub fn sql(&self) -> String {
+        self.select.render("")
+    }
+
     /// The query restricted to the key range `start <= key < end` (an open end where
     /// `None`). The bounds are integers the connector computed itself, written as
     /// literals: `COPY` takes no parameters.
@@ -73,17 +77,10 @@ impl SelectSql {
     /// The statement, with `extra` (when not empty) as a further condition.
     fn render(&self, extra: &str) -> String {
         let mut sql = self.head.clone();
-        let conditions: Vec<&str> = [self.filter.as_str(), extra]
-            .into_iter()
-            .filter(|c| !c.is_empty())
-            .collect();
-        if !conditions.is_empty() {
-            sql.push_str(" WHERE ");
-            if conditions.len() == 1 {
-                sql.push_str(conditions[0]);
-            } else {
-                sql.push_str(&format!("({}) AND ({})", conditions[0], conditions[1]));
-            }
+        match (self.filter.as_str(), extra) {
+            ("", "") => {}
+            (only, "") | ("", only) => sql.push_str(&format!(" WHERE {only}")),
+            (filter, extra) => sql.push_str(&format!(" WHERE ({filter}) AND ({extra})")),
         }
         if !self.order.is_empty() {
             sql.push_str(" ORDER BY ");
@@ -235,7 +232,6 @@ pub fn plan(
         let w = build_where(dialect, table, filters.and_then(|f| f.get(requested)))?;
         let select = select_parts(dialect, table, &selected, &w);
         plans.push(TablePlan {
-            sql: select.render(""),
             select,
             split: split_key(dialect, table),
             key: Arc::from(requested.as_str()),

@@ -225,7 +225,7 @@ pub fn json_blob(b: Vec<u8>) -> Value {
 }
 
 /// The keys of the one-key objects that tag a JSON column's value.
-pub const JSON_TAGS: [&str; 3] = ["$json", "$text", "$bytes"];
+const JSON_TAGS: [&str; 3] = ["$json", "$text", "$bytes"];
 
 fn json_tag(tag: &str, v: Value) -> Value {
     Value::Map([(tag.to_owned(), v)].into())

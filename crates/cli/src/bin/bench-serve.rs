@@ -343,16 +343,10 @@ fn main() {
     let scratch = std::env::temp_dir().join(&db);
     std::fs::create_dir_all(&scratch).unwrap();
     let copy_out = scratch.join("export.txt");
-    let partitions: Vec<usize> = std::env::args()
-        .collect::<Vec<_>>()
-        .windows(2)
-        .find(|w| w[0] == "--partitions")
-        .map(|w| {
-            w[1].split(',')
-                .map(|p| p.parse().expect("--partitions 1,2,4"))
-                .collect()
-        })
-        .unwrap_or_else(|| vec![1]);
+    let partitions: Vec<usize> = arg("--partitions", "1".to_owned())
+        .split(',')
+        .map(|p| p.parse().expect("--partitions 1,2,4"))
+        .collect();
     // One serve per partition count, each with its own data directory.
     let serves: Vec<(usize, Serve, PathBuf)> = partitions
         .iter()
