@@ -428,3 +428,58 @@ pub fn api_request(
     });
     lambda_http::request::from_str(&e.to_string()).expect("an API Gateway event")
 }
+
+/// Both Lambda handlers in-process over resources of their own, as two warm containers:
+/// the `api` router and the `extract` handler, built once from one configuration.
+pub struct Handlers {
+    pub clients: Clients,
+    pub resources: Resources,
+    pub router: fetcher_fn_api::Router,
+    pub extractor: std::sync::Arc<fetcher_fn_extract::Extractor>,
+}
+
+impl Handlers {
+    /// Bootstraps resources named `<prefix>-<pid>` and builds both handlers over them with
+    /// the template's settings, changed by `configure`.
+    pub async fn start(
+        prefix: &str,
+        configure: impl FnOnce(fetcher_aws::host::HostConfig) -> fetcher_aws::host::HostConfig,
+    ) -> Handlers {
+        let clients = fetcher_aws::testing::clients().await;
+        let prefix = format!("{prefix}-{}", std::process::id());
+        let resources = fetcher_aws::bootstrap::bootstrap(
+            &clients,
+            &fetcher_aws::bootstrap::Options::new(&prefix),
+        )
+        .await
+        .expect("bootstrap");
+        let sdk = fetcher_aws::testing::config().await;
+        let cfg = configure(fetcher_aws::host::HostConfig::for_resources(&resources));
+        let router = fetcher_fn_api::router_from_config(cfg.clone(), &sdk)
+            .await
+            .expect("api");
+        let extractor =
+            std::sync::Arc::new(fetcher_fn_extract::from_config(cfg, &sdk).expect("extract"));
+        Handlers {
+            clients,
+            resources,
+            router,
+            extractor,
+        }
+    }
+
+    /// One call through the `api` handler, as product `lambda`: its status and JSON body.
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let req = api_request(method, path, body.as_ref(), "lambda");
+        let res = fetcher_fn_api::handle(self.router.clone(), req)
+            .await
+            .expect("an answer");
+        let status = res.status().as_u16();
+        let text = match res.body() {
+            lambda_http::Body::Text(t) => t.clone(),
+            lambda_http::Body::Binary(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        };
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+}

@@ -317,25 +317,32 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
         eprintln!("e2e: {source}: {message}");
     }
 
-    // --- A bad signature: the job fails, the message is not retried ----------------------
+    // --- A forged message for an existing job: dropped, not retried, the job untouched;
+    // its genuine message then completes it -------------------------------------------
     let job = create_job(&w, "pg-main", "accounts", "e2e-forged");
-    let mut msg = job_message(&c, &r, &job).await;
-    msg.attributes
+    let genuine = job_message(&c, &r, &job).await;
+    let mut forged = genuine.clone();
+    forged
+        .attributes
         .insert("x-message-signature".into(), "00".repeat(32));
-    let answer = w.invoke("extract", &sqs_event(&msg, &queue_arn));
+    let answer = w.invoke("extract", &sqs_event(&forged, &queue_arn));
     assert_eq!(
         answer["batchItemFailures"],
         json!([]),
         "not retried: {answer}"
     );
     let (_, v) = w.api("GET", &format!("/v1/fetcher/{job}"), None);
-    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["status"], "pending", "a forged message fails no job: {v}");
     assert!(
         receive(&c, &r.queue_url, Duration::from_secs(2))
             .await
             .is_empty(),
         "nothing left on the work queue"
     );
+    let answer = w.invoke("extract", &sqs_event(&genuine, &queue_arn));
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+    let (_, v) = w.api("GET", &format!("/v1/fetcher/{job}"), None);
+    assert_eq!(v["status"], "completed", "{v}");
 
     // The scheduled repair pass runs (nothing left to republish).
     let repaired = w.invoke(

@@ -4,28 +4,16 @@
 //! through the EventBridge rule to the subscriber queue (moto, or LocalStack with
 //! DynamoDB on moto).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fetcher_aws::Clients;
-use fetcher_aws::bootstrap::{Options, Resources, bootstrap};
+use fetcher_aws::bootstrap::Resources;
 use fetcher_aws::host::HostConfig;
-use fetcher_aws::testing::{clients, config};
 use fetcher_e2e::*;
 use serde_json::{Value, json};
 
 const DB: &str = "fetcher_lambda_progress";
 const ROWS: u64 = 300_000;
-
-fn answer(res: lambda_http::Response<lambda_http::Body>) -> (u16, Value) {
-    let status = res.status().as_u16();
-    let text = match res.body() {
-        lambda_http::Body::Text(t) => t.clone(),
-        lambda_http::Body::Binary(b) => String::from_utf8_lossy(b).into_owned(),
-        _ => String::new(),
-    };
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
 
 /// Nothing of `job_id` in the bucket: no object, no multipart upload left open.
 async fn nothing_stored(c: &Clients, r: &Resources, job_id: &str) {
@@ -76,27 +64,13 @@ async fn progress_rises_and_cancel_stops_jobs_through_the_handlers() {
              INSERT INTO big SELECT g, repeat('x', 200) FROM generate_series(1, {ROWS}) g;"
         ),
     );
-    let c = clients().await;
-    let prefix = format!("fetcher-progress-{}", std::process::id());
-    let r = bootstrap(&c, &Options::new(&prefix))
-        .await
-        .expect("bootstrap");
-    let sdk = config().await;
-    let cfg = HostConfig {
+    let h = Handlers::start("fetcher-progress", |cfg| HostConfig {
         progress_interval: Duration::from_millis(200),
-        ..HostConfig::for_resources(&r)
-    };
-    let router = fetcher_fn_api::router_from_config(cfg.clone(), &sdk)
-        .await
-        .expect("api");
-    let extractor = Arc::new(fetcher_fn_extract::from_config(cfg, &sdk).expect("extract"));
-    let call = |method: &str, path: &str, body: Option<Value>| {
-        let req = api_request(method, path, body.as_ref(), "lambda");
-        let router = router.clone();
-        async move { answer(fetcher_fn_api::handle(router, req).await.unwrap()) }
-    };
-
-    let (status, created) = call(
+        ..cfg
+    })
+    .await;
+    let (c, r, extractor) = (&h.clients, &h.resources, h.extractor.clone());
+    let (status, created) = h.call(
         "POST",
         "/v1/management/connections",
         Some(json!({"configName": "big", "type": "POSTGRESQL", "host": "127.0.0.1", "port": 5432, "databaseName": DB, "userName": "postgres", "password": "x"})),
@@ -112,10 +86,10 @@ async fn progress_rises_and_cancel_stops_jobs_through_the_handlers() {
 
     // A running job: its progress rises (written by the extract handler), then a cancel
     // through the api handler stops it within a heartbeat.
-    let (status, accepted) = call("POST", "/v1/fetcher", Some(job(1))).await;
+    let (status, accepted) = h.call("POST", "/v1/fetcher", Some(job(1))).await;
     assert_eq!(status, 202, "{accepted}");
     let running = accepted["jobId"].as_str().unwrap().to_owned();
-    let m = job_message(&c, &r, &running).await;
+    let m = job_message(c, r, &running).await;
     let run = tokio::spawn({
         let (extractor, event) = (extractor.clone(), sqs_event(&m, queue_arn));
         async move { extractor.handle(event).await }
@@ -123,7 +97,7 @@ async fn progress_rises_and_cancel_stops_jobs_through_the_handlers() {
     let mut seen: Vec<u64> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while seen.len() < 2 {
-        let (_, got) = call("GET", &format!("/v1/fetcher/{running}"), None).await;
+        let (_, got) = h.call("GET", &format!("/v1/fetcher/{running}"), None).await;
         assert!(
             got["status"] == "pending" || got["status"] == "processing",
             "{got}"
@@ -138,7 +112,9 @@ async fn progress_rises_and_cancel_stops_jobs_through_the_handlers() {
     }
     assert!(seen[0] < seen[1] && seen[1] < ROWS, "{seen:?}");
     let asked = Instant::now();
-    let (status, answer) = call("POST", &format!("/v1/fetcher/{running}/cancel"), None).await;
+    let (status, answer) = h
+        .call("POST", &format!("/v1/fetcher/{running}/cancel"), None)
+        .await;
     assert_eq!(status, 202, "{answer}");
     assert_eq!(answer["status"], "processing", "{answer}");
     let batch = tokio::time::timeout(Duration::from_secs(30), run)
@@ -151,28 +127,32 @@ async fn progress_rises_and_cancel_stops_jobs_through_the_handlers() {
         "{:?}",
         asked.elapsed()
     );
-    let (_, got) = call("GET", &format!("/v1/fetcher/{running}"), None).await;
+    let (_, got) = h.call("GET", &format!("/v1/fetcher/{running}"), None).await;
     assert_eq!(got["status"], "canceled", "{got}");
-    nothing_stored(&c, &r, &running).await;
-    assert_canceled_event(&events_for(&c, &r, &running, Duration::from_secs(20)).await);
+    nothing_stored(c, r, &running).await;
+    assert_canceled_event(&events_for(c, r, &running, Duration::from_secs(20)).await);
 
     // A pending job: canceled at once; its queued message then publishes the event.
-    let (status, accepted) = call("POST", "/v1/fetcher", Some(job(2))).await;
+    let (status, accepted) = h.call("POST", "/v1/fetcher", Some(job(2))).await;
     assert_eq!(status, 202, "{accepted}");
     let pending = accepted["jobId"].as_str().unwrap().to_owned();
-    let (status, answer) = call("POST", &format!("/v1/fetcher/{pending}/cancel"), None).await;
+    let (status, answer) = h
+        .call("POST", &format!("/v1/fetcher/{pending}/cancel"), None)
+        .await;
     assert_eq!(
         (status, answer["status"].as_str()),
         (202, Some("canceled")),
         "{answer}"
     );
-    let m = job_message(&c, &r, &pending).await;
+    let m = job_message(c, r, &pending).await;
     let batch = extractor.handle(sqs_event(&m, queue_arn)).await;
     assert_eq!(batch["batchItemFailures"], json!([]), "{batch}");
-    nothing_stored(&c, &r, &pending).await;
-    assert_canceled_event(&events_for(&c, &r, &pending, Duration::from_secs(20)).await);
+    nothing_stored(c, r, &pending).await;
+    assert_canceled_event(&events_for(c, r, &pending, Duration::from_secs(20)).await);
     // Terminal: a second cancel is 409.
-    let (status, again) = call("POST", &format!("/v1/fetcher/{pending}/cancel"), None).await;
+    let (status, again) = h
+        .call("POST", &format!("/v1/fetcher/{pending}/cancel"), None)
+        .await;
     assert_eq!(
         (status, again["code"].as_str()),
         (409, Some("FET-1023")),

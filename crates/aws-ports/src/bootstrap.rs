@@ -137,6 +137,12 @@ pub async fn bootstrap(c: &Clients, o: &Options) -> Result<Resources> {
                 QueueAttributeName::VisibilityTimeout,
                 o.visibility_timeout_secs.to_string(),
             ),
+            // As the template: the queue keeps a message as long as it can be trusted
+            // (the functions' default maximum message age).
+            (
+                QueueAttributeName::MessageRetentionPeriod,
+                (6 * 3600).to_string(),
+            ),
         ]),
     )
     .await?;

@@ -24,7 +24,7 @@ use fetcher_engine::{
     HostAttributes, ProtectedCredential, SchemaSnapshot, TenantContext, Timestamp,
 };
 use fetcher_host::error::{Result, ServiceError};
-use fetcher_host::model::{Job, Transition};
+use fetcher_host::model::{Job, JobStatus, Progress, Transition};
 use fetcher_host::ports::{ClaimOutcome, InsertOutcome, JobStore, RateDecision, RateLimiter};
 
 type Item = HashMap<String, AttributeValue>;
@@ -1062,12 +1062,134 @@ fn job_from(item: &Item) -> Result<(Job, i128)> {
     Ok((job, get_n(item, "ver").unwrap_or(0)))
 }
 
+/// The sort key of a processing job's lease item.
+const LEASE_SK: &str = "L";
+
+/// A processing job's lease item (`sk = L`, beside the job's `J`): its claim token
+/// (`tok`), when its lease ends (`until`, nanoseconds), its run's progress (`prog`, JSON),
+/// whether a cancel was asked (`cancel`) and a heartbeat counter (`hb`). Heartbeats
+/// update only this item: about a hundred bytes, one write unit, in no index; the job
+/// document (up to the 192 KiB request cap, projected into the GSIs) is written only by
+/// the job's transitions, each of which writes or deletes the lease item with it.
+#[derive(Debug, Clone, PartialEq)]
+struct Lease {
+    token: u32,
+    until: Timestamp,
+    progress: Option<Progress>,
+    cancel: bool,
+    beats: i128,
+}
+
+impl Lease {
+    /// The lease a job's state calls for: one while it is processing.
+    fn of(job: &Job) -> Option<Lease> {
+        (job.status == JobStatus::Processing).then(|| Lease {
+            token: job.attempts,
+            until: job.lease_expires_at.unwrap_or(job.created_at),
+            progress: job.progress,
+            cancel: job.cancel_requested_at.is_some(),
+            beats: 0,
+        })
+    }
+
+    fn item(&self, tenant: &str, id: &str) -> Item {
+        let mut item = key(job_pk(tenant, id), LEASE_SK);
+        item.insert("tok".into(), n(self.token));
+        item.insert("until".into(), n(self.until.unix_nanos()));
+        item.insert("cancel".into(), AttributeValue::Bool(self.cancel));
+        item.insert("hb".into(), n(self.beats));
+        if let Some(p) = &self.progress {
+            item.insert(
+                "prog".into(),
+                s(serde_json::to_string(p).expect("progress is JSON")),
+            );
+        }
+        item
+    }
+
+    fn from_item(item: &Item) -> Result<Lease> {
+        let progress = match get_s(item, "prog") {
+            Some(p) => Some(serde_json::from_str(p).map_err(|_| corrupt())?),
+            None => None,
+        };
+        Ok(Lease {
+            token: get_n(item, "tok").ok_or_else(corrupt)? as u32,
+            until: Timestamp::from_unix_nanos(get_n(item, "until").ok_or_else(corrupt)?),
+            progress,
+            cancel: item
+                .get("cancel")
+                .and_then(|v| v.as_bool().ok())
+                .copied()
+                .unwrap_or(false),
+            beats: get_n(item, "hb").unwrap_or(0),
+        })
+    }
+
+    /// The job as its lease says it is now: the live lease end and progress.
+    fn overlay(&self, job: &mut Job) {
+        if job.status == JobStatus::Processing && job.attempts == self.token {
+            job.lease_expires_at = Some(self.until);
+            if self.progress.is_some() {
+                job.progress = self.progress;
+            }
+        }
+    }
+}
+
+/// A job as read: the document's version and the lease item's heartbeat count (`None`
+/// without one), which its next transition is conditional on.
+struct Loaded {
+    job: Job,
+    ver: i128,
+    beats: Option<i128>,
+}
+
 impl DynamoStore {
+    /// The job item and its lease item, in one consistent query of the job's partition.
+    async fn load(&self, tenant: &str, id: &str) -> Result<Option<Loaded>> {
+        let page = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(job_pk(tenant, id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let (mut doc, mut lease) = (None, None);
+        for item in page.items() {
+            match get_s(item, "sk") {
+                Some("J") => doc = Some(job_from(item)?),
+                Some(LEASE_SK) => lease = Some(Lease::from_item(item)?),
+                _ => {}
+            }
+        }
+        let Some((mut job, ver)) = doc else {
+            return Ok(None);
+        };
+        if let Some(l) = &lease {
+            l.overlay(&mut job);
+        }
+        Ok(Some(Loaded {
+            job,
+            ver,
+            beats: lease.map(|l| l.beats),
+        }))
+    }
+
     async fn load_job(&self, tenant: &str, id: &str) -> Result<Option<(Job, i128)>> {
-        self.get_item(key(job_pk(tenant, id), "J"))
-            .await?
-            .map(|i| job_from(&i))
-            .transpose()
+        Ok(self.load(tenant, id).await?.map(|l| (l.job, l.ver)))
+    }
+
+    /// The live lease end of a processing job (its lease item), if it has one.
+    async fn lease_until(&self, tenant: &str, id: &str) -> Result<Option<Timestamp>> {
+        Ok(
+            match self.get_item(key(job_pk(tenant, id), LEASE_SK)).await? {
+                Some(item) => Some(Lease::from_item(&item)?.until),
+                None => None,
+            },
+        )
     }
 
     /// Read, decide with `change` (the in-memory store's rules), write back conditional
@@ -1080,7 +1202,12 @@ impl DynamoStore {
         mut change: impl FnMut(&mut Job) -> Result<(T, bool)>,
     ) -> Result<Option<T>> {
         for _ in 0..MAX_RETRIES {
-            let Some((mut job, ver)) = self.load_job(tenant, id).await? else {
+            let Some(Loaded {
+                mut job,
+                ver,
+                beats,
+            }) = self.load(tenant, id).await?
+            else {
                 return Ok(None);
             };
             let was_active = job.status.is_active();
@@ -1091,6 +1218,33 @@ impl DynamoStore {
             let cond = "ver = :v";
             let vals = [(":v", n(ver))];
             let mut items = vec![put(&self.table, job_item(&job, ver + 1), Some(cond), &vals)];
+            // The lease item follows the job, conditional on the heartbeat read: a
+            // heartbeat in between makes this transition read again.
+            let (lease_cond, lease_vals) = match beats {
+                Some(b) => ("hb = :hb", vec![(":hb", n(b))]),
+                None => ("attribute_not_exists(pk)", vec![]),
+            };
+            match (Lease::of(&job), beats) {
+                (Some(lease), _) => {
+                    let lease = Lease {
+                        beats: beats.unwrap_or(0) + 1,
+                        ..lease
+                    };
+                    items.push(put(
+                        &self.table,
+                        lease.item(tenant, id),
+                        Some(lease_cond),
+                        &lease_vals,
+                    ));
+                }
+                (None, Some(_)) => items.push(delete(
+                    &self.table,
+                    key(job_pk(tenant, id), LEASE_SK),
+                    Some(lease_cond),
+                    &lease_vals,
+                )),
+                (None, None) => {}
+            }
             if was_active && job.status.is_terminal() {
                 items.push(delete(
                     &self.table,
@@ -1333,8 +1487,69 @@ impl JobStore for DynamoStore {
 
     fn list_pending<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
         Box::pin(async move {
-            self.query_index(GSI_WORK, "wpk", WORK_PK, |j| j.claimable_at(now), limit)
-                .await
+            // The index holds the documents; a processing job's live lease is in its
+            // lease item (its heartbeats move it), read for those the index calls expired.
+            let listed = self
+                .query_index(GSI_WORK, "wpk", WORK_PK, |j| j.claimable_at(now), limit)
+                .await?;
+            let mut out = Vec::with_capacity(listed.len());
+            for mut job in listed {
+                if job.status == JobStatus::Processing {
+                    match self.lease_until(&job.tenant_id, &job.id).await? {
+                        Some(until) if until > now => continue,
+                        Some(until) => job.lease_expires_at = Some(until),
+                        None => {}
+                    }
+                }
+                out.push(job);
+            }
+            Ok(out)
+        })
+    }
+
+    /// The heartbeat: one conditional update of the lease item alone (its token must
+    /// still be the claim's), answering whether a cancel was asked. The job document and
+    /// the indexes are not written.
+    fn renew<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        token: u32,
+        until: Timestamp,
+        progress: Option<Progress>,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let mut update = "SET #u = :u ADD hb :one".to_owned();
+            let mut req = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(job_pk(tenant, id), LEASE_SK)))
+                .condition_expression("tok = :t")
+                .expression_attribute_names("#u", "until")
+                .expression_attribute_values(":u", n(until.unix_nanos()))
+                .expression_attribute_values(":one", n(1))
+                .expression_attribute_values(":t", n(token))
+                .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
+            if let Some(p) = &progress {
+                update = "SET #u = :u, prog = :p ADD hb :one".to_owned();
+                req = req.expression_attribute_values(
+                    ":p",
+                    s(serde_json::to_string(p).expect("progress is JSON")),
+                );
+            }
+            match req.update_expression(update).send().await {
+                Ok(out) => Ok(out
+                    .attributes()
+                    .and_then(|a| a.get("cancel"))
+                    .and_then(|v| v.as_bool().ok())
+                    .copied()
+                    .unwrap_or(false)),
+                Err(e) if is_conditional(&e) => {
+                    Err(ServiceError::conflict("job is not held by this claim"))
+                }
+                Err(e) => Err(unavailable(e)),
+            }
         })
     }
 }

@@ -15,11 +15,14 @@
 //! | `FETCHER_EVENT_SOURCE` | the events' `Source` (default `fetcher.worker`) |
 //! | `FETCHER_MULTI_TENANT` | `true`: tenants from the JWT authorizer's `tenantId` claim |
 //! | `FETCHER_LOG` | the log filter (default `info`) |
+//! | `FETCHER_KEY_REFRESH_SECS` | how old the cached master keys may get before they are loaded afresh (default 300, 1 to 3600): after a rotation, warm containers seal and sign under the new version within it |
+//! | `FETCHER_STACK_NAME` | the stack the functions belong to (the template sets it): the `Stack` dimension of every metric, so one stage's alarms never count another's (default `fetcher`) |
 //! | `FETCHER_READ_PARTITIONS` | PostgreSQL connections per extraction step, 1 to 16 (default 1; docs/datasources.md, "Partitioned reads") |
 //! | `FETCHER_PROGRESS_INTERVAL_MS` | how often a running job writes its progress with its lease heartbeat, and so how soon a cancel is seen (default 2000, at least 100) |
 //! | `FETCHER_RETRY_BACKOFF_SECS` | first delay before a retried job message comes back (default 30; doubles per receive, at most 15 minutes) instead of the queue's visibility timeout |
 //! | `FETCHER_MAX_MESSAGE_AGE_SECS` | oldest job message trusted (default 21600); must exceed the queue's visibility × receive count (the template sets visibility × 6) |
 //! | `FETCHER_ALLOW_UNAUTHENTICATED` | `true`: the API serves calls without verified claims (a private test deployment). Default `false`: a call the authorizer did not verify is 401, in every mode |
+//! | `FETCHER_PRIVATE_NETWORKS` | private networks (comma-separated CIDRs) host safety admits: a VPC deployment's customer databases. Only subnets of the private ranges; a list reaching loopback, link-local or metadata addresses stops the cold start (default empty) |
 //! | `FETCHER_ALLOW_PRIVATE_HOSTS` | `true`: API-supplied hosts may be private, loopback or metadata addresses (tests against a local database). Default `false`: host safety (SSRF) is on for every API-supplied host, in every mode |
 //! | `FETCHER_SCHEMA_CACHE_TTL_SECS` | schema cache TTL (default 300) |
 //! | `FETCHER_LEASE_SECS` | job lease (default 900, the Lambda maximum) |
@@ -71,8 +74,16 @@ pub struct HostConfig {
     /// Host safety on every API-supplied host (default; off only through
     /// `FETCHER_ALLOW_PRIVATE_HOSTS=true`).
     pub guard_hosts: bool,
+    /// Private networks host safety admits (`FETCHER_PRIVATE_NETWORKS`; a VPC
+    /// deployment's customer databases).
+    pub private_networks: fetcher_connectors::PrivateNetworks,
     /// How often a running job's heartbeat writes its progress (and notices a cancel).
     pub progress_interval: Duration,
+    /// The stack (stage) the functions belong to: the `Stack` dimension of every metric.
+    pub stack_name: String,
+    /// How old the cached master keys may get before they are loaded afresh, so a warm
+    /// container seals and signs under a rotated key within it.
+    pub key_refresh: Duration,
 }
 
 impl HostConfig {
@@ -134,7 +145,10 @@ impl HostConfig {
             retry_backoff: Duration::from_secs(s.retry_backoff_secs),
             require_auth: !s.allow_unauthenticated,
             guard_hosts: !s.allow_private_hosts,
+            private_networks: s.extraction.private_networks.clone(),
             progress_interval: s.extraction.progress_interval(),
+            stack_name: s.stack_name,
+            key_refresh: Duration::from_secs(s.key_refresh_secs),
         })
     }
 }
@@ -172,6 +186,11 @@ struct LambdaSettings {
     allow_unauthenticated: bool,
     #[arg(long, env = "FETCHER_ALLOW_PRIVATE_HOSTS")]
     allow_private_hosts: bool,
+    #[arg(long, env = "FETCHER_STACK_NAME", default_value = "fetcher")]
+    stack_name: String,
+    #[arg(long, env = "FETCHER_KEY_REFRESH_SECS", default_value_t = 300,
+        value_parser = clap::value_parser!(u64).range(1..=3600))]
+    key_refresh_secs: u64,
     /// The log filter, read by the logger ([`init_json_logging`]); declared so that it is
     /// a known setting.
     #[arg(long, env = "FETCHER_LOG")]
@@ -205,13 +224,15 @@ impl Host {
             clients.kms.clone(),
             &config.master_key_secret,
         );
-        let keys: Arc<dyn KeyProvider> = Arc::new(CachedKeyProvider::new(Arc::new(source)));
+        let keys: Arc<dyn KeyProvider> =
+            Arc::new(CachedKeyProvider::new(Arc::new(source)).with_refresh(config.key_refresh));
         let jobs: Arc<dyn JobStore> = Arc::new(store.clone());
         let policy = if config.guard_hosts {
             HostPolicy::multi_tenant()
         } else {
             HostPolicy::for_tenancy(config.multi_tenant)
-        };
+        }
+        .with_private_networks(config.private_networks.clone());
         let ports = HostPorts {
             connections: Arc::new(store.clone()),
             schema_cache: Arc::new(DynamoSchemaCache::new(
@@ -279,9 +300,10 @@ impl ReadinessProbe for Probe {
     }
 }
 
-/// One CloudWatch Embedded Metric Format line (namespace `Fetcher`, dimension
-/// `Function`): `metrics` are `(name, unit, value)`.
-pub fn emf_line(function: &str, metrics: &[(&str, &str, f64)]) -> String {
+/// One CloudWatch Embedded Metric Format line (namespace `Fetcher`, dimensions `Stack` and
+/// `Function`): `metrics` are `(name, unit, value)`. The stack keeps each deployment's
+/// metrics, and so its alarms, apart from every other stage's.
+pub fn emf_line(stack: &str, function: &str, metrics: &[(&str, &str, f64)]) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -295,10 +317,11 @@ pub fn emf_line(function: &str, metrics: &[(&str, &str, f64)]) -> String {
             "Timestamp": now,
             "CloudWatchMetrics": [{
                 "Namespace": "Fetcher",
-                "Dimensions": [["Function"]],
+                "Dimensions": [["Stack", "Function"]],
                 "Metrics": defs,
             }],
         },
+        "Stack": stack,
         "Function": function,
     });
     for (n, _, v) in metrics {

@@ -162,19 +162,27 @@ impl MasterKeySource for SecretsManagerKeySource {
     }
 }
 
-/// A [`KeyProvider`] that loads the key ring on first use (the cold start) and then
-/// serves the cached ring; [`KeyProvider::reload`] replaces it from the source (a
-/// rotation since the cold start), at most once per [`RELOAD_INTERVAL`] so a flood of
-/// forged messages cannot turn into a flood of KMS calls. A failed load is retried on the
+/// A [`KeyProvider`] that loads the key ring on first use (the cold start), serves the
+/// cached ring, and loads it afresh once it is older than the refresh interval
+/// ([`DEFAULT_REFRESH`]), so a warm container seals and signs under a rotated key within
+/// that interval rather than until it is recycled. A refresh that fails keeps serving the
+/// ring it has (every version in it is still valid) and is tried again after
+/// [`RELOAD_INTERVAL`]. [`KeyProvider::reload`] replaces the ring at once (data names a
+/// version the ring lacks), at most once per [`RELOAD_INTERVAL`], so a flood of forged
+/// messages cannot turn into a flood of KMS calls. A failed first load is retried on the
 /// next call.
 pub struct CachedKeyProvider {
     source: Arc<dyn MasterKeySource>,
     ring: RwLock<Option<(Arc<KeyRing>, Instant)>>,
     min_reload: Duration,
+    refresh: Duration,
 }
 
 /// The least time between two loads of the ring.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How old a cached ring may get before it is loaded afresh (`FETCHER_KEY_REFRESH_SECS`).
+pub const DEFAULT_REFRESH: Duration = Duration::from_secs(5 * 60);
 
 impl CachedKeyProvider {
     pub fn new(source: Arc<dyn MasterKeySource>) -> Self {
@@ -182,12 +190,19 @@ impl CachedKeyProvider {
             source,
             ring: RwLock::new(None),
             min_reload: RELOAD_INTERVAL,
+            refresh: DEFAULT_REFRESH,
         }
     }
 
     /// Another least time between loads (tests).
     pub fn with_min_reload(mut self, interval: Duration) -> Self {
         self.min_reload = interval;
+        self
+    }
+
+    /// Another refresh interval (at least the least time between loads).
+    pub fn with_refresh(mut self, refresh: Duration) -> Self {
+        self.refresh = refresh;
         self
     }
 
@@ -205,16 +220,33 @@ impl CachedKeyProvider {
 impl KeyProvider for CachedKeyProvider {
     fn key_ring(&self) -> BoxFuture<'_, Result<Arc<KeyRing>>> {
         Box::pin(async move {
-            if let Some((ring, _)) = self.ring.read().await.as_ref() {
+            if let Some((ring, at)) = self.ring.read().await.as_ref()
+                && at.elapsed() < self.refresh
+            {
                 return Ok(ring.clone());
             }
             let mut slot = self.ring.write().await;
-            if let Some((ring, _)) = slot.as_ref() {
-                return Ok(ring.clone());
+            let cached = match slot.as_ref() {
+                Some((ring, at)) if at.elapsed() < self.refresh => return Ok(ring.clone()),
+                Some((ring, _)) => Some(ring.clone()),
+                None => None,
+            };
+            match (self.load().await, cached) {
+                (Ok(ring), _) => {
+                    *slot = Some((ring.clone(), Instant::now()));
+                    Ok(ring)
+                }
+                (Err(e), Some(ring)) => {
+                    tracing::warn!(error = %e.log_detail(), "refreshing the master keys failed; the cached ones stay in use");
+                    // Tried again once the least time between loads has passed.
+                    let retry_at = Instant::now()
+                        .checked_sub(self.refresh.saturating_sub(self.min_reload))
+                        .unwrap_or_else(Instant::now);
+                    *slot = Some((ring.clone(), retry_at));
+                    Ok(ring)
+                }
+                (Err(e), None) => Err(e),
             }
-            let ring = self.load().await?;
-            *slot = Some((ring.clone(), Instant::now()));
-            Ok(ring)
         })
     }
 

@@ -34,6 +34,7 @@
 //! | connection | `CONN#<tenant>` | `N#<configName>` | `id`, `doc` (descriptor JSON), `attrs`, `cred` (binary), `credVersion` |
 //! | connection id index | `CONN#<tenant>` | `I#<id>` | `name` |
 //! | job | `JOB#<t>#<jobId>` | `J` | `doc` (job JSON), `ver` (optimistic version), GSI keys below |
+//! | job lease (while processing) | `JOB#<t>#<jobId>` | `L` | `tok` (claim token), `until` (lease end, ns), `prog` (progress JSON), `cancel`, `hb` (heartbeat count): a heartbeat updates this item alone (one write unit, no index); every transition of the job writes or deletes it in the same transaction, conditional on `hb` |
 //! | dedup lock | `DEDUP#<t>#<requestHash>` | `D` | `jobId` of the active job holding the hash |
 //! | active-config marker | `ACTIVE#<t>#<configName>` | `<jobId>` | one per config an active job reads |
 //! | execution state | `EXEC#<t>#<jobId>` | `E` | `doc` |

@@ -86,6 +86,36 @@ impl JobQueue for SqsJobQueue {
             Ok(())
         })
     }
+
+    /// The queue's approximate counts summed: waiting, in flight (received, not yet
+    /// deleted) and delayed.
+    fn depth(&self) -> BoxFuture<'_, Result<Option<u64>>> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_queue_attributes()
+                .queue_url(&self.queue_url)
+                .attribute_names(A::ApproximateNumberOfMessages)
+                .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+                .attribute_names(A::ApproximateNumberOfMessagesDelayed)
+                .send()
+                .await
+                .map_err(|e| ServiceError::unavailable("job queue unavailable").with_cause(e))?;
+            let attrs = out.attributes();
+            let count = |a: A| {
+                attrs
+                    .and_then(|m| m.get(&a))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            Ok(Some(
+                count(A::ApproximateNumberOfMessages)
+                    + count(A::ApproximateNumberOfMessagesNotVisible)
+                    + count(A::ApproximateNumberOfMessagesDelayed),
+            ))
+        })
+    }
 }
 
 /// A queue message from an SQS record's body and its string message attributes (Lambda

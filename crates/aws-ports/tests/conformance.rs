@@ -563,3 +563,142 @@ async fn master_keys_are_bound_to_their_kms_encryption_context() {
     let other = blob(Some(("fetcher:purpose", "something-else"))).await;
     assert!(load(format!("{base}-other"), other).await.is_err());
 }
+
+/// An item's size by DynamoDB's rule (attribute names plus values; numbers about one
+/// byte per two digits plus one), which write units are counted from: one unit per
+/// started KiB of the item, twice that in a transaction.
+fn item_size(
+    item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+) -> usize {
+    use aws_sdk_dynamodb::types::AttributeValue as V;
+    fn value(v: &V) -> usize {
+        match v {
+            V::S(s) => s.len(),
+            V::N(n) => n.trim_start_matches('-').len().div_ceil(2) + 1,
+            V::B(b) => b.as_ref().len(),
+            V::Bool(_) | V::Null(_) => 1,
+            V::M(m) => 3 + m.iter().map(|(k, v)| k.len() + value(v)).sum::<usize>(),
+            V::L(l) => 3 + l.iter().map(|v| 1 + value(v)).sum::<usize>(),
+            _ => 0,
+        }
+    }
+    item.iter().map(|(k, v)| k.len() + value(v)).sum()
+}
+
+/// A heartbeat writes the job's small lease item alone: not the job document (up to the
+/// 192 KiB request cap) and not the `work` index that projects it. Prints the write
+/// units of a heartbeat before (the whole document rewritten in a transaction, and the
+/// index) and after, from the items as stored.
+#[tokio::test]
+async fn a_heartbeat_writes_only_the_lease_item() {
+    use fetcher_host::model::{Job, JobRequest, Progress};
+    let store = store().await;
+    let table = resources().await.table;
+    let ddb = clients().await.dynamodb;
+    let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+    // A request near the cap: 180 KiB of metadata.
+    let mut req = JobRequest::default();
+    req.mapped_fields.insert(
+        "pg".into(),
+        [("public.t".to_string(), vec!["id".to_string()])].into(),
+    );
+    req.metadata.insert("source".into(), "wcu".into());
+    req.metadata
+        .insert("blob".into(), "x".repeat(180 * 1024).into());
+    let job = Job::new(&tenant, req, format!("hash-{}", uuid::Uuid::now_v7()));
+    store.insert(&job).await.unwrap();
+    let now = fetcher_engine::Timestamp::now();
+    let ClaimOutcome::Claimed { token, .. } = store
+        .claim(&tenant, &job.id, now, Duration::from_secs(60))
+        .await
+        .unwrap()
+    else {
+        panic!("claimable")
+    };
+    let raw = |sk: &'static str| {
+        let (ddb, table, pk) = (
+            ddb.clone(),
+            table.clone(),
+            format!("JOB#{}:{tenant}#{}", tenant.len(), job.id),
+        );
+        async move {
+            ddb.get_item()
+                .table_name(table)
+                .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk))
+                .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(sk.into()))
+                .consistent_read(true)
+                .send()
+                .await
+                .unwrap()
+                .item
+                .expect("item")
+        }
+    };
+    let doc_before = raw("J").await;
+    let lease_before = raw("L").await;
+    for beat in 1..=3u64 {
+        let until = fetcher_engine::Timestamp::from_unix_nanos(
+            fetcher_engine::Timestamp::now().unix_nanos() + 60_000_000_000,
+        );
+        let progress = Progress {
+            rows: beat * 1000,
+            bytes: beat * 100_000,
+            tables_done: 0,
+            tables_total: 1,
+            updated_at: fetcher_engine::Timestamp::now(),
+        };
+        assert!(
+            !store
+                .renew(&tenant, &job.id, token, until, Some(progress))
+                .await
+                .unwrap()
+        );
+    }
+    let doc_after = raw("J").await;
+    let lease_after = raw("L").await;
+    assert_eq!(doc_after, doc_before, "the job document is not rewritten");
+    assert_ne!(lease_after, lease_before, "the lease item is");
+    // The job reads with its live progress and lease.
+    let read = store.get(&tenant, &job.id).await.unwrap().unwrap();
+    assert_eq!(read.progress.unwrap().rows, 3000);
+    // A cancel is seen by the next heartbeat; a lost claim fails it.
+    let canceled = fetcher_host::model::PendingEvent {
+        status: JobStatus::Canceled,
+        payload: "{}".into(),
+        failures: 0,
+    };
+    let cancel = fetcher_host::model::Transition::Cancel {
+        event: &canceled,
+        at: now,
+    };
+    assert!(!store.transition(&tenant, &job.id, cancel).await.unwrap());
+    assert!(
+        store
+            .renew(&tenant, &job.id, token, now, None)
+            .await
+            .unwrap()
+    );
+    let err = store
+        .renew(&tenant, &job.id, token + 1, now, None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), fetcher_host::ErrorKind::Conflict);
+
+    let kib = |b: usize| b.div_ceil(1024);
+    let doc = item_size(&doc_after);
+    let projected: usize = ["pk", "sk", "wpk", "wsk", "doc", "ver"]
+        .iter()
+        .filter_map(|k| doc_after.get_key_value(*k))
+        .map(|(k, v)| item_size(&std::collections::HashMap::from([(k.clone(), v.clone())])))
+        .sum();
+    let before = 2 * kib(doc) + kib(projected);
+    let after = kib(item_size(&lease_after));
+    println!(
+        "heartbeat write units: before {before} (document {doc} B rewritten in a transaction: {} units, plus the work index {} units); after {after} (lease item {} B, no index)",
+        2 * kib(doc),
+        kib(projected),
+        item_size(&lease_after)
+    );
+    assert_eq!(after, 1, "one write unit per heartbeat");
+    assert!(before > 500, "{before}");
+}

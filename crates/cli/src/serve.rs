@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use fetcher_connectors::{HostPolicy, SqliteFiles, SqliteRoot};
-use fetcher_crypto::{KeyPurpose, KeyRing, MessageSigner};
+use fetcher_crypto::KeyRing;
 use fetcher_embedded::{
     EventLog, InProcessQueue, LocalDirObjectStore, SqliteStore, Worker, WorkerConfig,
 };
@@ -277,7 +277,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
 
     let sqlite_files = sqlite_files(&args)?;
     let policy = HostPolicy::for_tenancy(args.extraction.multi_tenant)
-        .with_sqlite_files(sqlite_files.clone());
+        .with_sqlite_files(sqlite_files.clone())
+        .with_private_networks(args.extraction.private_networks.clone());
     let objects_probe = objects.clone();
     let ports = HostPorts {
         connections: store.clone(),
@@ -323,13 +324,14 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             job_store: jobs,
             job_queue: queue.clone(),
             rate_limiter: store.clone(),
-            signer: Arc::new(MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)),
+            keys: keys.clone(),
             authenticator,
             probes: vec![Arc::new(DbProbe(db)), Arc::new(ResultsProbe(objects_probe))],
             host_policy: Some(policy),
         },
         ApiConfig {
             multi_tenant: args.extraction.multi_tenant,
+            private_networks: args.extraction.private_networks.clone(),
             sqlite_files: sqlite_files.clone(),
             max_connections_per_tenant: args.max_connections_per_tenant,
             version: env!("CARGO_PKG_VERSION").into(),

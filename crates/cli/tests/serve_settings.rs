@@ -144,6 +144,20 @@ fn the_data_directory_is_owner_only() {
 }
 
 #[test]
+fn a_private_network_list_reaching_metadata_or_loopback_stops_serve() {
+    for bad in [
+        "169.254.169.254/32",
+        "127.0.0.0/8",
+        "10.0.0.0/16,169.254.0.0/16",
+    ] {
+        let err = refused(&["--private-networks", bad], &[]);
+        assert!(err.contains("never admitted"), "{bad}: {err}");
+    }
+    let err = refused(&[], &[("FETCHER_PRIVATE_NETWORKS", "0.0.0.0/0")]);
+    assert!(err.contains("0.0.0.0/0"), "{err}");
+}
+
+#[test]
 fn the_result_size_limit_is_a_serve_setting() {
     let dir = tempfile::tempdir().unwrap();
     let body: serde_json::Value = serde_json::from_str(DEMO_JOB).unwrap();

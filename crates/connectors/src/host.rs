@@ -14,6 +14,13 @@
 //! [`HostPolicy::single_tenant`] checks nothing (local development and tests reach
 //! 127.0.0.1).
 //!
+//! A VPC deployment reaches customer databases at private addresses: the operator names
+//! those networks ([`PrivateNetworks`], docs/operations.md "Private networks"), and the
+//! guard then admits addresses inside them. Only private ranges can be admitted; a list
+//! that would reach loopback, link-local (cloud metadata), "this network", multicast or
+//! reserved space, or that is not inside a private range at all, is refused when parsed, so
+//! the host stops at start.
+//!
 //! SQLite datasources name a file, not a host: [`SqliteFiles`] says which files. Hosts
 //! that take connections from an API confine them to an operator-named directory
 //! ([`SqliteRoot`]: no `..`, no symlinks, never the service's own data directory) or
@@ -25,8 +32,100 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fetcher_engine::{BoxFuture, Category, ConnectionDescriptor, Context, EngineError, Result};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::error::{self, msg};
+
+/// Private networks the operator admits past host safety (a VPC's subnets, where its
+/// customer databases live). Empty by default: no private address is reachable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrivateNetworks(Vec<IpNet>);
+
+/// The ranges an admitted network must lie inside: private and shared address space, where
+/// a VPC's databases can be. Loopback, link-local (cloud metadata), "this network",
+/// multicast and reserved ranges are outside every one of them, so no list reaches them.
+const ADMISSIBLE: [&str; 5] = [
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "fc00::/7",
+];
+
+impl PrivateNetworks {
+    /// No network admitted.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// A comma-separated list of CIDRs (`10.0.0.0/16,fd00:1::/64`; blanks ignored). Each
+    /// must be a network address (no host bits set) inside one private range
+    /// ([`ADMISSIBLE`]); the error says which entry is refused and why, for a start-up
+    /// message.
+    pub fn parse(list: &str) -> std::result::Result<Self, String> {
+        let mut nets = Vec::new();
+        for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let net: IpNet = entry
+                .parse()
+                .map_err(|_| format!("{entry} is not a CIDR (such as 10.0.0.0/16)"))?;
+            if net.trunc() != net {
+                return Err(format!(
+                    "{entry} has host bits set; the network is {}",
+                    net.trunc()
+                ));
+            }
+            let inside = ADMISSIBLE.iter().any(|r| {
+                r.parse::<IpNet>()
+                    .expect("a valid built-in range")
+                    .contains(&net)
+            });
+            if !inside {
+                return Err(format!(
+                    "{entry} is not inside a private range ({}): loopback, link-local and metadata addresses, and public ones, are never admitted",
+                    ADMISSIBLE.join(", ")
+                ));
+            }
+            nets.push(net);
+        }
+        Ok(PrivateNetworks(nets))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The admitted networks, as given.
+    pub fn networks(&self) -> &[IpNet] {
+        &self.0
+    }
+
+    /// Whether `ip` lies in an admitted network (an IPv4-mapped IPv6 address by its IPv4
+    /// form).
+    pub fn admits(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        self.0.iter().any(|n| match (n, ip) {
+            (IpNet::V4(n), IpAddr::V4(a)) => Ipv4Net::contains(n, &a),
+            (IpNet::V6(n), IpAddr::V6(a)) => Ipv6Net::contains(n, &a),
+            _ => false,
+        })
+    }
+
+    /// Whether host safety refuses `ip`: a blocked address ([`is_blocked_ip`]) that no
+    /// admitted network holds.
+    pub fn refuses(&self, ip: IpAddr) -> bool {
+        is_blocked_ip(ip) && !self.admits(ip)
+    }
+}
+
+impl std::fmt::Display for PrivateNetworks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&list.join(","))
+    }
+}
 
 /// Resolves a host name to addresses. Injectable so tests can simulate DNS answers.
 pub trait Resolver: Send + Sync {
@@ -155,12 +254,14 @@ pub struct HostPolicy {
     resolver: Arc<dyn Resolver>,
     dns_timeout: Duration,
     sqlite: SqliteFiles,
+    private: PrivateNetworks,
 }
 
 impl std::fmt::Debug for HostPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostPolicy")
             .field("multi_tenant", &self.multi_tenant)
+            .field("private_networks", &self.private)
             .finish()
     }
 }
@@ -174,6 +275,7 @@ impl HostPolicy {
             resolver: Arc::new(SystemResolver),
             dns_timeout: Duration::from_secs(5),
             sqlite: SqliteFiles::Anywhere,
+            private: PrivateNetworks::none(),
         }
     }
 
@@ -211,6 +313,16 @@ impl HostPolicy {
         self.sqlite.resolve(&d.database_name)
     }
 
+    /// Admits addresses in these private networks (a VPC deployment's databases).
+    pub fn with_private_networks(mut self, networks: PrivateNetworks) -> Self {
+        self.private = networks;
+        self
+    }
+
+    pub fn private_networks(&self) -> &PrivateNetworks {
+        &self.private
+    }
+
     /// Replaces the resolver (tests).
     pub fn with_resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
         self.resolver = resolver;
@@ -236,7 +348,7 @@ impl HostPolicy {
         if !self.applies_to(d) {
             return Ok(());
         }
-        match classify(&d.host) {
+        match classify(&d.host, &self.private) {
             Literal::Blocked => Err(error::forbidden_host()),
             Literal::Ip(_) | Literal::Name(_) => Ok(()),
         }
@@ -259,7 +371,7 @@ impl HostPolicy {
             return Ok(configured);
         }
         self.precheck(d)?;
-        let name = match classify(&d.host) {
+        let name = match classify(&d.host, &self.private) {
             Literal::Blocked => return Err(error::forbidden_host()),
             Literal::Ip(ip) => {
                 return Ok(DialTarget {
@@ -284,7 +396,7 @@ impl HostPolicy {
         if addrs.is_empty() {
             return Err(EngineError::new(Category::Connect, msg::DNS_FAILED));
         }
-        if addrs.iter().any(|ip| is_blocked_ip(*ip)) {
+        if addrs.iter().any(|ip| self.private.refuses(*ip)) {
             return Err(error::forbidden_host());
         }
         Ok(DialTarget {
@@ -301,16 +413,17 @@ enum Literal {
     Name(String),
 }
 
-/// Trims, then: blocked name → Blocked; strict IP literal → checked; a numeric-looking
-/// name that is not a strict dotted quad (decimal `2130706433`, octal `0177.0.0.1`, hex
-/// `0x7f.1`, short `127.1`), a bracketed or zoned IPv6 → Blocked (fail closed).
-fn classify(host: &str) -> Literal {
+/// Trims, then: blocked name → Blocked; strict IP literal → checked (an admitted private
+/// network lets it pass); a numeric-looking name that is not a strict dotted quad
+/// (decimal `2130706433`, octal `0177.0.0.1`, hex `0x7f.1`, short `127.1`), a bracketed or
+/// zoned IPv6 → Blocked (fail closed).
+fn classify(host: &str, private: &PrivateNetworks) -> Literal {
     let h = host.trim();
     if is_blocked_hostname(h) {
         return Literal::Blocked;
     }
     if let Ok(ip) = h.parse::<IpAddr>() {
-        return if is_blocked_ip(ip) {
+        return if private.refuses(ip) {
             Literal::Blocked
         } else {
             Literal::Ip(ip)
@@ -450,13 +563,23 @@ pub fn is_rfc952_hostname(h: &str) -> bool {
 /// zone); with the guard on, a blocked IP literal is `FET-0414`. Host names pass this
 /// layer (layer 2 resolves them).
 pub fn validate_host_input(host: &str, multi_tenant: bool) -> Result<()> {
+    validate_host_input_admitting(host, multi_tenant, &PrivateNetworks::none())
+}
+
+/// [`validate_host_input`] with the operator's admitted private networks: a literal inside
+/// one of them passes the guard.
+pub fn validate_host_input_admitting(
+    host: &str,
+    multi_tenant: bool,
+    admitted: &PrivateNetworks,
+) -> Result<()> {
     let ip = host.parse::<IpAddr>().ok();
     if ip.is_none() && !is_rfc952_hostname(host) {
         return Err(EngineError::new(Category::Validation, msg::HOST_FORMAT));
     }
     if multi_tenant
         && let Ok(ip) = host.trim().parse::<IpAddr>()
-        && is_blocked_ip(ip)
+        && admitted.refuses(ip)
     {
         return Err(error::forbidden_host());
     }

@@ -174,8 +174,8 @@ pub use connector::{
 pub use env::{EnvLoad, InternalDatasource, parse_env};
 pub use error::{ForbiddenHost, InvalidSslMode, is_forbidden_host};
 pub use host::{
-    DialTarget, HostPolicy, Resolver, SqliteFiles, SqliteRoot, SystemResolver, is_blocked_hostname,
-    is_blocked_ip, validate_host_input,
+    DialTarget, HostPolicy, PrivateNetworks, Resolver, SqliteFiles, SqliteRoot, SystemResolver,
+    is_blocked_hostname, is_blocked_ip, validate_host_input, validate_host_input_admitting,
 };
 pub use partition::ReadPartitions;
 pub use ssl::{SSL_ROOT_CERT_KEY, validate_ssl_mode};

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use fetcher_connectors::{
-    CredentialSource, Dialect, ForbiddenHost, HostPolicy, Resolver, SqlConnectorFactory,
-    is_blocked_hostname, is_blocked_ip, validate_host_input,
+    CredentialSource, Dialect, ForbiddenHost, HostPolicy, PrivateNetworks, Resolver,
+    SqlConnectorFactory, is_blocked_hostname, is_blocked_ip, validate_host_input,
+    validate_host_input_admitting,
 };
 use fetcher_engine::ports::Connector;
 use fetcher_engine::{
@@ -366,4 +367,81 @@ async fn factory_rejects_before_reveal_and_empty_password_is_no_exemption() {
     lite.database_name = "/etc/passwd".into();
     let e = f.build_connector(&ctx, &tenant, &lite).await.unwrap_err();
     assert!(e.cause_as::<ForbiddenHost>().is_some());
+}
+
+/// A VPC deployment's private networks: admitted addresses pass both layers, others stay
+/// refused, and metadata, loopback and link-local ranges can never be admitted.
+#[tokio::test]
+async fn operator_admitted_private_networks() {
+    let nets = PrivateNetworks::parse("10.20.0.0/16, fd00:1::/64").unwrap();
+    assert_eq!(nets.to_string(), "10.20.0.0/16,fd00:1::/64");
+    let dns = FakeDns::default()
+        .with("db.vpc.example.com", &[&["10.20.3.4"]])
+        .with("mixed.example.com", &[&["10.20.3.4", "169.254.169.254"]])
+        .with("elsewhere.example.com", &[&["10.99.0.1"]]);
+    let p = policy(dns).with_private_networks(nets.clone());
+    let ctx = Context::background();
+    // Allowed: a literal in the list, an IPv4-mapped form of it, a name resolving into it.
+    for host in [
+        "10.20.0.5",
+        "::ffff:10.20.0.5",
+        "fd00:1::5",
+        "db.vpc.example.com",
+    ] {
+        let t = p.target(&ctx, &external(host)).await.unwrap();
+        assert!(t.pinned, "{host}");
+        validate_host_input_admitting(host, true, &nets).unwrap();
+    }
+    // Refused: private addresses outside the list, and a name with any refused answer.
+    for host in [
+        "10.21.0.5",
+        "192.168.1.1",
+        "fd00:2::5",
+        "169.254.169.254",
+        "127.0.0.1",
+        "mixed.example.com",
+        "elsewhere.example.com",
+    ] {
+        let e = p.target(&ctx, &external(host)).await.unwrap_err();
+        assert!(fetcher_connectors::is_forbidden_host(&e), "{host}: {e}");
+    }
+    assert!(validate_host_input_admitting("10.21.0.5", true, &nets).is_err());
+    assert!(validate_host_input_admitting("169.254.169.254", true, &nets).is_err());
+    // Without the list, the same address is refused.
+    let bare = policy(FakeDns::default());
+    assert!(bare.target(&ctx, &external("10.20.0.5")).await.is_err());
+    assert!(validate_host_input("10.20.0.5", true).is_err());
+}
+
+#[test]
+fn a_private_network_list_cannot_admit_metadata_loopback_or_public_space() {
+    for bad in [
+        "169.254.169.254/32",
+        "169.254.0.0/16",
+        "127.0.0.0/8",
+        "::1/128",
+        "fe80::/10",
+        "0.0.0.0/0",
+        "::/0",
+        "10.0.0.0/7",
+        "8.8.8.0/24",
+        "224.0.0.0/4",
+        "10.0.0.1/16",
+        "10.0.0.0",
+        "ten/8",
+    ] {
+        let err = PrivateNetworks::parse(&format!("10.1.0.0/16,{bad}")).unwrap_err();
+        assert!(
+            err.contains(bad.split('/').next().unwrap()) || err.contains(bad),
+            "{bad}: {err}"
+        );
+    }
+    assert!(PrivateNetworks::parse("").unwrap().is_empty());
+    assert_eq!(
+        PrivateNetworks::parse("10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fc00::/7")
+            .unwrap()
+            .networks()
+            .len(),
+        5
+    );
 }

@@ -215,6 +215,32 @@ impl MessageSigner {
         envelope: &Envelope<'_>,
         now: i64,
     ) -> Result<Verified> {
+        self.verify_under(&self.policy, headers, envelope, now)
+    }
+
+    /// Whether the message is authentic, however old or early it is: [`Self::verify`]
+    /// without the freshness window. For telling a genuine message that waited too long
+    /// (`Stale` from [`Self::verify`]) from a forged one; never a reason to use it.
+    pub fn verify_ignoring_age(
+        &self,
+        headers: &ReceivedHeaders<'_>,
+        envelope: &Envelope<'_>,
+    ) -> Result<Verified> {
+        let any_time = VerifyPolicy {
+            max_age: Duration::from_secs(i64::MAX as u64),
+            max_future_skew: Duration::from_secs(i64::MAX as u64),
+            ..self.policy
+        };
+        self.verify_under(&any_time, headers, envelope, 0)
+    }
+
+    fn verify_under(
+        &self,
+        policy: &VerifyPolicy,
+        headers: &ReceivedHeaders<'_>,
+        envelope: &Envelope<'_>,
+        now: i64,
+    ) -> Result<Verified> {
         let missing = || {
             Error::new(
                 ErrorKind::MissingSignatureHeaders,
@@ -229,10 +255,10 @@ impl MessageSigner {
                 .map_err(|_| Error::auth("signature verification failed: bad timestamp"))?,
         };
         let future = i128::from(timestamp) - i128::from(now);
-        if future > i128::from(self.policy.max_future_skew.as_secs()) {
+        if future > i128::from(policy.max_future_skew.as_secs()) {
             return Err(Error::new(ErrorKind::Stale, "timestamp is in the future"));
         }
-        if -future > i128::from(self.policy.max_age.as_secs()) {
+        if -future > i128::from(policy.max_age.as_secs()) {
             return Err(Error::new(ErrorKind::Stale, "signature has expired"));
         }
         let version = headers.signature_version.ok_or_else(missing)?;
@@ -254,7 +280,7 @@ impl MessageSigner {
                 key_version: k.version.clone(),
             });
         }
-        if self.policy.allow_legacy_body_signature {
+        if policy.allow_legacy_body_signature {
             let legacy = legacy_payload(&t, envelope.body);
             if let Some(k) = self.matching_key(&legacy, signature) {
                 return Ok(Verified {
@@ -473,6 +499,17 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("expired")
+        );
+        // Outside the window, a genuine message is still told from a forged one.
+        let old = s
+            .verify_ignoring_age(&headers(ST, "1700000000"), &env(""))
+            .unwrap();
+        assert_eq!(old.timestamp, T);
+        assert_eq!(
+            s.verify_ignoring_age(&headers(ST, "1700000000"), &env("tenant-123"))
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Authentication
         );
         // Header problems.
         let mut h = headers(ST, "1700000000");

@@ -6,6 +6,7 @@
 //! the same signed envelopes the SQS path carries, verified by the same pipeline.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fetcher_crypto::{KeyPurpose, MessageSigner};
@@ -17,7 +18,8 @@ use tracing::{info, warn};
 use fetcher_host::error::{Result, ServiceError};
 use fetcher_host::message;
 use fetcher_host::model::QueueMessage;
-use fetcher_host::pipeline::{Outcome, Pipeline};
+use fetcher_host::model::Transition;
+use fetcher_host::pipeline::{Outcome, Pipeline, StrandedRules};
 use fetcher_host::ports::JobQueue;
 
 /// A channel-backed queue.
@@ -25,6 +27,9 @@ pub struct InProcessQueue {
     tx: mpsc::UnboundedSender<QueueMessage>,
     rx: Mutex<mpsc::UnboundedReceiver<QueueMessage>>,
     accepting: watch::Sender<bool>,
+    /// Messages enqueued and not yet finished (waiting, being handled, or waiting out a
+    /// retry's delay): the queue's depth, as SQS counts its own.
+    held: AtomicU64,
 }
 
 impl Default for InProcessQueue {
@@ -34,6 +39,7 @@ impl Default for InProcessQueue {
             tx,
             rx: Mutex::new(rx),
             accepting: watch::channel(true).0,
+            held: AtomicU64::new(0),
         }
     }
 }
@@ -53,6 +59,13 @@ impl InProcessQueue {
     pub async fn recv(&self) -> Option<QueueMessage> {
         self.rx.lock().await.recv().await
     }
+
+    /// A message's handling ended (not retried): it leaves the queue's depth.
+    pub fn finished(&self) {
+        let _ = self
+            .held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
 }
 
 impl JobQueue for InProcessQueue {
@@ -66,11 +79,19 @@ impl JobQueue for InProcessQueue {
                 "shutting down; not accepting jobs",
             ))
         } else {
-            self.tx
-                .send(message)
-                .map_err(|_| ServiceError::unavailable("job queue closed"))
+            self.held.fetch_add(1, Ordering::SeqCst);
+            self.tx.send(message).map_err(|_| {
+                self.finished();
+                ServiceError::unavailable("job queue closed")
+            })
         };
         Box::pin(std::future::ready(out))
+    }
+
+    fn depth(&self) -> BoxFuture<'_, Result<Option<u64>>> {
+        Box::pin(std::future::ready(Ok(Some(
+            self.held.load(Ordering::SeqCst),
+        ))))
     }
 }
 
@@ -83,7 +104,8 @@ pub struct WorkerConfig {
     /// each delay jittered down by up to half (so retries of many jobs spread out).
     pub retry_delay: Duration,
     pub max_retry_delay: Duration,
-    /// How often the repair pass republishes pending terminal events.
+    /// How often the repair pass republishes pending terminal events and re-enqueues
+    /// jobs whose message was dropped.
     pub repair_interval: Duration,
     /// How long shutdown waits for in-flight jobs before abandoning them (their leases
     /// then expire and the next start re-runs them).
@@ -124,6 +146,19 @@ impl Worker {
             self.queue
                 .enqueue(message::encode(job, &signer, "", message::unix_now()))
                 .await?;
+            // Recorded, so the repair pass does not judge the job by a message that
+            // vanished with the previous process.
+            let sent = Transition::Requeued {
+                at: Timestamp::now(),
+            };
+            if let Err(e) = self
+                .pipeline
+                .jobs
+                .transition(&job.tenant_id, &job.id, sent)
+                .await
+            {
+                warn!(job_id = %job.id, error = %e.log_detail(), "could not record a re-enqueue");
+            }
         }
         Ok(jobs.len())
     }
@@ -155,6 +190,12 @@ impl Worker {
                 _ = repair.tick() => {
                     if let Err(e) = self.pipeline.repair_events(25).await {
                         warn!(error = %e.log_detail(), "event repair pass failed");
+                    }
+                    let rules = StrandedRules::with_retention(self.pipeline.config.max_message_age);
+                    match self.pipeline.requeue_stranded(self.queue.as_ref(), rules, 25).await {
+                        Ok(0) => {}
+                        Ok(n) => info!(jobs = n, "stranded jobs re-enqueued"),
+                        Err(e) => warn!(error = %e.log_detail(), "stranded-job sweep failed"),
                     }
                 }
                 Some(msg) = rx.recv(), if permits.available_permits() > 0 => {
@@ -214,14 +255,17 @@ fn handle_with_retry<'a>(
                 warn!(error = %e.log_detail(), ?delay, "job will be retried");
                 tokio::time::sleep(delay).await;
                 if !*queue.accepting.borrow() {
+                    queue.finished();
                     return; // shutting down: the jobs table brings it back on the next start
                 }
                 handle_with_retry(pipeline, queue, config, abandon, msg, attempt + 1).await;
+                return;
             }
-            // The pipeline logs completions and failures itself.
-            Outcome::Completed { .. } | Outcome::Failed { .. } => {}
+            // The pipeline logs completions, failures and dropped messages itself.
+            Outcome::Completed { .. } | Outcome::Failed { .. } | Outcome::Dropped { .. } => {}
             Outcome::Skipped(why) => info!(why, "message skipped"),
         }
+        queue.finished();
     })
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fetcher_connectors::HostPolicy;
-use fetcher_crypto::MessageSigner;
+use fetcher_crypto::{KeyPurpose, MessageSigner};
 use fetcher_engine::ports::ActiveExecutionChecker;
 use fetcher_engine::{
     BoxFuture, Category, ConnectionDescriptor, Context, Engine, EngineError, TenantContext,
@@ -32,7 +32,7 @@ use crate::connection::ConnectionRecord;
 use crate::dedup::{self, Filters, MappedFields};
 use crate::error::ServiceError;
 use crate::model::{Job, JobRequest, JobStatus, PendingEvent, ResultFormat, Transition};
-use crate::ports::{InsertOutcome, JobQueue, JobStore};
+use crate::ports::{InsertOutcome, JobQueue, JobStore, KeyProvider};
 
 /// `metadata.error` of a job whose message could not be enqueued.
 pub const PUBLISH_FAILED: &str = "process failed: unable to publish";
@@ -135,7 +135,9 @@ pub struct JobService {
     pub engine: Engine,
     pub store: Arc<dyn JobStore>,
     pub queue: Arc<dyn JobQueue>,
-    pub signer: Arc<MessageSigner>,
+    /// The master keys job messages are signed with (the internal HMAC key), read per job
+    /// so a rotation reaches new messages within the provider's refresh.
+    pub keys: Arc<dyn KeyProvider>,
     /// The dial-layer SSRF guard (multi-tenant); `None` checks nothing.
     pub host_policy: Option<HostPolicy>,
     pub settings: JobSettings,
@@ -355,9 +357,16 @@ impl JobService {
                 InsertOutcome::Duplicate(_) => retried = true,
             }
         }
-        let message =
-            crate::message::encode(&job, &self.signer, request_id, crate::message::unix_now());
-        if let Err(e) = self.queue.enqueue(message).await {
+        let sent = match self.keys.key_ring().await {
+            Ok(ring) => {
+                let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac);
+                let message =
+                    crate::message::encode(&job, &signer, request_id, crate::message::unix_now());
+                self.queue.enqueue(message).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
             if !self.queue.is_accepting() {
                 // Lost the race with shutdown: the job is durable in the jobs table and
                 // the host re-enqueues pending jobs at its next start. Accepted, not failed.

@@ -206,6 +206,9 @@ pub struct MemoryJobQueue {
     /// Closes on the next enqueue, refusing it (a job that loses the race with shutdown).
     pub close_on_enqueue: AtomicBool,
     sent: Mutex<Vec<QueueMessage>>,
+    /// What [`JobQueue::depth`] answers; `None` (the default) counts every message sent
+    /// (an in-memory queue does not see what its consumer took; a test says).
+    pub depth: Mutex<Option<u64>>,
 }
 
 impl Default for MemoryJobQueue {
@@ -218,6 +221,7 @@ impl Default for MemoryJobQueue {
             closed: AtomicBool::new(false),
             close_on_enqueue: AtomicBool::new(false),
             sent: Mutex::default(),
+            depth: Mutex::default(),
         }
     }
 }
@@ -253,6 +257,15 @@ impl JobQueue for MemoryJobQueue {
         self.sent.lock().unwrap().push(message.clone());
         let _ = self.tx.send(message);
         ready(Ok(()))
+    }
+
+    fn depth(&self) -> BoxFuture<'_, Result<Option<u64>>> {
+        let held = self
+            .depth
+            .lock()
+            .unwrap()
+            .unwrap_or(self.sent.lock().unwrap().len() as u64);
+        ready(Ok(Some(held)))
     }
 }
 

@@ -86,6 +86,15 @@ pub enum Rejected {
     /// The envelope does not verify: drop it, touch no job (a forged message must not be
     /// able to fail someone's job).
     BadSignature(ServiceError),
+    /// Authentic, but signed outside the freshness window (it waited in a backlog longer
+    /// than the maximum message age, or a clock is off): drop it unused. The job it names
+    /// is not failed; the repair pass sends it a fresh message.
+    Stale {
+        tenant: String,
+        job_id: String,
+        /// When it was signed.
+        signed_at: fetcher_engine::Timestamp,
+    },
     /// Signed, but the body is unusable. If a job id can be recovered the job fails.
     BadBody {
         tenant: String,
@@ -108,32 +117,26 @@ pub fn decode(
     signer: &MessageSigner,
     now_unix: i64,
 ) -> std::result::Result<Received, Rejected> {
-    let header = |k: &str| {
-        msg.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(k))
-            .map(|(_, v)| v.as_str())
-    };
-    let tenant = header(HEADER_TENANT_ID).unwrap_or("").to_owned();
-    let received = ReceivedHeaders {
-        signature: header(HEADER_SIGNATURE),
-        timestamp: header(HEADER_TIMESTAMP).map(SignedAt::Text),
-        signature_version: header(HEADER_SIGNATURE_VERSION),
-    };
-    let envelope = Envelope {
-        tenant_id: &tenant,
-        exchange: "",
-        routing_key: JOB_ROUTE,
-        body: &msg.body,
-    };
+    let tenant = header(msg, HEADER_TENANT_ID).unwrap_or("").to_owned();
+    let received = signature_headers(msg);
+    let envelope = envelope(&tenant, msg);
     if let Err(e) = signer.verify(&received, &envelope, now_unix) {
+        if e.kind() == fetcher_crypto::ErrorKind::Stale
+            && let Ok(v) = signer.verify_ignoring_age(&received, &envelope)
+        {
+            return Err(Rejected::Stale {
+                tenant,
+                job_id: v.job_id,
+                signed_at: signed_at(v.timestamp),
+            });
+        }
         return Err(Rejected::BadSignature(
             ServiceError::from(e).retryable(false),
         ));
     }
-    let request_id = header(HEADER_REQUEST_ID).unwrap_or("").to_owned();
+    let request_id = header(msg, HEADER_REQUEST_ID).unwrap_or("").to_owned();
     let bad = |error: ServiceError| {
-        let job_id = header(HEADER_JOB_ID)
+        let job_id = header(msg, HEADER_JOB_ID)
             .filter(|id| uuid::Uuid::parse_str(id).is_ok())
             .map(str::to_owned)
             .or_else(|| {
@@ -181,6 +184,61 @@ pub fn decode(
         request_id,
         message,
     })
+}
+
+/// What an authentic message says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authentic {
+    pub tenant: String,
+    pub job_id: String,
+    pub signed_at: fetcher_engine::Timestamp,
+    /// The master key version whose internal HMAC key signed it.
+    pub key_version: String,
+}
+
+/// Whether `msg` is authentic, whatever its age (for marking the job of a message the
+/// queue gives up on, and for telling which key signed it).
+pub fn authentic(msg: &QueueMessage, signer: &MessageSigner) -> Option<Authentic> {
+    let tenant = header(msg, HEADER_TENANT_ID).unwrap_or("").to_owned();
+    let v = signer
+        .verify_ignoring_age(&signature_headers(msg), &envelope(&tenant, msg))
+        .ok()?;
+    Some(Authentic {
+        tenant,
+        job_id: v.job_id,
+        signed_at: signed_at(v.timestamp),
+        key_version: v.key_version.unwrap_or_default(),
+    })
+}
+
+/// A header of `msg`, by case-insensitive name.
+fn header<'m>(msg: &'m QueueMessage, name: &str) -> Option<&'m str> {
+    msg.headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+fn signature_headers(msg: &QueueMessage) -> ReceivedHeaders<'_> {
+    ReceivedHeaders {
+        signature: header(msg, HEADER_SIGNATURE),
+        timestamp: header(msg, HEADER_TIMESTAMP).map(SignedAt::Text),
+        signature_version: header(msg, HEADER_SIGNATURE_VERSION),
+    }
+}
+
+/// What the signature covers: the tenant, the fixed route and the body.
+fn envelope<'a>(tenant: &'a str, msg: &'a QueueMessage) -> Envelope<'a> {
+    Envelope {
+        tenant_id: tenant,
+        exchange: "",
+        routing_key: JOB_ROUTE,
+        body: &msg.body,
+    }
+}
+
+fn signed_at(unix_secs: i64) -> fetcher_engine::Timestamp {
+    fetcher_engine::Timestamp::from_unix_nanos(i128::from(unix_secs) * 1_000_000_000)
 }
 
 /// Whether an error text marks a message as poison (never worth a retry).
@@ -247,12 +305,24 @@ mod tests {
             decode(&tampered, &s, 1_700_000_010),
             Err(Rejected::BadSignature(_))
         ));
+        // Old and early messages are authentic: told apart from forged ones.
+        for now in [1_700_000_000 + 301, 1_700_000_000 - 31] {
+            match decode(&msg, &s, now) {
+                Err(Rejected::Stale {
+                    tenant,
+                    job_id,
+                    signed_at,
+                }) => {
+                    assert_eq!((tenant.as_str(), job_id.as_str()), ("acme", j.id.as_str()));
+                    assert_eq!(signed_at.unix_nanos(), 1_700_000_000 * 1_000_000_000);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let mut forged_old = msg.clone();
+        forged_old.body[5] ^= 1;
         assert!(matches!(
-            decode(&msg, &s, 1_700_000_000 + 301),
-            Err(Rejected::BadSignature(_))
-        ));
-        assert!(matches!(
-            decode(&msg, &s, 1_700_000_000 - 31),
+            decode(&forged_old, &s, 1_700_000_000 + 301),
             Err(Rejected::BadSignature(_))
         ));
         let mut unsigned = msg.clone();

@@ -213,6 +213,18 @@ pub struct Job {
     /// the next heartbeat and stops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_requested_at: Option<Timestamp>,
+    /// When the job's latest queue message was sent: its creation (the API enqueues right
+    /// after the insert, and fails the job if it cannot), or the repair pass's last
+    /// re-enqueue. The repair pass judges a message lost by it, not by the job's age
+    /// (docs/operations.md, "Repair schedule"). Absent on records written before it
+    /// existed: their creation time counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueued_at: Option<Timestamp>,
+    /// When a worker dropped the job's latest message unused (authentic, but too old to
+    /// trust, or bound for the dead-letter queue): no message of the job is left in the
+    /// queue, so the repair pass re-enqueues it at its next run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_dropped_at: Option<Timestamp>,
 }
 
 /// How far a running extraction is (docs/api.md, "Progress"): rows and bytes of the
@@ -260,7 +272,14 @@ impl Job {
             quarantined_event: None,
             progress: None,
             cancel_requested_at: None,
+            enqueued_at: None,
+            message_dropped_at: None,
         }
+    }
+
+    /// When the job's latest message was sent ([`Job::enqueued_at`], else its creation).
+    pub fn last_enqueued_at(&self) -> Timestamp {
+        self.enqueued_at.unwrap_or(self.created_at)
     }
 
     /// Config names this job reads (for the active-execution gate).
@@ -354,7 +373,18 @@ pub enum Transition<'a> {
     NoteEventFailure { max: u32 },
     /// Removes the pending-event marker (the event is published).
     ClearPendingEvent,
+    /// A fresh message of a job that needs a worker was sent at `at` (the repair pass).
+    /// `Conflict` once the job is terminal.
+    Requeued { at: Timestamp },
+    /// A worker dropped an authentic message of the job, signed at `signed_at`, without
+    /// using it (too old to trust, or leaving for the dead-letter queue). Answers whether
+    /// it was the job's latest message (then the job is marked, for the repair pass).
+    MessageDropped { signed_at: Timestamp, at: Timestamp },
 }
+
+/// How much earlier than its recorded enqueue time a message may have been signed and
+/// still count as that enqueue's message: signing, sending and recording take a moment.
+pub const ENQUEUE_SLACK: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The job lifecycle rules every [`crate::ports::JobStore`] adapter applies, so the
 /// in-memory, SQLite and DynamoDB stores cannot drift apart. Each returns
@@ -393,7 +423,31 @@ impl Job {
                 self.pending_event = None;
                 Ok(false)
             }
+            Transition::Requeued { at } => self.requeued(at).map(|()| false),
+            Transition::MessageDropped { signed_at, at } => Ok(self.message_dropped(signed_at, at)),
         }
+    }
+
+    /// A fresh message was sent at `at`: any earlier drop no longer matters.
+    pub fn requeued(&mut self, at: Timestamp) -> crate::Result<()> {
+        if self.status.is_terminal() {
+            return Err(crate::ServiceError::conflict("job already finished"));
+        }
+        self.enqueued_at = Some(at);
+        self.message_dropped_at = None;
+        Ok(())
+    }
+
+    /// A worker dropped a message signed at `signed_at`; marks the job when that was its
+    /// latest message and it still waits for one (pending). Returns whether it marked.
+    pub fn message_dropped(&mut self, signed_at: Timestamp, at: Timestamp) -> bool {
+        let latest = signed_at.unix_nanos() + ENQUEUE_SLACK.as_nanos() as i128
+            >= self.last_enqueued_at().unix_nanos();
+        if self.status != JobStatus::Pending || !latest {
+            return false;
+        }
+        self.message_dropped_at.get_or_insert(at);
+        true
     }
 
     /// Whether a worker may claim the job at `now`: pending, or processing with an

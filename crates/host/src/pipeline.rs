@@ -102,8 +102,61 @@ pub enum Outcome {
     Failed { job_id: String, error: String },
     /// Nothing to do: duplicate delivery, terminal job, unusable message (delete it).
     Skipped(&'static str),
+    /// A message that does not verify (forged or corrupted), or an authentic one too old
+    /// to trust: deleted unused, no job touched. Hosts count these (a metric) and log them;
+    /// the job of a stale message is marked for the repair pass, which sends a fresh one.
+    Dropped {
+        reason: DropReason,
+        /// The job an authentic message named.
+        job_id: Option<String>,
+    },
     /// Let the message come back later.
     Retry(ServiceError),
+}
+
+/// Why a message was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// The signature does not verify: forged, tampered with, or signed with a key this
+    /// host does not hold.
+    InvalidSignature,
+    /// Authentic, but signed outside the freshness window (docs/results.md,
+    /// "Verification").
+    Expired,
+}
+
+impl DropReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::InvalidSignature => "invalid signature",
+            DropReason::Expired => "expired",
+        }
+    }
+}
+
+/// How the repair pass tells a job whose message was lost from one whose message waits in
+/// a backlog (docs/operations.md, "Repair schedule"). A job's age says nothing: a backlog
+/// of an hour holds hour-old jobs whose messages are all on their way.
+#[derive(Debug, Clone, Copy)]
+pub struct StrandedRules {
+    /// How long the queue keeps a message (the job queue's retention, which the template
+    /// sets to the maximum message age): a pending job whose latest message was sent
+    /// longer ago than this has none left in the queue.
+    pub retention: Duration,
+    /// How long after its latest message a pending job counts as lost when the queue holds
+    /// no message at all (an enqueue that never happened: the API stopped between the
+    /// insert and the send). Longer than the lag of the queue's approximate counts.
+    pub empty_queue_grace: Duration,
+}
+
+impl StrandedRules {
+    /// The rules for a queue whose messages live `retention`, with a 5-minute grace.
+    pub fn with_retention(retention: Duration) -> Self {
+        StrandedRules {
+            retention,
+            empty_queue_grace: Duration::from_secs(5 * 60),
+        }
+    }
 }
 
 impl Outcome {
@@ -327,29 +380,25 @@ impl Pipeline {
         match decoded {
             Ok(received) => self.process(received, stop, deadline).await,
             Err(Rejected::BadSignature(e)) => {
-                // Never retried. The job it names (if any, and still pending) fails, so
-                // it does not wait forever for a message that cannot be trusted.
-                let tenant = msg
-                    .headers
-                    .get(fetcher_crypto::envelope::HEADER_TENANT_ID)
-                    .cloned()
-                    .unwrap_or_default();
-                let job_id = msg
-                    .headers
-                    .get(message::HEADER_JOB_ID)
-                    .cloned()
-                    .unwrap_or_default();
-                warn!(error = %e, "job message rejected: invalid signature");
-                if tenant.is_empty() || uuid::Uuid::parse_str(&job_id).is_err() {
-                    return Outcome::Skipped("invalid signature");
+                // Never retried, and no job is touched: a forged message must not be able
+                // to fail someone's job. The job's genuine message is still on its way.
+                warn!(error = %e, "job message dropped: invalid signature");
+                Outcome::Dropped {
+                    reason: DropReason::InvalidSignature,
+                    job_id: None,
                 }
-                self.fail_unclaimed(
-                    &tenant,
-                    &job_id,
-                    &serde_json::Map::new(),
-                    "invalid message signature",
-                )
-                .await
+            }
+            Err(Rejected::Stale {
+                tenant,
+                job_id,
+                signed_at,
+            }) => {
+                warn!(%job_id, signed_at = %signed_at, "job message dropped: authentic but older than the maximum message age; the repair pass sends its job a fresh one");
+                self.note_dropped(&tenant, &job_id, signed_at).await;
+                Outcome::Dropped {
+                    reason: DropReason::Expired,
+                    job_id: Some(job_id),
+                }
             }
             Err(Rejected::BadBody {
                 tenant,
@@ -362,6 +411,37 @@ impl Pipeline {
             Err(Rejected::BadBody { job_id: None, .. }) => {
                 Outcome::Skipped("unparseable job message")
             }
+        }
+    }
+
+    /// Marks the job of an authentic message dropped unused, so the repair pass sends it a
+    /// fresh one at its next run. Best effort: without the mark the repair pass still finds
+    /// the job once its message is older than the queue's retention.
+    async fn note_dropped(&self, tenant: &str, job_id: &str, signed_at: Timestamp) {
+        let change = Transition::MessageDropped {
+            signed_at,
+            at: Timestamp::now(),
+        };
+        match self.jobs.transition(tenant, job_id, change).await {
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Conflict) => {}
+            Err(e) => {
+                warn!(job_id, error = %e.log_detail(), "could not mark the job of a dropped message")
+            }
+        }
+    }
+
+    /// The queue gives up on `msg` (its last receive before the dead-letter queue): if it
+    /// is authentic, its job is marked like a dropped message's, so the repair pass sends
+    /// a fresh one instead of the job waiting for the retention to run out.
+    pub async fn note_undelivered(&self, msg: &QueueMessage) {
+        let Ok(ring) = self.keys.key_ring().await else {
+            return;
+        };
+        let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac);
+        if let Some(a) = message::authentic(msg, &signer) {
+            info!(job_id = %a.job_id, "job message leaves for the dead-letter queue; its job is marked for the repair pass");
+            self.note_dropped(&a.tenant, &a.job_id, a.signed_at).await;
         }
     }
 
@@ -857,43 +937,66 @@ impl Pipeline {
         }
     }
 
-    /// One repair pass: republishes up to `limit` pending terminal events in one
-    /// [`EventPublisher::publish_batch`] call. Returns how many were published; failures
-    /// are logged and left for the next pass.
-    /// Puts stranded work back on `queue`: pending jobs older than `min_age` (their
-    /// message was lost, e.g. the API died between insert and enqueue) and processing
-    /// jobs whose lease expired (their worker died; the claim cap ends a crash loop).
-    /// Messages are signed like the API's; a duplicate delivery is a no-op. Returns how
+    /// Puts stranded work back on `queue`, judged by each job's latest message, not its
+    /// age ([`StrandedRules`]): a pending job whose message was dropped unused, is older
+    /// than the queue's retention, or (the queue holding nothing at all) older than the
+    /// grace; a processing job whose lease expired with no message sent since (its worker
+    /// died; the claim cap ends a crash loop). Each re-enqueue is recorded on the job, so
+    /// the next pass does not send it again. Messages are signed like the API's; a
+    /// duplicate delivery is a no-op. Looks at up to `limit` jobs, oldest first; returns how
     /// many were re-enqueued.
     pub async fn requeue_stranded(
         &self,
         queue: &dyn crate::ports::JobQueue,
-        min_age: Duration,
+        rules: StrandedRules,
         limit: usize,
     ) -> Result<usize> {
         let now = Timestamp::now();
-        let cutoff = now.unix_nanos() - min_age.as_nanos() as i128;
+        let older =
+            |t: Timestamp, d: Duration| now.unix_nanos() - t.unix_nanos() > d.as_nanos() as i128;
         let ring = self.keys.key_ring().await?;
         let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac);
+        // Asked once per pass, and only when a job could be judged by it.
+        let mut depth: Option<Option<u64>> = None;
         let mut requeued = 0;
         for job in self.jobs.list_pending(now, limit).await? {
-            let stale = match job.status {
-                JobStatus::Pending => job.created_at.unix_nanos() < cutoff,
-                JobStatus::Processing => true, // listed only once its lease expired
+            let last = job.last_enqueued_at();
+            let lost = match job.status {
+                JobStatus::Pending if job.message_dropped_at.is_some() => true,
+                JobStatus::Pending if older(last, rules.retention) => true,
+                JobStatus::Pending if older(last, rules.empty_queue_grace) => {
+                    if depth.is_none() {
+                        depth = Some(queue.depth().await?);
+                    }
+                    depth == Some(Some(0))
+                }
+                // Listed only once its lease expired: lost unless a message went out after.
+                JobStatus::Processing => job.lease_expires_at.is_none_or(|l| last <= l),
                 _ => false,
             };
-            if !stale {
+            if !lost {
                 continue;
             }
             queue
                 .enqueue(message::encode(&job, &signer, "", message::unix_now()))
                 .await?;
+            let change = Transition::Requeued {
+                at: Timestamp::now(),
+            };
+            if let Err(e) = self.jobs.transition(&job.tenant_id, &job.id, change).await
+                && e.kind() != ErrorKind::Conflict
+            {
+                warn!(job_id = %job.id, error = %e.log_detail(), "re-enqueued, but the enqueue could not be recorded; the next pass may send it again");
+            }
             info!(job_id = %job.id, status = job.status.as_str(), "stranded job re-enqueued");
             requeued += 1;
         }
         Ok(requeued)
     }
 
+    /// One repair pass: republishes up to `limit` pending terminal events in one
+    /// [`EventPublisher::publish_batch`] call. Returns how many were published; failures
+    /// are logged and left for the next pass.
     pub async fn repair_events(&self, limit: usize) -> Result<usize> {
         let mut events = Vec::new();
         for job in self.jobs.list_pending_events(limit).await? {

@@ -193,6 +193,13 @@ pub trait JobQueue: Send + Sync {
     fn is_accepting(&self) -> bool {
         true
     }
+
+    /// How many messages the queue holds (waiting, in flight or delayed), if it can tell
+    /// (approximately, as SQS counts). The repair pass asks whether it holds none at all
+    /// ([`crate::pipeline::StrandedRules`]). `None`: the queue cannot tell.
+    fn depth(&self) -> BoxFuture<'_, Result<Option<u64>>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
 }
 
 /// Publishes terminal events. Must fail (not drop) when the event cannot be delivered,

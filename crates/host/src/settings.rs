@@ -45,6 +45,13 @@ pub struct ExtractionSettings {
     #[arg(long, env = "FETCHER_READ_PARTITIONS", default_value_t = 1,
         value_parser = clap::value_parser!(u16).range(1..=16))]
     pub read_partitions: u16,
+    /// Private networks (comma-separated CIDRs) whose addresses host safety admits: a VPC
+    /// deployment's customer databases (docs/operations.md, "Private networks"). Only
+    /// subnets of 10/8, 172.16/12, 192.168/16, 100.64/10 and fc00::/7; a list that would
+    /// admit loopback, link-local or metadata addresses stops the start. Empty: none.
+    #[arg(long, env = "FETCHER_PRIVATE_NETWORKS", default_value = "",
+        value_parser = fetcher_connectors::PrivateNetworks::parse)]
+    pub private_networks: fetcher_connectors::PrivateNetworks,
 }
 
 impl ExtractionSettings {

@@ -453,23 +453,27 @@ async fn retryable_failures_release_the_claim_then_fail_after_max_attempts() {
 }
 
 #[tokio::test]
-async fn a_bad_signature_fails_the_job_without_a_retry_loop() {
+async fn a_bad_signature_is_dropped_without_a_retry_loop() {
     let w = world().await;
     let (job, mut msg) = submit(&w, None).await;
     msg.headers
         .insert("x-message-signature".into(), "00".repeat(32));
     let outcome = w.pipeline.handle(&msg).await;
-    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    assert!(matches!(outcome, Outcome::Dropped { .. }), "{outcome:?}");
     assert!(!outcome.should_retry());
     let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
     assert_eq!(
-        (stored.status, stored.error.as_deref()),
-        (JobStatus::Failed, Some("invalid message signature"))
+        stored.status,
+        JobStatus::Pending,
+        "a forged message fails no job"
     );
     assert_eq!(w.factory.build_count(), 0, "nothing extracted");
-    // The same forged message again: skipped, no second event.
-    assert!(matches!(w.pipeline.handle(&msg).await, Outcome::Skipped(_)));
-    assert_eq!(w.events.events().len(), 1);
+    // The same forged message again: dropped again, no event.
+    assert!(matches!(
+        w.pipeline.handle(&msg).await,
+        Outcome::Dropped { .. }
+    ));
+    assert!(w.events.events().is_empty());
 }
 
 #[tokio::test]
@@ -621,7 +625,10 @@ async fn unusable_messages() {
     };
     assert!(matches!(
         w.pipeline.handle(&garbage).await,
-        Outcome::Skipped(_)
+        Outcome::Dropped {
+            reason: DropReason::InvalidSignature,
+            ..
+        }
     ));
 }
 
@@ -680,6 +687,20 @@ async fn a_job_out_of_retries_fails_with_its_first_error() {
     assert!(error.contains("[connect]"), "{error}");
 }
 
+/// Claims `job` with a lease that expires at once: a worker that died.
+async fn claim_and_die(w: &World, job: &Job) {
+    let now = fetcher_engine::Timestamp::now();
+    let ClaimOutcome::Claimed { .. } = w
+        .jobs
+        .claim("acme", &job.id, now, Duration::from_millis(1))
+        .await
+        .unwrap()
+    else {
+        panic!("claimable")
+    };
+    tokio::time::sleep(Duration::from_millis(5)).await;
+}
+
 #[tokio::test]
 async fn a_job_whose_workers_keep_dying_fails_at_the_claim_cap() {
     let mut w = world().await;
@@ -688,16 +709,7 @@ async fn a_job_whose_workers_keep_dying_fails_at_the_claim_cap() {
     let (job, msg) = submit(&w, None).await;
     // Two claims whose workers "died": the lease just expires.
     for _ in 0..2 {
-        let now = fetcher_engine::Timestamp::now();
-        let ClaimOutcome::Claimed { .. } = w
-            .jobs
-            .claim("acme", &job.id, now, Duration::from_millis(1))
-            .await
-            .unwrap()
-        else {
-            panic!("claimable")
-        };
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        claim_and_die(&w, &job).await;
     }
     // The next delivery would be the third claim: over the cap, the job fails, once, with
     // its event; a later delivery is a no-op.
@@ -716,24 +728,193 @@ async fn a_job_whose_workers_keep_dying_fails_at_the_claim_cap() {
 async fn stranded_work_is_requeued() {
     let w = world().await;
     let queue = fetcher_host::memory::MemoryJobQueue::new();
-    // A pending job whose message was lost, and a fresh one whose message is in flight.
+    // A pending job whose message is older than the queue keeps any, and a fresh one whose
+    // message is in flight.
     let (lost, _) = submit(&w, None).await;
     tokio::time::sleep(Duration::from_millis(30)).await;
     let (fresh, _) = submit(&w, Some(ResultFormat::V1)).await;
+    let rules = StrandedRules {
+        retention: Duration::from_millis(20),
+        empty_queue_grace: Duration::from_secs(300),
+    };
     let n = w
         .pipeline
-        .requeue_stranded(queue.as_ref(), Duration::from_millis(20), 100)
+        .requeue_stranded(queue.as_ref(), rules, 100)
         .await
         .unwrap();
-    assert_eq!(n, 1, "only the stale pending job");
+    assert_eq!(n, 1, "only the job whose message is gone");
     let sent = queue.sent();
     assert_eq!(sent[0].headers["jobId"], lost.id);
+    // Recorded: the next pass does not send it again.
+    assert_eq!(
+        w.pipeline
+            .requeue_stranded(queue.as_ref(), rules, 100)
+            .await
+            .unwrap(),
+        0
+    );
     // The re-enqueued message is a valid one: the job completes from it.
     assert!(matches!(
         w.pipeline.handle(&sent[0]).await,
         Outcome::Completed { .. }
     ));
     let _ = fresh;
+}
+
+/// A pending job created `ago` in the past (its message sent then).
+async fn submit_aged(w: &World, ago: Duration) -> (Job, QueueMessage) {
+    let (mut job, _) = submit(w, None).await;
+    job.id = uuid::Uuid::now_v7().to_string();
+    job.request_hash = format!("hash-{}", job.id);
+    job.created_at = fetcher_engine::Timestamp::from_unix_nanos(
+        fetcher_engine::Timestamp::now().unix_nanos() - ago.as_nanos() as i128,
+    );
+    assert_eq!(w.jobs.insert(&job).await.unwrap(), InsertOutcome::Created);
+    let signer = MessageSigner::from_ring(&w.ring, KeyPurpose::InternalHmac);
+    let signed_at = message::unix_now() - ago.as_secs() as i64;
+    (job.clone(), message::encode(&job, &signer, "", signed_at))
+}
+
+#[tokio::test]
+async fn an_expired_genuine_message_is_dropped_and_its_job_completes_later() {
+    let w = world().await;
+    let queue = fetcher_host::memory::MemoryJobQueue::new();
+    // Waited in a backlog longer than the maximum message age (6 hours).
+    let (job, old) = submit_aged(&w, Duration::from_secs(7 * 3600)).await;
+    let out = w.pipeline.handle(&old).await;
+    let Outcome::Dropped { reason, job_id } = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(reason, DropReason::Expired);
+    assert_eq!(job_id.as_deref(), Some(job.id.as_str()));
+    assert!(!out_retries(&w, &old).await, "never retried");
+    // Not failed: still pending, marked for the repair pass, no event.
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Pending);
+    assert!(j.message_dropped_at.is_some());
+    assert!(w.events.events().is_empty());
+    // The next repair pass sends a fresh message (the queue is busy: the mark decides),
+    // and the job completes from it.
+    let rules = StrandedRules::with_retention(Duration::from_secs(24 * 3600));
+    assert_eq!(
+        w.pipeline
+            .requeue_stranded(queue.as_ref(), rules, 100)
+            .await
+            .unwrap(),
+        1
+    );
+    let fresh = queue.sent().pop().unwrap();
+    assert!(matches!(
+        w.pipeline.handle(&fresh).await,
+        Outcome::Completed { .. }
+    ));
+    assert_eq!(w.events.events().len(), 1, "one job.completed");
+}
+
+async fn out_retries(w: &World, msg: &QueueMessage) -> bool {
+    w.pipeline.handle(msg).await.should_retry()
+}
+
+#[tokio::test]
+async fn a_forged_message_for_an_existing_job_touches_nothing() {
+    let w = world().await;
+    let (job, genuine) = submit(&w, None).await;
+    let mut forged = genuine.clone();
+    forged
+        .headers
+        .insert("x-message-signature".into(), "00".repeat(32));
+    let out = w.pipeline.handle(&forged).await;
+    assert!(
+        matches!(
+            out,
+            Outcome::Dropped {
+                reason: DropReason::InvalidSignature,
+                job_id: None
+            }
+        ),
+        "{out:?}"
+    );
+    // The job is untouched: pending, unmarked, no event.
+    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    assert_eq!(j, job);
+    assert!(w.events.events().is_empty());
+    // A forged message signed with another key: the same.
+    let other = KeyRing::from_base64("ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=", "9").unwrap();
+    let signer = MessageSigner::from_ring(&other, KeyPurpose::InternalHmac);
+    let foreign = message::encode(&job, &signer, "", message::unix_now());
+    assert!(matches!(
+        w.pipeline.handle(&foreign).await,
+        Outcome::Dropped {
+            reason: DropReason::InvalidSignature,
+            ..
+        }
+    ));
+    assert_eq!(w.jobs.get("acme", &job.id).await.unwrap().unwrap(), job);
+    // The genuine message still completes it.
+    assert!(matches!(
+        w.pipeline.handle(&genuine).await,
+        Outcome::Completed { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_backlog_is_not_mistaken_for_lost_messages() {
+    let w = world().await;
+    let queue = fetcher_host::memory::MemoryJobQueue::new();
+    // 100 jobs pending for 20 minutes to an hour, their messages waiting in the queue.
+    let mut backlog = Vec::new();
+    for i in 0..100u64 {
+        let (job, msg) = submit_aged(&w, Duration::from_secs(20 * 60 + i * 24)).await;
+        backlog.push(job);
+        queue.enqueue(msg).await.unwrap();
+    }
+    let rules = StrandedRules::with_retention(Duration::from_secs(6 * 3600));
+    let before = queue.sent().len();
+    for _ in 0..3 {
+        let n = w
+            .pipeline
+            .requeue_stranded(queue.as_ref(), rules, 100)
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "a waiting message is not a lost one");
+    }
+    assert_eq!(queue.sent().len(), before, "no duplicate enqueued");
+    // Were the queue empty, every one of them would be lost: each is sent once, once.
+    *queue.depth.lock().unwrap() = Some(0);
+    assert_eq!(
+        w.pipeline
+            .requeue_stranded(queue.as_ref(), rules, 100)
+            .await
+            .unwrap(),
+        100
+    );
+    assert_eq!(
+        w.pipeline
+            .requeue_stranded(queue.as_ref(), rules, 100)
+            .await
+            .unwrap(),
+        0,
+        "each re-enqueue is recorded"
+    );
+    assert_eq!(queue.sent().len(), before + 100);
+}
+
+#[tokio::test]
+async fn a_dead_workers_job_is_requeued_once() {
+    let w = world().await;
+    let queue = fetcher_host::memory::MemoryJobQueue::new();
+    let (job, _) = submit(&w, None).await;
+    claim_and_die(&w, &job).await;
+    let rules = StrandedRules::with_retention(Duration::from_secs(6 * 3600));
+    for expected in [1, 0, 0] {
+        assert_eq!(
+            w.pipeline
+                .requeue_stranded(queue.as_ref(), rules, 100)
+                .await
+                .unwrap(),
+            expected
+        );
+    }
 }
 
 /// Keys rotated since the cold start: the cached ring is the old one until reloaded.
@@ -801,7 +982,7 @@ async fn a_message_signed_after_a_rotation_reloads_the_ring_instead_of_failing()
     assert_eq!(keys.reloads.load(Ordering::SeqCst), 1, "one reload");
     let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
     assert_ne!(j.error.as_deref(), Some("invalid message signature"));
-    // A forged message still fails (the reload is bounded to one per message).
+    // A forged message is still dropped (the reload is bounded to one per message).
     let mut forged = message::encode(
         &job,
         &MessageSigner::from_ring(&fresh, KeyPurpose::InternalHmac),
@@ -811,7 +992,7 @@ async fn a_message_signed_after_a_rotation_reloads_the_ring_instead_of_failing()
     forged.body.push(b' ');
     assert!(matches!(
         w.pipeline.handle(&forged).await,
-        Outcome::Skipped(_) | Outcome::Failed { .. }
+        Outcome::Dropped { .. }
     ));
 }
 

@@ -18,7 +18,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use fetcher_connectors::{validate_host_input, validate_ssl_mode};
+use fetcher_connectors::{validate_host_input, validate_host_input_admitting, validate_ssl_mode};
 use fetcher_engine::{
     Category, ConnectionDescriptor, ConnectionInput, ConnectionPatch, Context, EngineError, Reason,
     Secret, TenantContext, Timestamp,
@@ -358,7 +358,7 @@ fn ssrf_literal(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
     }
     if guard
         && let Some(h) = b.host.as_deref()
-        && let Err(e) = validate_host_input(h, true)
+        && let Err(e) = validate_host_input_admitting(h, true, &cfg.private_networks)
         && is_forbidden_host(&e)
     {
         return Err(ApiError::forbidden_host());

@@ -89,7 +89,6 @@ use axum::http::{HeaderValue, Method, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use fetcher_connectors::HostPolicy;
-use fetcher_crypto::MessageSigner;
 use fetcher_engine::{Engine, TenantContext};
 use tokio::sync::OnceCell;
 use utoipa::OpenApi;
@@ -120,6 +119,9 @@ pub struct ApiConfig {
     /// Host safety on API-supplied hosts also in single-tenant mode (the Lambda's
     /// default); multi-tenant mode always has it.
     pub guard_hosts: bool,
+    /// Private networks host safety admits (docs/operations.md, "Private networks"): the
+    /// same list the dial-layer policy holds.
+    pub private_networks: fetcher_connectors::PrivateNetworks,
     /// Require a verified principal on business routes even in single-tenant mode.
     /// Multi-tenant mode always requires one.
     pub require_auth: bool,
@@ -153,6 +155,7 @@ impl Default for ApiConfig {
             sqlite_files: fetcher_connectors::SqliteFiles::Nowhere,
             require_auth: false,
             guard_hosts: false,
+            private_networks: fetcher_connectors::PrivateNetworks::none(),
             // docs/api.md "Limits": request bodies up to 4 MiB.
             body_limit: 4 * 1024 * 1024,
             max_metadata_bytes: 16 * 1024,
@@ -179,8 +182,9 @@ pub struct AppDeps {
     pub job_store: Arc<dyn JobStore>,
     pub job_queue: Arc<dyn JobQueue>,
     pub rate_limiter: Arc<dyn RateLimiter>,
-    /// Signs job messages (`MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)`).
-    pub signer: Arc<MessageSigner>,
+    /// The master keys job messages are signed with (the internal HMAC key), read per
+    /// job: a rotation reaches new messages within the provider's refresh.
+    pub keys: Arc<dyn fetcher_host::ports::KeyProvider>,
     pub authenticator: Arc<dyn Authenticator>,
     pub probes: Vec<Arc<dyn ReadinessProbe>>,
     /// The dial-layer SSRF guard; `None` means `HostPolicy::multi_tenant()` in
@@ -207,14 +211,16 @@ pub struct AppState(Arc<Inner>);
 
 impl AppState {
     pub fn new(deps: AppDeps, config: ApiConfig) -> AppState {
-        let host_policy = deps
-            .host_policy
-            .or_else(|| config.multi_tenant.then(HostPolicy::multi_tenant));
+        let host_policy = deps.host_policy.or_else(|| {
+            config.multi_tenant.then(|| {
+                HostPolicy::multi_tenant().with_private_networks(config.private_networks.clone())
+            })
+        });
         let jobs = JobService {
             engine: deps.engine.clone(),
             store: deps.job_store,
             queue: deps.job_queue,
-            signer: deps.signer,
+            keys: deps.keys,
             host_policy: host_policy.clone(),
             settings: config.jobs.clone(),
         };
@@ -249,6 +255,11 @@ impl AppState {
             .self_probe
             .get_or_init(|| probes::self_probe_checks(self))
             .await
+    }
+
+    /// The key provider job messages are signed with.
+    pub fn keys(&self) -> Arc<dyn fetcher_host::ports::KeyProvider> {
+        self.0.jobs.keys.clone()
     }
 
     pub fn engine(&self) -> &Engine {

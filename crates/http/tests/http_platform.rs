@@ -402,6 +402,49 @@ async fn single_tenant_with_required_auth() {
 }
 
 #[tokio::test]
+async fn admitted_private_networks_reach_the_guard_in_multi_tenant_mode() {
+    let h = harness_with(Options {
+        config: ApiConfig {
+            multi_tenant: true,
+            private_networks: fetcher_connectors::PrivateNetworks::parse("10.20.0.0/16").unwrap(),
+            ..Default::default()
+        },
+        authenticator: Arc::new(JwtAuthenticator::hs256(SECRET).unwrap()),
+        probes: Vec::new(),
+    });
+    let auth = format!(
+        "Bearer {}",
+        hs(json!({"tenantId": "t1", "exp": now() + 600}))
+    );
+    let hdr = [("authorization", auth.as_str()), ("x-product-name", "p")];
+    let mut b = connection("vpc-db");
+    b["host"] = "10.20.0.5".into();
+    let c = h
+        .call(Method::POST, "/v1/management/connections", &hdr, Some(b))
+        .await;
+    assert_eq!(c.status, StatusCode::CREATED, "{}", c.text);
+    let url = format!(
+        "/v1/management/connections/{}",
+        c.json()["id"].as_str().unwrap()
+    );
+    let moved = h
+        .call(
+            Method::PATCH,
+            &url,
+            &hdr,
+            Some(json!({"host": "10.20.9.9"})),
+        )
+        .await;
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.text);
+    for host in ["10.21.0.5", "169.254.169.254", "127.0.0.1"] {
+        let r = h
+            .call(Method::PATCH, &url, &hdr, Some(json!({"host": host})))
+            .await;
+        assert_eq!(r.code(), json!("FET-0414"), "{host}");
+    }
+}
+
+#[tokio::test]
 async fn ssrf_guard_in_multi_tenant_mode() {
     let h = multi_tenant(Arc::new(JwtAuthenticator::hs256(SECRET).unwrap()));
     let auth = format!(

@@ -12,10 +12,9 @@
 
 use std::sync::Arc;
 
-use axum::Router;
+pub use axum::Router;
 use fetcher_aws::SqsJobQueue;
 use fetcher_aws::host::{Host, HostConfig, Probe};
-use fetcher_crypto::{KeyPurpose, MessageSigner};
 use fetcher_http::{self as http, ApiConfig, AppDeps, AppState, VerifiedClaims};
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -35,9 +34,10 @@ pub async fn router_from_config(
     let multi_tenant = config.multi_tenant;
     let require_auth = config.require_auth;
     let guard_hosts = config.guard_hosts;
+    let private_networks = config.private_networks.clone();
     let host = Host::build(config, sdk)?;
-    let ring = host
-        .ports
+    // Loaded now: a function whose master key cannot be read must fail its cold start.
+    host.ports
         .keys
         .key_ring()
         .await
@@ -52,7 +52,7 @@ pub async fn router_from_config(
             job_store: host.ports.jobs.clone(),
             job_queue: Arc::new(queue),
             rate_limiter: Arc::new(host.store.clone()),
-            signer: Arc::new(MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)),
+            keys: host.ports.keys.clone(),
             authenticator: Arc::new(http::ClaimsAuthenticator),
             probes,
             host_policy: Some(host.policy.clone()),
@@ -62,6 +62,7 @@ pub async fn router_from_config(
             // Secure by default: no verified claims, no service (docs/api.md).
             require_auth,
             guard_hosts,
+            private_networks,
             // `sqlite_files` stays at its default, none: the functions share no disk.
             version: env!("CARGO_PKG_VERSION").into(),
             deployment_mode: "saas".into(),

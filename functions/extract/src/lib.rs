@@ -4,13 +4,17 @@
 //!   message, run through [`Pipeline::handle`] in its own task, so a panic fails only
 //!   that record. `Retry` outcomes (and panics) are reported in `batchItemFailures`
 //!   (the event source mapping has `ReportBatchItemFailures`), so only those messages
-//!   come back; completed, failed and skipped ones are deleted. An invalid signature is
-//!   permanent: the pipeline fails the job it names and the message is not retried. A
-//!   redelivered message whose job is terminal is a no-op (or republishes a pending event).
+//!   come back; completed, failed, skipped and dropped ones are deleted. A message whose
+//!   signature does not verify, or an authentic one older than the maximum message age, is
+//!   dropped (`MessagesDropped`, a log line) and touches no job: the repair pass sends a
+//!   stale message's job a fresh one. A message on its last receive before the
+//!   dead-letter queue marks its job the same way. A redelivered message whose job is
+//!   terminal is a no-op (or republishes a pending event).
 //! * **Scheduled events** (`source = aws.events`, `detail-type = Scheduled Event`, or any
-//!   event with `"action": "repair"`): one [`Pipeline::repair_events`] pass.
+//!   event with `"action": "repair"`): one repair pass ([`Extractor::repair`]).
 //!
-//! Metrics are CloudWatch Embedded Metric Format lines on stdout.
+//! Metrics are CloudWatch Embedded Metric Format lines on stdout, namespace `Fetcher`,
+//! dimensions `Stack` (the stack name, so stages never share an alarm) and `Function`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,15 +23,16 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use fetcher_aws::EventBridgePublisher;
 use fetcher_aws::host::{Host, HostConfig, emf_line};
 use fetcher_aws::sqs::queue_message_from_record;
-use fetcher_host::pipeline::{Outcome, Pipeline, PipelineConfig};
+use fetcher_host::pipeline::{Outcome, Pipeline, PipelineConfig, StrandedRules};
 use serde_json::{Value, json};
 use tracing::{error, info, warn};
 
 /// Events republished per repair pass.
 pub const REPAIR_BATCH: usize = 25;
 
-/// How old a pending job must be before the repair pass treats its message as lost.
-pub const STRANDED_AFTER: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+/// Receives of a job message before SQS moves it to the dead-letter queue (the
+/// template's `maxReceiveCount`).
+pub const MAX_RECEIVES: u32 = 5;
 
 /// How long before the invocation's end an extraction is stopped, so the job's failure
 /// (`timeout`) and its event are written while the function still runs.
@@ -75,6 +80,11 @@ pub struct Extractor {
     pub store: fetcher_aws::DynamoStore,
     /// The master keys as the secret holds them now (the pass loads them afresh).
     pub key_source: fetcher_aws::SecretsManagerKeySource,
+    /// How the repair pass tells a lost message from one waiting in a backlog: the
+    /// queue's retention is the maximum message age.
+    pub stranded: StrandedRules,
+    /// The `Stack` dimension of the metrics.
+    pub stack: String,
 }
 
 /// The back-off of a message received `receives` times: `base · 2^(receives-1)`, at most
@@ -82,6 +92,15 @@ pub struct Extractor {
 pub fn retry_delay(base: std::time::Duration, receives: u32) -> std::time::Duration {
     base.saturating_mul(1 << receives.saturating_sub(1).min(16))
         .min(std::time::Duration::from_secs(15 * 60))
+}
+
+/// How many times SQS has delivered `record` (1 on the first delivery).
+fn receives(record: &SqsMessage) -> u32 {
+    record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
 }
 
 /// Builds the extractor from the environment ([`HostConfig`]). Refuses to start without
@@ -98,6 +117,7 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
     let max_message_age = config.max_message_age;
     let retry_backoff = config.retry_backoff;
     let progress_interval = config.progress_interval;
+    let stack = config.stack_name.clone();
     let secret = config.master_key_secret.clone();
     let host = Host::build(config, sdk)?;
     let key_source = fetcher_aws::SecretsManagerKeySource::new(
@@ -135,6 +155,8 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
         retry_backoff,
         store,
         key_source,
+        stranded: StrandedRules::with_retention(max_message_age),
+        stack,
     })
 }
 
@@ -152,6 +174,11 @@ pub fn is_repair(event: &Value) -> bool {
 }
 
 impl Extractor {
+    /// Prints one metrics line (Embedded Metric Format) with this stack's dimensions.
+    fn metrics(&self, metrics: &[(&str, &str, f64)]) {
+        println!("{}", emf_line(&self.stack, "extract", metrics));
+    }
+
     /// Handles one invocation: an SQS batch, or a scheduled repair.
     pub async fn handle(&self, event: Value) -> Value {
         self.invoke(event, None).await
@@ -228,53 +255,57 @@ impl Extractor {
                 duration,
             }) => {
                 info!(%message_id, %job_id, rows, bytes, ms = duration.as_millis() as u64, "job completed");
-                println!(
-                    "{}",
-                    emf_line(
-                        "extract",
-                        &[
-                            ("JobsCompleted", "Count", 1.0),
-                            ("Rows", "Count", rows as f64),
-                            ("Bytes", "Bytes", bytes as f64),
-                            ("DurationMs", "Milliseconds", duration.as_millis() as f64),
-                        ],
-                    )
-                );
+                self.metrics(&[
+                    ("JobsCompleted", "Count", 1.0),
+                    ("Rows", "Count", rows as f64),
+                    ("Bytes", "Bytes", bytes as f64),
+                    ("DurationMs", "Milliseconds", duration.as_millis() as f64),
+                ]);
                 true
             }
             Ok(Outcome::Failed { job_id, error }) => {
                 warn!(%message_id, %job_id, %error, "job failed");
-                println!(
-                    "{}",
-                    emf_line(
-                        "extract",
-                        &[
-                            ("JobsFailed", "Count", 1.0),
-                            (
-                                "DurationMs",
-                                "Milliseconds",
-                                started.elapsed().as_millis() as f64
-                            ),
-                        ],
-                    )
-                );
+                self.metrics(&[
+                    ("JobsFailed", "Count", 1.0),
+                    (
+                        "DurationMs",
+                        "Milliseconds",
+                        started.elapsed().as_millis() as f64,
+                    ),
+                ]);
                 true
             }
             Ok(Outcome::Skipped(why)) => {
                 info!(%message_id, reason = why, "message skipped");
                 true
             }
+            Ok(Outcome::Dropped { reason, job_id }) => {
+                warn!(%message_id, reason = reason.as_str(), job_id = job_id.as_deref().unwrap_or(""), "message dropped");
+                self.metrics(&[("MessagesDropped", "Count", 1.0)]);
+                true
+            }
             Ok(Outcome::Retry(e)) => {
                 warn!(%message_id, error = %e.log_detail(), "message will be retried");
-                self.back_off(record).await;
+                self.retry_later(record).await;
                 false
             }
             Err(e) => {
                 error!(%message_id, panic = e.is_panic(), "message handler crashed; it will be retried");
-                self.back_off(record).await;
+                self.retry_later(record).await;
                 false
             }
         }
+    }
+
+    /// A message that comes back: delayed by its back-off, or, on its last receive before
+    /// the dead-letter queue, its job marked so the repair pass sends it a fresh one.
+    async fn retry_later(&self, record: &SqsMessage) {
+        if receives(record) >= MAX_RECEIVES {
+            self.pipeline
+                .note_undelivered(&queue_message_from_record(record))
+                .await;
+        }
+        self.back_off(record).await;
     }
 
     /// Re-encrypts every stored credential under the current master key version.
@@ -315,52 +346,47 @@ impl Extractor {
         let Some(receipt) = record.receipt_handle.as_deref() else {
             return;
         };
-        let receives = record
-            .attributes
-            .get("ApproximateReceiveCount")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(1);
-        let delay = retry_delay(self.retry_backoff, receives);
+        let delay = retry_delay(self.retry_backoff, receives(record));
         if let Err(e) = self.queue.delay_redelivery(receipt, delay).await {
             warn!(error = %e.log_detail(), "could not delay the retried message; the queue's visibility timeout applies");
         }
     }
 
     /// One repair pass: pending terminal events are republished, and stranded jobs
-    /// (a lost message, a dead worker) go back on the queue.
+    /// (a lost message, a dead worker; [`StrandedRules`]) go back on the queue.
     pub async fn repair(&self) -> Value {
+        let mut failures = 0;
         let republished = match self.pipeline.repair_events(REPAIR_BATCH).await {
             Ok(n) => n,
             Err(e) => {
                 warn!(error = %e.log_detail(), "event repair pass failed");
+                failures += 1;
                 0
             }
         };
         let requeued = match self
             .pipeline
-            .requeue_stranded(&self.queue, STRANDED_AFTER, REPAIR_BATCH)
+            .requeue_stranded(&self.queue, self.stranded, REPAIR_BATCH)
             .await
         {
             Ok(n) => n,
             Err(e) => {
                 warn!(error = %e.log_detail(), "stranded-job sweep failed");
+                failures += 1;
                 0
             }
         };
-        info!(republished, requeued, "repair pass");
+        info!(republished, requeued, failures, "repair pass");
         // The stuck-work gauge: stranded jobs found by this pass (the template alarms
-        // when it stays above zero).
-        println!(
-            "{}",
-            emf_line(
-                "extract",
-                &[
-                    ("StrandedJobs", "Count", requeued as f64),
-                    ("EventsRepublished", "Count", republished as f64),
-                ],
-            )
-        );
-        json!({ "republished": republished, "requeued": requeued })
+        // when it stays above zero); every pass counts itself, so passes that stop
+        // coming (or keep failing) alarm too.
+        self.metrics(&[
+            ("StrandedJobs", "Count", requeued as f64),
+            ("EventsRepublished", "Count", republished as f64),
+            ("RepairPasses", "Count", 1.0),
+            ("RepairFailures", "Count", failures as f64),
+        ]);
+        json!({ "republished": republished, "requeued": requeued, "failures": failures })
     }
 }
 

@@ -1,6 +1,10 @@
 //! `extract`: the extraction Lambda (SQS event source with ReportBatchItemFailures, and a
 //! schedule for the event repair pass). The logic lives in the library.
 
+// The runtime's future nests the whole handler (batch → record → pipeline → engine): its
+// layout needs more than the default 128 levels of query depth to compute.
+#![recursion_limit = "256"]
+
 use std::sync::Arc;
 
 use fetcher_aws::host::{HostConfig, init_json_logging};

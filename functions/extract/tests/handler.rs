@@ -65,6 +65,15 @@ fn new_job(tenant: &str, config_name: &str) -> Job {
     Job::new(tenant, req, uuid::Uuid::now_v7().to_string())
 }
 
+/// A job of `tenant` created `secs` seconds ago.
+fn aged_job(tenant: &str, secs: i128) -> Job {
+    let mut job = new_job(tenant, "missing-connection");
+    job.created_at = fetcher_engine::Timestamp::from_unix_nanos(
+        fetcher_engine::Timestamp::now().unix_nanos() - secs * 1_000_000_000,
+    );
+    job
+}
+
 async fn signer(ex: &Extractor) -> MessageSigner {
     let ring = ex.pipeline.keys.key_ring().await.unwrap();
     MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac)
@@ -120,10 +129,18 @@ async fn limits_come_from_the_environment_and_bad_values_are_refused() {
         ("FETCHER_MAX_RESULT_BYTES", "-1"),
         ("FETCHER_MAX_RESULT_BYTES", "1GB"),
         ("FETCHER_EXTRACTION_TIMEOUT_SECS", "soon"),
+        // A private-network list can never admit metadata or loopback addresses.
+        ("FETCHER_PRIVATE_NETWORKS", "169.254.169.254/32"),
+        ("FETCHER_PRIVATE_NETWORKS", "10.0.0.0/16,127.0.0.0/8"),
+        ("FETCHER_KEY_REFRESH_SECS", "0"),
     ] {
         let err = with(k, v).unwrap_err();
         assert!(err.contains(k), "{err}");
     }
+    let vpc = with("FETCHER_PRIVATE_NETWORKS", "10.0.0.0/16").unwrap();
+    assert!(vpc.private_networks.admits("10.0.3.4".parse().unwrap()));
+    assert!(!vpc.private_networks.admits("10.1.3.4".parse().unwrap()));
+    assert!(base.private_networks.is_empty(), "none by default");
     // The engine the function builds carries them.
     let cfg = HostConfig {
         max_result_bytes: 1024,
@@ -164,7 +181,7 @@ async fn a_permanent_failure_is_not_retried_and_a_redelivery_is_a_no_op() {
 }
 
 #[tokio::test]
-async fn an_invalid_signature_fails_the_job_without_a_retry() {
+async fn an_invalid_signature_is_dropped_and_touches_no_job() {
     let ex = extractor().await;
     let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
     let job = new_job(&tenant, "pg");
@@ -173,9 +190,65 @@ async fn an_invalid_signature_fails_the_job_without_a_retry() {
     msg.headers
         .insert("x-message-signature".into(), "00".repeat(32));
     let out = ex.handle(sqs_event(&[("m-2", &msg)])).await;
-    assert_eq!(out, json!({"batchItemFailures": []}));
+    assert_eq!(
+        out,
+        json!({"batchItemFailures": []}),
+        "deleted, not retried"
+    );
     let stored = stored_job(&ex, &tenant, &job.id).await;
-    assert_eq!(stored.status, JobStatus::Failed);
+    assert_eq!(stored, job, "a forged message fails no job");
+}
+
+#[tokio::test]
+async fn an_expired_genuine_message_is_dropped_and_its_job_sent_again_by_the_repair_pass() {
+    let ex = extractor().await;
+    let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+    // Created, and its message signed, seven hours ago: it waited in a backlog past the
+    // maximum message age (6 hours by default).
+    let job = aged_job(&tenant, 7 * 3600);
+    ex.pipeline.jobs.insert(&job).await.unwrap();
+    let old = encode(&job, &signer(&ex).await, "req-6", unix_now() - 7 * 3600);
+    let out = ex.handle(sqs_event(&[("m-6", &old)])).await;
+    assert_eq!(
+        out,
+        json!({"batchItemFailures": []}),
+        "deleted, not retried"
+    );
+    let stored = stored_job(&ex, &tenant, &job.id).await;
+    assert_eq!(stored.status, JobStatus::Pending, "not failed");
+    assert!(
+        stored.message_dropped_at.is_some(),
+        "marked for the repair pass"
+    );
+    let out = ex.handle(json!({"action": "repair"})).await;
+    assert!(out["requeued"].as_u64().unwrap() >= 1, "{out}");
+    assert_on_queue(&resources().await.queue_url, &job.id).await;
+    let after = stored_job(&ex, &tenant, &job.id).await;
+    assert_eq!(after.message_dropped_at, None, "the re-enqueue is recorded");
+}
+
+/// Waits (20 s at most) for a message of job `id` on the queue.
+async fn assert_on_queue(queue_url: &str, id: &str) {
+    let sqs = fetcher_aws::testing::clients().await.sqs;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        if got.messages().iter().any(|m| format!("{m:?}").contains(id)) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {id} was not re-enqueued"
+        );
+    }
 }
 
 #[tokio::test]
@@ -215,40 +288,50 @@ async fn a_scheduled_event_runs_the_repair_pass() {
 async fn the_repair_pass_requeues_stranded_jobs() {
     let ex = extractor().await;
     let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
-    // Inserted, but its message never sent (the API died in between), an hour ago.
-    let mut job = new_job(&tenant, "missing-connection");
-    job.created_at = fetcher_engine::Timestamp::from_unix_nanos(
-        fetcher_engine::Timestamp::now().unix_nanos() - 3_600_000_000_000,
-    );
+    // Inserted seven hours ago, its message gone: longer ago than the queue keeps any
+    // (the maximum message age, 6 hours by default).
+    let job = aged_job(&tenant, 7 * 3600);
     ex.pipeline.jobs.insert(&job).await.unwrap();
     let out = ex.handle(json!({"action": "repair"})).await;
     assert!(out["requeued"].as_u64().unwrap() >= 1, "{out}");
-    // Its message is on the job queue now.
-    let sqs = fetcher_aws::testing::clients().await.sqs;
-    let queue_url = resources().await.queue_url;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let got = sqs
-            .receive_message()
-            .queue_url(&queue_url)
-            .max_number_of_messages(10)
-            .message_attribute_names("All")
-            .wait_time_seconds(1)
-            .send()
+    assert_eq!(out["failures"], 0, "{out}");
+    assert_on_queue(&resources().await.queue_url, &job.id).await;
+}
+
+#[tokio::test]
+async fn a_backlog_of_100_pending_jobs_is_left_alone_by_the_repair_pass() {
+    // Resources of its own: the pass looks at the oldest pending jobs of the whole table.
+    let c = fetcher_aws::testing::clients().await;
+    let prefix = format!("fetcher-t{}-backlog", std::process::id());
+    let r = fetcher_aws::bootstrap::bootstrap(&c, &fetcher_aws::bootstrap::Options::new(prefix))
+        .await
+        .unwrap();
+    let ex = from_config(HostConfig::for_resources(&r), &config().await).unwrap();
+    let signer = signer(&ex).await;
+    // Pending for 20 minutes to an hour (the old rule called such jobs lost after 15),
+    // their messages waiting in the queue: a backlog, not a loss.
+    let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+    for i in 0..100i128 {
+        let job = aged_job(&tenant, 20 * 60 + i * 24);
+        ex.pipeline.jobs.insert(&job).await.unwrap();
+        let msg = encode(&job, &signer, "", unix_now());
+        fetcher_host::ports::JobQueue::enqueue(&ex.queue, msg)
             .await
             .unwrap();
-        if got
-            .messages()
-            .iter()
-            .any(|m| format!("{m:?}").contains(&job.id))
-        {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the stranded job was not re-enqueued"
-        );
     }
+    for _ in 0..3 {
+        let out = ex.handle(json!({"action": "repair"})).await;
+        assert_eq!(out["requeued"], 0, "no duplicate enqueued: {out}");
+        assert_eq!(out["failures"], 0, "{out}");
+    }
+    let depth = fetcher_host::ports::JobQueue::depth(&ex.queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        depth,
+        Some(100),
+        "the queue holds the 100 messages, nothing more"
+    );
 }
 
 #[tokio::test]

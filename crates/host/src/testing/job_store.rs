@@ -467,6 +467,62 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     );
 
     cancel(store.as_ref(), &unique_tenant("jobs-cancel").tenant_id).await;
+    enqueue_record(store.as_ref(), &unique_tenant("jobs-enqueue").tenant_id).await;
+}
+
+/// The enqueue record the repair pass judges lost messages by: a dropped message marks a
+/// pending job only when it was its latest; a re-enqueue clears the mark and moves the
+/// time; a terminal job takes neither.
+async fn enqueue_record(store: &dyn JobStore, t: &str) {
+    let job = Job::new(t, request("enqueue"), format!("hash-enqueue-{t}"));
+    assert_eq!(store.insert(&job).await.unwrap(), InsertOutcome::Created);
+    assert_eq!(job.last_enqueued_at(), job.created_at);
+    let now = Timestamp::now();
+    // A message signed long before its latest enqueue is an old duplicate: no mark.
+    let older = Transition::MessageDropped {
+        signed_at: Timestamp::from_unix_nanos(job.created_at.unix_nanos() - 3_600_000_000_000),
+        at: now,
+    };
+    assert!(!store.transition(t, &job.id, older).await.unwrap());
+    assert_eq!(
+        store
+            .get(t, &job.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .message_dropped_at,
+        None
+    );
+    let latest = Transition::MessageDropped {
+        signed_at: job.created_at,
+        at: now,
+    };
+    assert!(store.transition(t, &job.id, latest).await.unwrap());
+    let marked = store.get(t, &job.id).await.unwrap().unwrap();
+    assert_eq!(marked.message_dropped_at, Some(now));
+    assert_eq!(marked.status, JobStatus::Pending);
+    let sent = Timestamp::from_unix_nanos(now.unix_nanos() + 1_000);
+    store
+        .transition(t, &job.id, Transition::Requeued { at: sent })
+        .await
+        .unwrap();
+    let requeued = store.get(t, &job.id).await.unwrap().unwrap();
+    assert_eq!(
+        (requeued.enqueued_at, requeued.message_dropped_at),
+        (Some(sent), None)
+    );
+    assert_eq!(requeued.last_enqueued_at(), sent);
+    // Terminal: a re-enqueue is refused, a drop marks nothing.
+    store
+        .fail(t, &job.id, None, "x", &event(JobStatus::Failed), now)
+        .await
+        .unwrap();
+    let err = store
+        .transition(t, &job.id, Transition::Requeued { at: sent })
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert!(!store.transition(t, &job.id, latest).await.unwrap());
 }
 
 /// Cancellation: a pending job ends at once; a processing one is asked, sees it at its
