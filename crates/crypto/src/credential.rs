@@ -153,7 +153,7 @@ mod tests {
     }
 
     #[test]
-    fn spec_3_vector() {
+    fn reference_credential_vector() {
         let c = CredentialCipher::new(vector_ring());
         let p = c.protect_with_nonce("s3cr3t-p@ss", nonce_a0()).unwrap();
         assert_eq!(

@@ -392,7 +392,7 @@ mod tests {
     }
 
     #[test]
-    fn spec_5_6_vectors() {
+    fn reference_envelope_vectors() {
         let s = signer();
         let mt = s.sign(&env("tenant-123"), T);
         assert_eq!(mt.signature, MT);

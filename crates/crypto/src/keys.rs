@@ -400,7 +400,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn spec_2_7_vectors() {
+    fn reference_key_derivation_vectors() {
         let ring = vector_ring();
         assert_eq!(ring.current_version(), "1");
         let k = ring.current();

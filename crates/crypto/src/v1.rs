@@ -118,7 +118,7 @@ mod tests {
     const OBJECT: &str = "AAECAwQFBgcICQoLwg34qyr23gLIxy3JbukcT3PKTlcwDPwhDp9P+f2xdKXAxtahTWCp6LPej94FgI0kAbNGhU4SQhLvWMClOVNr3MVfvSu8FRmDx/ENTIBUW48yUlfGQmc=";
 
     #[test]
-    fn spec_7_7_vector() {
+    fn reference_v1_vector() {
         let ring = vector_ring();
         assert_eq!(PLAIN.len(), 70);
         let nonce = core::array::from_fn(|i| i as u8);

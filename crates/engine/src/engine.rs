@@ -7,9 +7,9 @@ use std::time::Instant;
 use crate::context::Context;
 use crate::error::{Category, EngineError, Result, msg};
 use crate::limits::Limits;
+use crate::model::*;
 use crate::ports::*;
 use crate::tenant::TenantContext;
-use crate::types::*;
 
 /// Builds an [`Engine`]. The registry is required; the protector is required when
 /// encrypted persistence is on; everything else is optional (see each port's docs for

@@ -9,21 +9,30 @@
 //!
 //! ## Module map
 //!
+//! ```text
+//! src/
+//!   engine.rs  schema.rs  plan.rs  execute/   the operations a host calls
+//!   model/                                     the contract's value types
+//!   ports.rs                                   the traits a host implements
+//!   error.rs  context.rs  json.rs              machinery every operation shares
+//!   memory/  testing.rs                        in-memory ports, conformance suites
+//! ```
+//!
 //! | module | what it holds |
 //! |---|---|
-//! | [`engine`] | [`EngineBuilder`], [`Engine`], the connection lifecycle and connection tests |
+//! | [`engine`] | [`EngineBuilder`], [`Engine`], the connection lifecycle (create, read, list, patch, delete, assign) and connection tests |
 //! | `schema` | discovery (cache-first or fresh) and schema validation (methods on [`Engine`]) |
 //! | `plan` | [`Engine::plan_extraction`]: limits, scope probe, validation, deterministic steps |
-//! | `execute` | [`Engine::execute_extraction`]: direct and store modes, the ordinal-window scheduler |
+//! | `execute` | [`Engine::execute_extraction`] and [`Engine::execute_extraction_parts`]: the per-step work and the run's bookkeeping (`mod.rs`), how a step fails (`failure`), rows into batches (`batch`), direct mode (`direct`), store mode and its ordinal-window scheduler and ordered writer (`store`), the multi-object mode's parts and manifest (`parts`) |
+//! | [`model`] | the contract's value types, re-exported at the root: connections ([`model::connection`]), catalog and validation ([`model::catalog`]), extraction request, plan and run state ([`model::extraction`]), results ([`model::result`]), and [`filter`], [`value`], [`limits`], [`tenant`], [`time`], [`secret`], [`progress`] |
 //! | [`ports`] | the nine ports: registry/connector/cursor, protector, stores, sink, table format, cache, checker, observability |
-//! | [`memory`] | in-memory implementations of every port and a template connector |
-//! | [`testing`] | conformance suites every storage adapter must pass (feature `testing`) |
-//! | [`context`] | [`Context`]: cancellation plus deadline, telling the two apart |
 //! | [`error`] | [`EngineError`], its eleven [`Category`] values and the fixed message catalogue |
-//! | [`filter`] | [`Condition`], [`Operator`] and the filter maps, typed once for every layer |
+//! | [`context`] | [`Context`]: cancellation plus deadline, telling the two apart |
 //! | [`json`] | the canonical JSON encoder (byte-compatible with the reference) |
-//! | [`value`] | [`Value`], [`Row`], [`Columns`], [`RowBatch`] |
-//! | [`types`], [`limits`], [`tenant`], [`time`], [`secret`] | the contract's value types |
+//! | [`memory`] | in-memory implementations of every port, a template connector and [`EagerCursor`] |
+//! | `testing` | conformance suites every storage adapter must pass (feature `testing`) |
+//!
+//! Where each rule of `docs/engine.md` lives is listed there ("Where the rules live").
 //!
 //! ## Error policy
 //!
@@ -82,37 +91,32 @@
 //!   `std::net`, `std::process` or `std::fs` in this crate.
 
 pub mod context;
-pub mod cursor;
 pub mod engine;
 pub mod error;
 mod execute;
-pub mod filter;
 pub mod json;
-pub mod limits;
 pub mod memory;
+pub mod model;
 mod plan;
 pub mod ports;
-pub mod progress;
 mod schema;
-pub mod secret;
-pub mod tenant;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod time;
-pub mod types;
-pub mod value;
+
+// The contract's modules, at the paths hosts name them by.
+pub use model::{filter, limits, progress, secret, tenant, time, value};
 
 pub use context::{Context, Done};
-pub use cursor::EagerCursor;
 pub use engine::{Engine, EngineBuilder};
 pub use error::{Category, EngineError, Reason, Result};
 pub use execute::{STORE_BATCH_ROWS, hex};
 pub use filter::{Condition, DatasourceFilters, Filters, Operator, TableFilters};
 pub use limits::Limits;
+pub use memory::EagerCursor;
+pub use model::{catalog::*, connection::*, extraction::*, result::*};
 pub use ports::BoxFuture;
 pub use progress::{ExtractionProgress, ProgressSnapshot};
 pub use secret::Secret;
 pub use tenant::TenantContext;
 pub use time::Timestamp;
-pub use types::*;
 pub use value::{ColumnType, Columns, Row, RowBatch, Value};

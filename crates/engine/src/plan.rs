@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use crate::context::Context;
 use crate::engine::Engine;
 use crate::error::{Category, EngineError, Result, msg};
+use crate::model::*;
 use crate::tenant::TenantContext;
-use crate::types::*;
 
 impl Engine {
     /// Validates `request` against the live (cache-first) schemas within the effective

@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use crate::context::Context;
 use crate::error::{EngineError, Result};
+use crate::model::*;
 use crate::tenant::TenantContext;
-use crate::types::*;
 use crate::value::{Columns, Row, RowBatch};
 
 /// A boxed, sendable future: the return type of every async port method.

@@ -5,8 +5,8 @@ use crate::context::Context;
 use crate::engine::Engine;
 use crate::error::{Category, EngineError, Result, msg};
 use crate::limits::Limits;
+use crate::model::*;
 use crate::tenant::TenantContext;
-use crate::types::*;
 
 impl Engine {
     /// Cache-first discovery: a hit returns the cached snapshot; a miss or a failed cache

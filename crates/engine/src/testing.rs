@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::context::Context;
 use crate::error::Category;
+use crate::model::*;
 use crate::ports::*;
 use crate::tenant::TenantContext;
 use crate::time::Timestamp;
-use crate::types::*;
 
 /// A tenant id unique to this process and run.
 pub fn unique_tenant(label: &str) -> TenantContext {

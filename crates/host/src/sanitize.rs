@@ -113,7 +113,7 @@ mod tests {
     use super::sanitize;
 
     #[test]
-    fn the_spec_examples() {
+    fn the_reference_examples() {
         assert_eq!(
             sanitize("failed to connect: mongodb://admin:secret@db.internal:27017/prod"),
             "failed to connect: [redacted]"

@@ -8,9 +8,12 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
+use super::batch::{BATCH_BUFFER_CAPACITY, Batch, BufferPool, hand_off};
+use super::failure::serialize_failed;
+use super::store::Output;
 use super::*;
 use crate::ports::{ResultObject, ResultSink, ResultStreamWriter, TableEncoder, TableFormat};
-use crate::value::Columns;
+use crate::value::{Columns, RowBatch};
 
 /// Encodes a step's tables with a [`TableFormat`], one part per table, and hands the
 /// bytes off in pieces of about [`BATCH_BUFFER_CAPACITY`], marking where parts begin

@@ -2,11 +2,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::cursor::EagerCursor;
 use crate::context::Context;
-use crate::cursor::EagerCursor;
 use crate::error::{Category, EngineError, Result};
+use crate::model::*;
 use crate::ports::*;
-use crate::types::*;
 use crate::value::{Row, RowBatch};
 
 /// Registers factories by datasource type; a later registration overwrites.

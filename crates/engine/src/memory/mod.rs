@@ -6,6 +6,7 @@
 //! switches to inject failures (`fail_*`) and counters to observe calls.
 
 mod connector;
+mod cursor;
 mod sink;
 mod stores;
 
@@ -13,6 +14,7 @@ pub use connector::{
     CONNECTOR_FAILURE_TEXT, ConnectorStats, MemoryRegistry, QueryHook, RowGenerator,
     TemplateBehaviour, TemplateFactory,
 };
+pub use cursor::EagerCursor;
 pub use sink::{MemoryResultSink, SinkSwitches};
 pub use stores::{
     CHECKER_FAILURE_TEXT, MemoryActiveChecker, MemoryConnectionStore, MemoryCredentialProtector,

@@ -7,9 +7,9 @@ use tokio::sync::Semaphore;
 
 use crate::context::Context;
 use crate::error::{Category, EngineError, Result, msg};
+use crate::model::*;
 use crate::ports::*;
 use crate::tenant::TenantContext;
-use crate::types::*;
 
 /// Failure injection and reporting switches of a [`MemoryResultSink`].
 #[derive(Debug, Clone, Default)]

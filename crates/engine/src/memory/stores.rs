@@ -4,10 +4,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::context::Context;
 use crate::error::{Category, EngineError, Result, msg};
+use crate::model::*;
 use crate::ports::*;
 use crate::secret::Secret;
 use crate::tenant::TenantContext;
-use crate::types::*;
 
 type Key = (String, String);
 

@@ -1,0 +1,339 @@
+//! Extraction execution (docs/engine.md, "Execution"): direct and store modes.
+//!
+//! One file (about 930 lines): both modes share the step tasks, the first-error record
+//! and the close-once guarantee below, which a split would scatter. The multi-object
+//! mode's producer, part writer and manifest are in [`parts`].
+//!
+//! Each plan step runs in its own task and owns its connector. The first failure is
+//! recorded once and cancels the run; every task is joined before returning, and every
+//! connector that was built is closed exactly once, also when a step panics.
+//!
+//! * **Direct mode** runs at most `W` steps at once (a semaphore), keeps the rows, and
+//!   returns indented, sorted JSON.
+//! * **Store mode** streams NDJSON: producers encode 1024-row batches into a one-batch
+//!   hand-off queue each (back-pressure); a single writer drains the queues strictly in
+//!   plan order. Producers are scheduled by an *ordinal window* (step `i` starts only
+//!   after step `i - W` finished), so the running steps are always the `W` lowest
+//!   unfinished ones and the writer can never wait on a step that cannot run.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::context::{Context, Done};
+use crate::engine::Engine;
+use crate::error::{Category, EngineError, Result, msg};
+use crate::model::*;
+use crate::ports::{Connector, TableFormat};
+use crate::progress::ExtractionProgress;
+use crate::tenant::TenantContext;
+use crate::time::Timestamp;
+
+mod batch;
+mod direct;
+mod failure;
+mod parts;
+mod store;
+
+use batch::Sink;
+use failure::{catch, connector_error};
+
+/// Rows per NDJSON hand-off batch.
+///
+/// 1024 rather than 256: each hand-off wakes the writer on another thread, and at 256
+/// rows the wake-ups cost a tenth of an extraction's CPU (README, "Benchmarks"). The
+/// bytes do not depend on it: v2 frames have a fixed size whatever the writes are.
+pub const STORE_BATCH_ROWS: usize = 1024;
+
+/// How long the best-effort terminal status write may take (it runs on a fresh context,
+/// so a cancelled run can still record `canceled`).
+const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl From<Done> for EngineError {
+    /// `timeout` / `execution exceeded its deadline` or `canceled` / `execution canceled`.
+    fn from(d: Done) -> Self {
+        match d {
+            Done::DeadlineExceeded => EngineError::new(Category::Timeout, msg::DEADLINE),
+            Done::Canceled => EngineError::new(Category::Canceled, msg::CANCELED),
+        }
+    }
+}
+
+impl Engine {
+    /// Runs a plan. Limits come from the plan; connections are re-resolved by config name.
+    pub async fn execute_extraction(
+        &self,
+        ctx: &Context,
+        plan: &ExtractionPlan,
+    ) -> Result<ExtractionResult> {
+        let progress = ExtractionProgress::default();
+        self.execute_extraction_observed(ctx, plan, &progress).await
+    }
+
+    /// [`Engine::execute_extraction`], counting what store mode writes into `progress`
+    /// as it goes (direct mode counts nothing: its result is one bounded document).
+    pub async fn execute_extraction_observed(
+        &self,
+        ctx: &Context,
+        plan: &ExtractionPlan,
+        progress: &ExtractionProgress,
+    ) -> Result<ExtractionResult> {
+        self.traced(
+            "engine.extraction.execute",
+            self.execute(ctx, plan, progress, None),
+        )
+        .await
+    }
+
+    /// Store mode with one object per `(config, table)` in a typed file `format`
+    /// (Parquet), then a manifest listing them as the result (docs/results.md, "Parquet
+    /// results"). The plan's mode is ignored: this is always store mode. The reference's
+    /// `format` is the format's name, `rowCount`/`sizeBytes` cover every part, and
+    /// `parts` lists them; `path` and the integrity are the manifest's.
+    pub async fn execute_extraction_parts(
+        &self,
+        ctx: &Context,
+        plan: &ExtractionPlan,
+        format: Arc<dyn TableFormat>,
+        progress: &ExtractionProgress,
+    ) -> Result<ExtractionResult> {
+        self.traced(
+            "engine.extraction.execute",
+            self.execute(ctx, plan, progress, Some(format)),
+        )
+        .await
+    }
+
+    async fn execute(
+        &self,
+        ctx: &Context,
+        plan: &ExtractionPlan,
+        progress: &ExtractionProgress,
+        format: Option<Arc<dyn TableFormat>>,
+    ) -> Result<ExtractionResult> {
+        self.inner
+            .connection_store
+            .as_ref()
+            .ok_or_else(|| EngineError::validation(msg::STORE_NOT_CONFIGURED))?;
+        let tenant = TenantContext {
+            tenant_id: plan.tenant_id.clone(),
+            request_id: plan.request_id.clone(),
+        };
+        tenant.validate_scope()?;
+        let store_mode = match plan.mode {
+            _ if format.is_some() => {
+                if self.inner.result_sink.is_none() {
+                    return Err(EngineError::validation(msg::STORE_NEEDS_SINK));
+                }
+                true
+            }
+            ExecutionMode::Store => {
+                if self.inner.result_sink.is_none() {
+                    return Err(EngineError::validation(msg::STORE_NEEDS_SINK));
+                }
+                true
+            }
+            ExecutionMode::Direct => false,
+            ExecutionMode::Auto => self.inner.result_sink.is_some(),
+        };
+        let run = if plan.limits.timeout.is_zero() {
+            ctx.child()
+        } else {
+            ctx.with_timeout(plan.limits.timeout)
+        };
+
+        self.record_status(
+            ctx,
+            &tenant,
+            ExecutionState {
+                job_id: plan.request_id.clone(),
+                status: Some(ExecutionStatus::Running),
+                started_at: Some(Timestamp::now()),
+                ..Default::default()
+            },
+        )
+        .await;
+        let out = if let Some(format) = format {
+            self.run_parts(&run, ctx, &tenant, plan, format, progress)
+                .await
+        } else if store_mode {
+            self.run_store(&run, ctx, &tenant, plan, progress).await
+        } else {
+            self.run_direct(&run, ctx, &tenant, plan).await
+        };
+        let terminal = match &out {
+            Ok(r) => ExecutionState {
+                job_id: plan.request_id.clone(),
+                status: Some(ExecutionStatus::Completed),
+                completed_at: r.state.completed_at,
+                ..Default::default()
+            },
+            Err(e) => ExecutionState {
+                job_id: plan.request_id.clone(),
+                status: Some(if e.category() == Category::Canceled {
+                    ExecutionStatus::Canceled
+                } else {
+                    ExecutionStatus::Failed
+                }),
+                completed_at: Some(Timestamp::now()),
+                failure_message: e.message().to_owned(),
+                ..Default::default()
+            },
+        };
+        let status_ctx = Context::background().with_timeout(STATUS_WRITE_TIMEOUT);
+        self.record_status(&status_ctx, &tenant, terminal).await;
+        out
+    }
+
+    /// Best effort: errors are ignored and never change the result.
+    async fn record_status(&self, ctx: &Context, tenant: &TenantContext, state: ExecutionState) {
+        if let Some(store) = &self.inner.execution_store {
+            let _ = store.save(ctx, tenant, &state).await;
+        }
+    }
+
+    /// The per-step work shared by both modes. `connector` lives outside the
+    /// panic-catching section so it is closed even when the step panics.
+    async fn run_step(
+        &self,
+        run: &Context,
+        tenant: &TenantContext,
+        step: &PlanStep,
+        mut sink: Sink<'_>,
+    ) -> Result<()> {
+        if let Some(d) = run.err() {
+            return Err(d.into());
+        }
+        let store = self
+            .inner
+            .connection_store
+            .as_ref()
+            .expect("checked at entry");
+        let descriptor = self
+            .require_connection(
+                run,
+                store,
+                tenant,
+                &step.config_name,
+                msg::UNKNOWN_DATASOURCE,
+            )
+            .await?;
+        let mut connector: Box<dyn Connector> =
+            catch(self.build_connector(run, tenant, &descriptor)).await?;
+        let direct = matches!(sink, Sink::Direct(_));
+        let outcome = catch(async {
+            if let Err(e) = connector.test_connection(run).await {
+                return Err(connector_error(e, run, msg::CONNECT_FAILED));
+            }
+            if direct && let Some(d) = run.err() {
+                return Err(d.into());
+            }
+            let request = step_request(step);
+            let mut cursor = connector
+                .query_stream(run, &request)
+                .await
+                .map_err(|e| connector_error(e, run, msg::QUERY_FAILED))?;
+            let mut drained = Ok(());
+            loop {
+                match cursor.next_batch(run).await {
+                    Ok(Some(batch)) => {
+                        if let Err(e) = sink.accept(run, batch).await {
+                            drained = Err(e);
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        drained = Err(connector_error(e, run, msg::QUERY_FAILED));
+                        break;
+                    }
+                }
+            }
+            let _ = cursor.close(run).await;
+            drained?;
+            // A cursor that swallowed a cancel must not yield a half-read result.
+            if let Some(d) = run.err() {
+                return Err(d.into());
+            }
+            match &mut sink {
+                Sink::Store(p) => p.flush(run).await?,
+                Sink::Parts(p) => p.finish(run, step).await?,
+                Sink::Direct(_) => {}
+            }
+            Ok(())
+        })
+        .await;
+        let _ = catch(connector.close(run)).await;
+        outcome
+    }
+}
+
+/// A store-mode run's result from the sink's reference: refuses an invalid `appliedBy`,
+/// fills in the engine's SHA-256 `digest` unless the sink gave one, stamps completion.
+fn stored_result(
+    plan: &ExtractionPlan,
+    mut reference: ResultReference,
+    digest: String,
+    row_counts: BTreeMap<String, i64>,
+) -> Result<ExtractionResult> {
+    if let Some(p) = &reference.protection
+        && !applied_by::is_valid(&p.applied_by)
+    {
+        return Err(EngineError::validation(msg::APPLIED_BY_INVALID));
+    }
+    match &mut reference.integrity {
+        None => reference.integrity = Some(ResultIntegrity::sha256(digest)),
+        // A keyed signature from the sink; the digest is the engine's.
+        Some(i) if i.digest.is_empty() => i.digest = digest,
+        Some(_) => {}
+    }
+    let completed_at = Timestamp::now();
+    reference.completed_at = Some(completed_at);
+    Ok(ExtractionResult {
+        state: completed_state(plan, completed_at),
+        direct: None,
+        reference: Some(reference),
+        row_counts,
+    })
+}
+
+/// The terminal state of a run that completed at `at`.
+fn completed_state(plan: &ExtractionPlan, at: Timestamp) -> ExecutionState {
+    ExecutionState {
+        job_id: plan.request_id.clone(),
+        status: Some(ExecutionStatus::Completed),
+        completed_at: Some(at),
+        ..Default::default()
+    }
+}
+
+/// What a step asks its connector for: its own fields and filters only (no metadata, no
+/// overrides). Every selected table is present, with an empty list meaning "all columns".
+fn step_request(step: &PlanStep) -> ExtractionRequest {
+    let fields: FieldSelection = step
+        .tables
+        .iter()
+        .map(|t| (t.clone(), step.fields.get(t).cloned().unwrap_or_default()))
+        .collect();
+    let mut request = ExtractionRequest {
+        mapped_fields: [(step.config_name.clone(), fields)].into(),
+        ..Default::default()
+    };
+    if !step.filters.is_empty() {
+        request
+            .filters
+            .insert(step.config_name.clone(), step.filters.clone());
+    }
+    request
+}
+
+/// Lowercase hex, as every digest the engine and its hosts report is written.
+pub fn hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(HEX[(b >> 4) as usize] as char);
+        s.push(HEX[(b & 15) as usize] as char);
+    }
+    s
+}

@@ -1,0 +1,64 @@
+//! Step 2: claim the job, a conditional `pending → processing` with a lease (a crashed
+//! run's expired lease is taken over; a terminal job makes the delivery a no-op; the claim
+//! cap ends a job whose workers keep dying).
+
+use fetcher_engine::{Context, Timestamp};
+use tracing::warn;
+
+use super::{Outcome, Pipeline};
+use crate::error::ServiceError;
+use crate::message::Received;
+use crate::model::*;
+use crate::ports::*;
+
+impl Pipeline {
+    pub(super) async fn process(
+        &self,
+        r: Received,
+        stop: &Context,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Outcome {
+        let Received {
+            tenant, message: m, ..
+        } = r;
+        let job = match self.jobs.get(&tenant, &m.job_id).await {
+            Ok(Some(j)) => j,
+            Ok(None) => return Outcome::Skipped("job not found"),
+            Err(e) => return Outcome::Retry(e),
+        };
+        if job.pending_event.is_some() {
+            return match self.republish(&job).await {
+                Ok(()) => Outcome::Skipped("terminal event republished"),
+                Err(e) => Outcome::Retry(e),
+            };
+        }
+        if job.status.is_terminal() {
+            return Outcome::Skipped("job already terminal");
+        }
+        let (job, token) = match self
+            .jobs
+            .claim(&tenant, &job.id, Timestamp::now(), self.config.lease)
+            .await
+        {
+            Ok(ClaimOutcome::Claimed { job, token }) => (*job, token),
+            Ok(ClaimOutcome::NotClaimable(j)) if j.status == JobStatus::Processing => {
+                // Someone holds a live lease. Come back later: if that worker died, its
+                // lease will have expired and this delivery takes the job over.
+                return Outcome::Retry(ServiceError::conflict("job is being processed elsewhere"));
+            }
+            Ok(_) => return Outcome::Skipped("job not claimable"),
+            Err(e) => return Outcome::Retry(e),
+        };
+        // Claims are capped: a job whose workers keep dying (a crash, a kill at the
+        // function's timeout) fails, with its event, instead of coming back forever.
+        if job.attempts > self.config.max_attempts {
+            let error = format!(
+                "job abandoned: no attempt of {} finished",
+                self.config.max_attempts
+            );
+            warn!(job_id = %job.id, attempts = job.attempts, "claim cap reached; failing the job");
+            return self.fail_claimed(&job, token, &error).await;
+        }
+        self.run_claimed(job, token, stop, deadline).await
+    }
+}

@@ -1,0 +1,186 @@
+//! Step 3: run the engine under the claim: plan, execute (v2 streamed, Parquet parts, or
+//! v1 in memory), and decide what the outcome means for the job (complete, retry, fail,
+//! cancel, hand back at shutdown).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use fetcher_engine::{
+    Context, ExecutionMode, ExtractionProgress, ExtractionRequest, TenantContext, Timestamp,
+};
+use tracing::{info, warn};
+
+use super::{Outcome, PARQUET_UNSUPPORTED, Pipeline};
+use crate::error::{ErrorKind, Result, ServiceError};
+use crate::model::*;
+use crate::sanitize::sanitize;
+use crate::sink::{result_path, store_v1};
+
+impl Pipeline {
+    pub(super) async fn run_claimed(
+        &self,
+        job: Job,
+        token: u32,
+        stop: &Context,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Outcome {
+        let started = Instant::now();
+        // The run's own context: the heartbeat cancels it when the lease is lost, and
+        // the guard stops renewing however this function ends (a panic included).
+        if job.cancel_requested_at.is_some() {
+            // Asked to stop while no worker ran it (its last one died): nothing to run.
+            return self.cancel_claimed(&job, token).await;
+        }
+        let run = match deadline {
+            Some(d) => stop.with_deadline(d),
+            None => stop.child(),
+        };
+        let progress = Arc::new(ExtractionProgress::default());
+        let heartbeat = self.heartbeat(&job, token, &run, progress.clone());
+        let extracted = self.extract(&job, &run, &progress).await;
+        let end = heartbeat.stop();
+        if end.lost && extracted.is_err() {
+            // Another worker holds the job now (this one stalled past its lease): what
+            // this run did is void, and the job is theirs to finish.
+            warn!(job_id = %job.id, "lease lost during the extraction; run abandoned");
+            return Outcome::Skipped("lease lost");
+        }
+        if end.cancel_requested && extracted.is_err() {
+            // The heartbeat stopped the run on request; the engine aborted the result
+            // writer, so nothing is left in the object store.
+            return self.cancel_claimed(&job, token).await;
+        }
+        if extracted.is_err() && stop.is_done() {
+            // Abandoned at shutdown: hand the job back now rather than leave its lease to
+            // expire.
+            return match self
+                .jobs
+                .release(&job.tenant_id, &job.id, token, None)
+                .await
+            {
+                Ok(()) => {
+                    info!(job_id = %job.id, "abandoned at shutdown; released for the next run");
+                    Outcome::Skipped("abandoned at shutdown")
+                }
+                Err(e) => {
+                    warn!(job_id = %job.id, error = %e.log_detail(), "could not release an abandoned job; its lease will expire");
+                    Outcome::Skipped("abandoned at shutdown")
+                }
+            };
+        }
+        match extracted {
+            Ok(result) => self.complete(&job, token, result, started.elapsed()).await,
+            Err(e) if e.is_retryable() && self.may_retry(&job) => {
+                warn!(job_id = %job.id, attempt = job.attempts, error = %e.log_detail(), "extraction failed, will retry");
+                let text = sanitize(e.message());
+                match self
+                    .jobs
+                    .release(&job.tenant_id, &job.id, token, Some(&text))
+                    .await
+                {
+                    Ok(()) => Outcome::Retry(e),
+                    // A cancel asked for since the last heartbeat: it wins over a retry.
+                    Err(c) if c.kind() == ErrorKind::Conflict => {
+                        self.cancel_claimed(&job, token).await
+                    }
+                    Err(release) => {
+                        warn!(job_id = %job.id, error = %release.log_detail(), "could not release the claim; the lease will expire");
+                        Outcome::Retry(e)
+                    }
+                }
+            }
+            Err(e) => {
+                // Out of retries: the first retryable failure says what went wrong.
+                let text = match (&job.first_error, e.is_retryable()) {
+                    (Some(first), true) => first.clone(),
+                    _ => sanitize(e.message()),
+                };
+                self.fail_claimed(&job, token, &text).await
+            }
+        }
+    }
+
+    /// Whether a retryable failure of `job` may be retried: attempts left and the job
+    /// still inside its retry budget.
+    pub(super) fn may_retry(&self, job: &Job) -> bool {
+        let age_nanos = Timestamp::now().unix_nanos() - job.created_at.unix_nanos();
+        job.attempts < self.config.max_attempts
+            && age_nanos < self.config.retry_budget.as_nanos() as i128
+    }
+    /// Plans and executes the job; returns where the sealed result is.
+    pub(super) async fn extract(
+        &self,
+        job: &Job,
+        stop: &Context,
+        progress: &ExtractionProgress,
+    ) -> Result<JobResult> {
+        let ctx = stop.child();
+        let tenant = TenantContext::new(&job.tenant_id)?.with_request_id(&job.id);
+        let request = ExtractionRequest {
+            mapped_fields: job.request.mapped_fields.clone(),
+            filters: job.request.filters.clone(),
+            metadata: job
+                .request
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            overrides: None,
+        };
+        let mut plan = self.engine.plan_extraction(&ctx, &tenant, &request).await?;
+        plan.request_id.clone_from(&job.id);
+        match job
+            .request
+            .result_format
+            .unwrap_or(self.config.default_format)
+        {
+            ResultFormat::V2 => {
+                plan.mode = ExecutionMode::Store;
+                let out = self
+                    .engine
+                    .execute_extraction_observed(&ctx, &plan, progress)
+                    .await?;
+                let r = out
+                    .reference
+                    .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
+                Ok(JobResult::sealed(&r, ResultFormat::V2))
+            }
+            ResultFormat::Parquet => {
+                let format = self
+                    .table_format
+                    .clone()
+                    .ok_or_else(|| ServiceError::validation(PARQUET_UNSUPPORTED))?;
+                let out = self
+                    .engine
+                    .execute_extraction_parts(&ctx, &plan, format, progress)
+                    .await?;
+                let r = out
+                    .reference
+                    .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
+                Ok(JobResult::sealed(&r, ResultFormat::Parquet))
+            }
+            ResultFormat::V1 => {
+                plan.mode = ExecutionMode::Direct;
+                let cap = self.config.v1_max_result_bytes;
+                if cap > 0
+                    && (plan.limits.max_result_bytes <= 0 || plan.limits.max_result_bytes > cap)
+                {
+                    plan.limits.max_result_bytes = cap;
+                }
+                let out = self.engine.execute_extraction(&ctx, &plan).await?;
+                let d = out
+                    .direct
+                    .ok_or_else(|| ServiceError::internal("direct mode returned no payload"))?;
+                let ring = self.keys.key_ring().await?;
+                let path = result_path(&job.tenant_id, &job.id, ResultFormat::V1);
+                let mut r = store_v1(self.objects.as_ref(), &ring, &path, &d.data).await?;
+                // The engine hashed the document already.
+                if let (Some(i), Some(direct)) = (r.integrity.as_mut(), d.integrity) {
+                    i.digest = direct.digest;
+                }
+                r.row_count = d.row_count;
+                Ok(JobResult::sealed(&r, ResultFormat::V1))
+            }
+        }
+    }
+}

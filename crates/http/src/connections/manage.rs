@@ -1,0 +1,416 @@
+//! List, create, read, patch, delete and assign connections.
+
+use super::*;
+
+/// List connections (optionally of one product).
+#[utoipa::path(get, path = "/v1/management/connections", tag = "connections",
+    params(("X-Product-Name" = Option<String>, Header, description = "Product filter"),
+        ("page" = Option<u64>, Query), ("limit" = Option<u64>, Query), ("sortOrder" = Option<String>, Query),
+        ("startDate" = Option<String>, Query), ("endDate" = Option<String>, Query), ("type" = Option<String>, Query)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = Page<ConnectionResponse>), (status = 400, body = ErrorBody, description = "FET-0403, FET-0405..FET-0409")))]
+pub async fn list_connections(
+    State(st): State<AppState>,
+    scope: Scope,
+    headers: HeaderMap,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let product = product_name(&headers, false)?;
+    let query = paging::parse(&q, &st.config().paging, paging::today_utc())?;
+    let all = st
+        .engine()
+        .list_connections(&ctx(), &scope.tenant)
+        .await
+        .map_err(|e| ApiError::from_engine(&e))?;
+    let records = all
+        .iter()
+        .map(ConnectionRecord::from_descriptor)
+        .filter(|r| {
+            product.as_ref().is_none_or(|p| &r.product == p)
+                && query
+                    .datasource_type
+                    .as_ref()
+                    .is_none_or(|t| &r.datasource_type == t)
+                && query.metadata.iter().all(|(k, v)| {
+                    r.metadata
+                        .as_ref()
+                        .and_then(|m| m.get(k))
+                        .and_then(Value::as_str)
+                        == Some(v.as_str())
+                })
+        });
+    Ok(Json(page_of(records, &query)).into_response())
+}
+
+/// List connections without a product (legacy records).
+#[utoipa::path(get, path = "/v1/management/connections/unassigned", tag = "connections",
+    params(("page" = Option<u64>, Query), ("limit" = Option<u64>, Query), ("sortOrder" = Option<String>, Query),
+        ("startDate" = Option<String>, Query), ("endDate" = Option<String>, Query)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = Page<ConnectionResponse>), (status = 400, body = ErrorBody, description = "FET-0405..FET-0409")))]
+pub async fn list_unassigned(
+    State(st): State<AppState>,
+    scope: Scope,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let query = paging::parse(&q, &st.config().paging, paging::today_utc())?;
+    let all = st
+        .engine()
+        .list_connections(&ctx(), &scope.tenant)
+        .await
+        .map_err(|e| ApiError::from_engine(&e))?;
+    let records = all
+        .iter()
+        .filter(|d| !fetcher_host::jobs::is_internal(d))
+        .map(ConnectionRecord::from_descriptor)
+        .filter(|r| r.product.is_empty());
+    Ok(Json(page_of(records, &query)).into_response())
+}
+
+pub(super) fn page_of(
+    records: impl Iterator<Item = ConnectionRecord>,
+    q: &paging::ListQuery,
+) -> Page<ConnectionResponse> {
+    let mut v: Vec<ConnectionRecord> = records
+        .filter(|r| (q.start..=q.end).contains(&r.created_unix()))
+        .collect();
+    v.sort_by(|a, b| {
+        let o = a
+            .created_at
+            .cmp(&b.created_at)
+            .then_with(|| a.id.cmp(&b.id));
+        if q.ascending { o } else { o.reverse() }
+    });
+    let total = v.len() as u64;
+    let skip = (q.page - 1).saturating_mul(q.limit) as usize;
+    let items = v
+        .iter()
+        .skip(skip)
+        .take(q.limit as usize)
+        .map(response)
+        .collect();
+    Page {
+        items,
+        page: q.page,
+        limit: q.limit,
+        total,
+    }
+}
+
+/// Create a connection for the product of `X-Product-Name`.
+#[utoipa::path(post, path = "/v1/management/connections", tag = "connections", request_body = ConnectionBody,
+    params(("X-Product-Name" = String, Header, description = "Owning product (required)")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 201, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0001, FET-0402, FET-0403, FET-0411 metadata over 16 KiB, FET-0414"),
+        (status = 409, body = ErrorBody, description = "FET-1002 duplicate configName, FET-1022 connection quota reached"), (status = 413, body = ErrorBody, description = "Body too large")))]
+pub async fn create_connection(
+    State(st): State<AppState>,
+    scope: Scope,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let product = product_name(&headers, true)?.unwrap_or_default();
+    let b: ConnectionBody = parse_json(&headers, &body)?;
+    let created = create(&st, st.config(), &scope.tenant, product, &b).await?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+/// Registers a connection the operator provides (`serve --demo`): the create use case
+/// with its validation, without the HTTP perimeter (no token is involved). Unlike a
+/// tenant, the operator may register a SQLite file in multi-tenant mode, still only one
+/// under the host's SQLite directory.
+pub async fn register_operator_connection(
+    st: &AppState,
+    tenant: &TenantContext,
+    product: &str,
+    body: Value,
+) -> Result<ConnectionResponse, ApiError> {
+    let b: ConnectionBody = serde_json::from_value(body).map_err(|_| ApiError::empty_body())?;
+    let cfg = ApiConfig {
+        multi_tenant: false,
+        ..st.config().clone()
+    };
+    create(st, &cfg, tenant, product.to_owned(), &b).await
+}
+
+pub(super) async fn create(
+    st: &AppState,
+    cfg: &ApiConfig,
+    tenant: &TenantContext,
+    product: String,
+    b: &ConnectionBody,
+) -> Result<ConnectionResponse, ApiError> {
+    let has_ssl = b.ssl.as_ref().is_some_and(|s| !s.is_blank());
+    let any = b.config_name.is_some()
+        || b.datasource_type.is_some()
+        || b.host.is_some()
+        || b.port.is_some()
+        || b.database_name.is_some()
+        || b.schema.is_some()
+        || b.user_name.is_some()
+        || b.password.is_some()
+        || has_ssl
+        || b.metadata.is_some();
+    if !any {
+        return Err(ApiError::empty_body());
+    }
+    request_rules_create(b, cfg)?;
+    metadata_size(b, cfg)?;
+    if cfg.max_connections_per_tenant > 0 {
+        // A soft cap: two creates racing at the limit may both pass.
+        let held = st
+            .engine()
+            .list_connections(&ctx(), tenant)
+            .await
+            .map_err(|e| ApiError::from_engine(&e))?
+            .len();
+        if held >= cfg.max_connections_per_tenant {
+            return Err(ApiError::connection_quota(cfg.max_connections_per_tenant));
+        }
+    }
+    let now = now_text();
+    let record = ConnectionRecord {
+        id: uuid::Uuid::now_v7().to_string(),
+        product,
+        config_name: b.config_name.as_deref().unwrap_or("").trim().to_owned(),
+        datasource_type: b.datasource_type.clone().unwrap_or_default(),
+        host: b.host.as_deref().unwrap_or("").trim().to_owned(),
+        port: u16::try_from(b.port.unwrap_or(0)).unwrap_or(0),
+        database_name: b.database_name.as_deref().unwrap_or("").trim().to_owned(),
+        schema: b.schema.as_deref().unwrap_or("").trim().to_owned(),
+        username: b.user_name.as_deref().unwrap_or("").trim().to_owned(),
+        ssl: b.ssl.as_ref().filter(|_| has_ssl).map(ssl_settings),
+        metadata: b.metadata.clone(),
+        created_at: now.clone(),
+        updated_at: now,
+        ..Default::default()
+    };
+    model_rules(&record)?;
+    if sqlite_file_refused(cfg, &record) {
+        return Err(ApiError::forbidden_host());
+    }
+    let d = record.descriptor();
+    let input = ConnectionInput {
+        config_name: d.config_name.clone(),
+        datasource_type: d.datasource_type.clone(),
+        host: d.host.clone(),
+        port: d.port,
+        database_name: d.database_name.clone(),
+        schema: d.schema.clone(),
+        username: d.username.clone(),
+        ssl_mode: d.ssl_mode.clone(),
+        host_attributes: d.host_attributes.clone(),
+        id: d.id.clone(),
+        password: Secret::from(b.password.clone().unwrap_or_default().into_bytes()),
+    };
+    let created = st
+        .engine()
+        .create_connection(&ctx(), tenant, &input)
+        .await
+        .map_err(|e| ApiError::from_engine(&e))?;
+    Ok(response(&ConnectionRecord::from_descriptor(&created)))
+}
+
+pub(super) async fn load(
+    st: &AppState,
+    scope: &Scope,
+    id: &str,
+) -> Result<ConnectionDescriptor, ApiError> {
+    st.engine()
+        .get_connection_by_id(&ctx(), &scope.tenant, id)
+        .await
+        .map_err(|e| ApiError::from_engine(&e))
+}
+
+/// Get one connection.
+#[utoipa::path(get, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001")))]
+pub async fn get_connection(
+    State(st): State<AppState>,
+    scope: Scope,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, BAD_ID)?;
+    let d = load(&st, &scope, &id).await?;
+    Ok(Json(connection_response(&d)).into_response())
+}
+
+/// The active-job gate: 409 while a pending/processing job reads the connection; a
+/// job-store failure is 500.
+pub(super) async fn gate(
+    st: &AppState,
+    scope: &Scope,
+    config_name: &str,
+    action: &'static str,
+) -> Result<(), ApiError> {
+    match st
+        .engine()
+        .check_active_executions(&ctx(), &scope.tenant, config_name)
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.category() == Category::Conflict => Err(ApiError::job_in_progress(action)),
+        Err(e) => Err(ApiError::internal_with(&e)),
+    }
+}
+
+/// Partially update a connection.
+#[utoipa::path(patch, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path)), request_body = ConnectionBody,
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0001, FET-0402, FET-0404, FET-0414"),
+        (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1002, FET-1021")))]
+pub async fn update_connection(
+    State(st): State<AppState>,
+    scope: Scope,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, BAD_ID)?;
+    let b: ConnectionBody = parse_json(&headers, &body)?;
+    let ssl_mode_set = b.ssl.as_ref().is_some_and(|s| s.mode.is_some());
+    let any = b.config_name.is_some()
+        || b.datasource_type.is_some()
+        || b.host.is_some()
+        || b.port.is_some()
+        || b.database_name.is_some()
+        || b.schema.is_some()
+        || b.user_name.is_some()
+        || b.password.is_some()
+        || ssl_mode_set
+        || b.metadata.is_some();
+    if !any {
+        return Err(ApiError::empty_body());
+    }
+    request_rules_patch(&b, st.config())?;
+    metadata_size(&b, st.config())?;
+    let current = load(&st, &scope, &id).await?;
+    gate(&st, &scope, &current.config_name, "update").await?;
+    let mut r = ConnectionRecord::from_descriptor(&current);
+    if let Some(v) = &b.config_name {
+        r.config_name = v.trim().to_owned();
+    }
+    if let Some(v) = &b.datasource_type {
+        r.datasource_type.clone_from(v);
+    }
+    if let Some(v) = &b.host {
+        r.host = v.trim().to_owned();
+    }
+    if let Some(p) = b.port {
+        r.port = u16::try_from(p).unwrap_or(0);
+    }
+    if let Some(v) = &b.database_name {
+        r.database_name = v.trim().to_owned();
+    }
+    if let Some(v) = &b.schema {
+        r.schema = v.trim().to_owned();
+    }
+    if let Some(v) = &b.user_name {
+        r.username = v.trim().to_owned();
+    }
+    if let Some(s) = b.ssl.as_ref().filter(|s| s.mode.is_some()) {
+        r.ssl = Some(ssl_settings(s));
+    }
+    if let Some(m) = &b.metadata {
+        r.metadata = Some(m.clone());
+    }
+    r.updated_at = now_text();
+    // The merged record too: a SQLite connection stored before the host refused them
+    // cannot be edited into use.
+    if sqlite_file_refused(st.config(), &r) {
+        return Err(ApiError::forbidden_host());
+    }
+    model_rules(&r)?;
+    if r.config_name != current.config_name {
+        match st
+            .engine()
+            .get_connection(&ctx(), &scope.tenant, &r.config_name)
+            .await
+        {
+            Ok(other) if ConnectionRecord::from_descriptor(&other).id != id => {
+                return Err(ApiError::duplicate_connection());
+            }
+            Ok(_) => {}
+            Err(e) if e.category() == Category::NotFound => {}
+            Err(e) => return Err(ApiError::from_engine(&e)),
+        }
+    }
+    let mut patch = ConnectionPatch::default();
+    if let Some(p) = &b.password {
+        patch = patch.with_password(Secret::from(p.clone().into_bytes()));
+    }
+    let stored_id = if current.id.is_empty() {
+        id.clone()
+    } else {
+        current.id.clone()
+    };
+    let updated = st
+        .engine()
+        .update_connection_by_id(&ctx(), &scope.tenant, &stored_id, &r.descriptor(), &patch)
+        .await
+        .map_err(|e| ApiError::from_engine(&e))?;
+    Ok(Json(response(&ConnectionRecord::from_descriptor(&updated))).into_response())
+}
+
+/// Soft-delete a connection.
+#[utoipa::path(delete, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path)),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 204, description = "Deleted"), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1021")))]
+pub async fn delete_connection(
+    State(st): State<AppState>,
+    scope: Scope,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, BAD_ID)?;
+    let current = load(&st, &scope, &id).await?;
+    if fetcher_host::jobs::is_internal(&current) {
+        return Err(ApiError::not_found("connection"));
+    }
+    gate(&st, &scope, &current.config_name, "delete").await?;
+    let stored_id = if current.id.is_empty() {
+        id
+    } else {
+        current.id.clone()
+    };
+    st.engine()
+        .delete_connection_by_id(&ctx(), &scope.tenant, &stored_id)
+        .await
+        .map_err(|e| ApiError::from_engine(&e))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Assign a product to a legacy connection (once).
+#[utoipa::path(post, path = "/v1/management/connections/{id}/assign", tag = "connections",
+    params(("id" = uuid::Uuid, Path), ("X-Product-Name" = String, Header, description = "Product to assign (required)")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1015")))]
+pub async fn assign_connection(
+    State(st): State<AppState>,
+    scope: Scope,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, BAD_ID)?;
+    let product = product_name(&headers, true)?.unwrap_or_default();
+    let current = load(&st, &scope, &id).await?;
+    if fetcher_host::jobs::is_internal(&current) {
+        return Err(ApiError::not_found("connection"));
+    }
+    let mut r = ConnectionRecord::from_descriptor(&current);
+    if !r.product.is_empty() {
+        return Err(ApiError::already_assigned());
+    }
+    r.product = product;
+    r.updated_at = now_text();
+    let stored_id = if current.id.is_empty() {
+        id
+    } else {
+        current.id.clone()
+    };
+    let updated = st
+        .engine()
+        .update_connection_by_id(
+            &ctx(),
+            &scope.tenant,
+            &stored_id,
+            &r.descriptor(),
+            &ConnectionPatch::default(),
+        )
+        .await
+        .map_err(|e| ApiError::from_engine(&e))?;
+    Ok(Json(response(&ConnectionRecord::from_descriptor(&updated))).into_response())
+}

@@ -1,0 +1,324 @@
+//! The two validation layers of docs/api.md, "Connections": the request as sent (required
+//! fields per bucket, shapes, host literals, SQLite files, metadata size), then the merged
+//! record.
+
+use super::*;
+
+pub(super) type Fields = BTreeMap<String, String>;
+
+pub(super) fn blank(v: &Option<String>) -> bool {
+    v.as_deref().is_none_or(str::is_empty)
+}
+
+/// Layer 1 on create (docs/api.md, "Connections": the request). The SSRF literal check wins.
+pub(super) fn request_rules_create(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
+    ssrf_literal(b, cfg)?;
+    let (mut missing, mut invalid) = (Fields::new(), Fields::new());
+    let mut require = |key: &str, absent: bool| {
+        if absent {
+            missing.insert(key.into(), format!("{key} is a required field"));
+        }
+    };
+    require("configName", blank(&b.config_name));
+    require("type", blank(&b.datasource_type));
+    require("host", blank(&b.host));
+    require("port", b.port.unwrap_or(0) == 0);
+    require("databaseName", blank(&b.database_name));
+    require("userName", blank(&b.user_name));
+    require("password", blank(&b.password));
+    shape_rules(b, &mut invalid);
+    ApiError::field_buckets(missing, invalid, false).map_or(Ok(()), Err)
+}
+
+/// Layer 1 on PATCH: only present keys are checked.
+pub(super) fn request_rules_patch(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
+    ssrf_literal(b, cfg)?;
+    let (mut missing, mut invalid) = (Fields::new(), Fields::new());
+    if let Some(n) = &b.config_name {
+        let len = n.chars().count();
+        if len < 3 {
+            invalid.insert(
+                "configName".into(),
+                "configName must be at least 3 characters in length".into(),
+            );
+        } else if len > 100 {
+            invalid.insert(
+                "configName".into(),
+                "configName must be a maximum of 100 characters in length".into(),
+            );
+        }
+    }
+    if b.host.as_deref() == Some("") {
+        invalid.insert("host".into(), HOST_FORMAT_MESSAGE.into());
+    }
+    if b.port == Some(0) {
+        invalid.insert("port".into(), "port must be 1 or greater".into());
+    }
+    // Beyond the reference (docs/api.md, "Differences from the reference"): an empty new password is rejected.
+    if b.password.as_deref() == Some("") {
+        missing.insert("password".into(), "password is a required field".into());
+    }
+    shape_rules(b, &mut invalid);
+    ApiError::field_buckets(missing, invalid, false).map_or(Ok(()), Err)
+}
+
+/// Connection metadata is stored and echoed: capped, JSON-encoded (docs/api.md "Limits").
+pub(super) fn metadata_size(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
+    let size = b
+        .metadata
+        .as_ref()
+        .map_or(0, |m| serde_json::to_vec(m).map_or(usize::MAX, |v| v.len()));
+    if size > cfg.max_metadata_bytes {
+        return Err(ApiError::metadata_too_large(cfg.max_metadata_bytes));
+    }
+    Ok(())
+}
+
+/// A tenant may not point the service at a file on its own disk, nor may anyone on a
+/// host without local files (Lambda).
+pub(super) fn local_file_refused(cfg: &ApiConfig, datasource_type: &str) -> bool {
+    datasource_type == fetcher_connectors::SQLITE
+        && (cfg.multi_tenant
+            || matches!(cfg.sqlite_files, fetcher_connectors::SqliteFiles::Nowhere))
+}
+
+/// The complete record (created, or patched and merged): a SQLite file must be one the
+/// host allows (under `--sqlite-dir`, no `..`, no symlink, not the service's own data).
+pub(super) fn sqlite_file_refused(cfg: &ApiConfig, r: &ConnectionRecord) -> bool {
+    r.datasource_type == fetcher_connectors::SQLITE
+        && (local_file_refused(cfg, &r.datasource_type)
+            || cfg.sqlite_files.resolve(&r.database_name).is_err())
+}
+
+pub(super) fn ssrf_literal(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
+    let guard = cfg.multi_tenant || cfg.guard_hosts;
+    if b.datasource_type
+        .as_deref()
+        .is_some_and(|t| local_file_refused(cfg, t))
+    {
+        return Err(ApiError::forbidden_host());
+    }
+    if guard
+        && let Some(h) = b.host.as_deref()
+        && let Err(e) = validate_host_input_admitting(h, true, &cfg.private_networks)
+        && is_forbidden_host(&e)
+    {
+        return Err(ApiError::forbidden_host());
+    }
+    Ok(())
+}
+
+/// Enum, host format and port range of present, non-empty values.
+pub(super) fn shape_rules(b: &ConnectionBody, invalid: &mut Fields) {
+    if let Some(t) = b.datasource_type.as_deref().filter(|t| !t.is_empty())
+        && !TYPES.contains(&t)
+    {
+        invalid.insert("type".into(), TYPE_ENUM_MESSAGE.into());
+    }
+    if let Some(h) = b.host.as_deref().filter(|h| !h.is_empty())
+        && validate_host_input(h, false).is_err()
+    {
+        invalid.insert("host".into(), HOST_FORMAT_MESSAGE.into());
+    }
+    match b.port {
+        Some(p) if p < 0 => {
+            invalid.insert("port".into(), "port must be 1 or greater".into());
+        }
+        Some(p) if p > 65_535 => {
+            invalid.insert("port".into(), "port must be 65,535 or less".into());
+        }
+        _ => {}
+    }
+}
+
+/// Layer 2 (docs/api.md, "Connections": the record) on the trimmed / patched record.
+pub(super) fn model_rules(r: &ConnectionRecord) -> Result<(), ApiError> {
+    let (mut missing, mut invalid) = (Fields::new(), Fields::new());
+    if r.product.is_empty() {
+        missing.insert("product_name".into(), "product name is required".into());
+    }
+    let name_len = r.config_name.chars().count();
+    if r.config_name.is_empty() {
+        missing.insert("config_name".into(), "config name is required".into());
+    } else if !r
+        .config_name
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    {
+        missing.insert(
+            "config_name".into(),
+            "config name can only contain alphanumeric characters, underscores, and hyphens".into(),
+        );
+    } else if !(3..=100).contains(&name_len) {
+        invalid.insert(
+            "config_name".into(),
+            "config name must be between 3 and 100 characters".into(),
+        );
+    }
+    if r.port == 0 {
+        missing.insert("port".into(), "port must be a positive integer".into());
+    }
+    if r.host.is_empty() {
+        missing.insert("host".into(), "host is required".into());
+    }
+    if r.database_name.is_empty() {
+        missing.insert("database_name".into(), "database name is required".into());
+    }
+    if r.username.is_empty() {
+        missing.insert("username".into(), "username is required".into());
+    }
+    let type_ok = TYPES.contains(&r.datasource_type.as_str());
+    if !type_ok {
+        invalid.insert("type".into(), "invalid connection type".into());
+    }
+    if let Some(SslSettings { mode, ca, .. }) = &r.ssl {
+        if mode.is_empty() {
+            missing.insert("ssl.mode".into(), "SSL mode is required".into());
+        } else if type_ok && let Err(e) = validate_ssl_mode(&r.datasource_type, mode) {
+            invalid.insert("ssl.mode".into(), e.message().to_owned());
+        }
+        if ca.is_empty() {
+            missing.insert("ssl.ca".into(), "SSL CA is required".into());
+        }
+    }
+    if !missing.is_empty() {
+        // The invalid SSL mode stays visible next to the missing fields (docs/api.md, "Connections").
+        if let Some(m) = invalid.remove("ssl.mode") {
+            missing.insert("ssl.mode".into(), m);
+        }
+    }
+    ApiError::field_buckets(missing, invalid, true).map_or(Ok(()), Err)
+}
+
+pub(super) fn now_text() -> String {
+    Timestamp::now().to_string()
+}
+
+pub(super) fn ctx() -> Context {
+    Context::background()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(v: Value) -> ConnectionBody {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn valid() -> Value {
+        serde_json::json!({"configName":"core-pg","type":"POSTGRESQL","host":"db.example.com","port":5432,"databaseName":"ledger","userName":"ro","password":"pw"})
+    }
+
+    #[test]
+    fn create_buckets() {
+        let single = ApiConfig::default();
+        let multi = ApiConfig {
+            multi_tenant: true,
+            ..ApiConfig::default()
+        };
+        assert!(request_rules_create(&body(valid()), &single).is_ok());
+        let mut v = valid();
+        v["host"] = Value::Null;
+        v["type"] = "NOPE".into();
+        let e = request_rules_create(&body(v), &single).unwrap_err();
+        assert_eq!(e.body["code"], "FET-0402");
+        assert_eq!(
+            e.body["fields"],
+            serde_json::json!({"host": "host is a required field"})
+        );
+        assert!(e.body.get("entityType").is_none());
+        let mut v = valid();
+        v["type"] = "NOPE".into();
+        v["port"] = 65536.into();
+        let e = request_rules_create(&body(v), &single).unwrap_err();
+        assert_eq!(e.body["code"], "FET-0001");
+        assert_eq!(e.body["fields"]["type"], TYPE_ENUM_MESSAGE);
+        let mut v = valid();
+        v["host"] = "169.254.169.254".into();
+        v["port"] = 0.into();
+        assert_eq!(
+            request_rules_create(&body(v.clone()), &multi)
+                .unwrap_err()
+                .body["code"],
+            "FET-0414"
+        );
+        assert_eq!(
+            request_rules_create(&body(v), &single).unwrap_err().body["code"],
+            "FET-0402"
+        );
+
+        // A SQLite file: single-tenant `serve` with a SQLite directory only; never in
+        // multi-tenant mode nor on a host without local files (Lambda). (Which files the
+        // directory allows is checked on the complete record.)
+        let mut v = valid();
+        v["type"] = "SQLITE".into();
+        v["databaseName"] = "/tmp/x.db".into();
+        let serve = ApiConfig {
+            sqlite_files: fetcher_connectors::SqliteFiles::Anywhere,
+            ..ApiConfig::default()
+        };
+        assert!(request_rules_create(&body(v.clone()), &serve).is_ok());
+        let lambda = ApiConfig {
+            sqlite_files: fetcher_connectors::SqliteFiles::Nowhere,
+            ..ApiConfig::default()
+        };
+        for cfg in [&multi, &lambda] {
+            let e = request_rules_create(&body(v.clone()), cfg).unwrap_err();
+            assert_eq!(e.body["code"], "FET-0414");
+            let e =
+                request_rules_patch(&body(serde_json::json!({"type": "SQLITE"})), cfg).unwrap_err();
+            assert_eq!(e.body["code"], "FET-0414");
+        }
+    }
+
+    #[test]
+    fn model_rules_ssl() {
+        let mut r = ConnectionRecord {
+            product: "p".into(),
+            config_name: "core".into(),
+            datasource_type: "POSTGRESQL".into(),
+            host: "h".into(),
+            port: 1,
+            database_name: "d".into(),
+            username: "u".into(),
+            ..Default::default()
+        };
+        assert!(model_rules(&r).is_ok());
+        r.ssl = Some(SslSettings {
+            mode: "skip-verify".into(),
+            ca: "PEM".into(),
+            cert: None,
+        });
+        let e = model_rules(&r).unwrap_err();
+        assert_eq!(
+            (e.body["code"].as_str(), e.body["entityType"].as_str()),
+            (Some("FET-0001"), Some("connection"))
+        );
+        assert!(
+            e.body["fields"]["ssl.mode"]
+                .as_str()
+                .unwrap()
+                .starts_with("FET-0413 - Invalid SSL mode. The provided SSL mode 'skip-verify'")
+        );
+        r.ssl = Some(SslSettings {
+            mode: "skip-verify".into(),
+            ca: String::new(),
+            cert: None,
+        });
+        let e = model_rules(&r).unwrap_err();
+        assert_eq!(e.body["code"], "FET-0402");
+        assert_eq!(e.body["fields"]["ssl.ca"], "SSL CA is required");
+        r.ssl = None;
+        r.config_name = "ab".into();
+        assert_eq!(
+            model_rules(&r).unwrap_err().body["fields"]["config_name"],
+            "config name must be between 3 and 100 characters"
+        );
+        r.product.clear();
+        assert_eq!(
+            model_rules(&r).unwrap_err().body["fields"],
+            serde_json::json!({"product_name": "product name is required"})
+        );
+    }
+}
