@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use fetcher_engine::memory::*;
 use fetcher_engine::*;
@@ -233,4 +235,67 @@ pub fn assert_err_prefix(err: &EngineError, category: Category, prefix: &str) {
     ] {
         assert!(!err.to_string().contains(secret), "{err} leaks {secret}");
     }
+}
+
+pub fn store_wiring() -> Wiring {
+    Wiring {
+        sink: true,
+        ..Wiring::default()
+    }
+}
+
+pub async fn golden_plan(h: &Harness, t: &TenantContext) -> ExtractionPlan {
+    golden_sources(h, t).await;
+    h.engine
+        .plan_extraction(&ctx(), t, &golden_request())
+        .await
+        .unwrap()
+}
+
+/// A hook that sleeps a pseudo-random few milliseconds, to shuffle completion order.
+pub fn jitter(seed: u64) -> QueryHook {
+    let n = Arc::new(AtomicUsize::new(seed as usize));
+    Arc::new(move |_ctx| {
+        let k = n.fetch_add(7919, Ordering::SeqCst);
+        let ms = (k.wrapping_mul(2654435761) >> 7) % 6;
+        Box::pin(tokio::time::sleep(Duration::from_millis(ms as u64)))
+    })
+}
+
+pub fn multi_source(rows_per_step: i64) -> TemplateBehaviour {
+    TemplateBehaviour {
+        rows: [(
+            "t".to_string(),
+            (0..rows_per_step)
+                .map(|i| row(&[("id", i.into()), ("v", format!("value-{i}").into())]))
+                .collect(),
+        )]
+        .into(),
+        schema: schema(&[("t", &["id", "v"])]),
+        ..Default::default()
+    }
+}
+
+pub async fn multi_plan(
+    h: &Harness,
+    t: &TenantContext,
+    steps: usize,
+    rows: i64,
+    concurrency: i64,
+) -> ExtractionPlan {
+    let mut req = ExtractionRequest::default();
+    for s in 0..steps {
+        let name = format!("src{s}");
+        let f = add_source(h, t, &name, multi_source(rows)).await;
+        f.behaviour.lock().unwrap().on_query = Some(jitter(s as u64));
+        req.mapped_fields.insert(
+            name,
+            [("t".to_string(), vec!["id".to_string(), "v".to_string()])].into(),
+        );
+    }
+    req.overrides = Some(Limits {
+        max_concurrency: concurrency,
+        ..Limits::default()
+    });
+    h.engine.plan_extraction(&ctx(), t, &req).await.unwrap()
 }

@@ -248,3 +248,46 @@ pub fn connection(name: &str) -> Value {
 pub fn job(ds: &str, source: &str) -> Value {
     json!({"dataRequest": {"mappedFields": {ds: {"users": ["id", "name"]}}}, "metadata": {"source": source}})
 }
+
+/// The default harness with the `core-pg` connection of product `reporter`.
+pub async fn setup() -> Harness {
+    let h = harness();
+    h.create("reporter", connection("core-pg")).await;
+    h
+}
+
+/// The connection routes' base path.
+pub const BASE: &str = "/v1/management/connections";
+
+/// The HS256 secret of the token tests.
+pub const SECRET: &[u8] = b"test-hs256-secret-of-enough-length!!";
+
+/// Unix time in seconds.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// An HS256 token for `claims`, signed with [`SECRET`].
+pub fn hs(claims: serde_json::Value) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(SECRET),
+    )
+    .unwrap()
+}
+
+/// A multi-tenant harness with `auth`.
+pub fn multi_tenant(auth: Arc<dyn fetcher_http::Authenticator>) -> Harness {
+    harness_with(Options {
+        config: ApiConfig {
+            multi_tenant: true,
+            ..Default::default()
+        },
+        authenticator: auth,
+        probes: Vec::new(),
+    })
+}

@@ -1,0 +1,206 @@
+//! Connection request validation (docs/api.md, "Connections"): the product header, the
+//! validation matrix of create, and clean 400s for broken bodies (`connections/validate.rs`).
+
+mod http_support;
+
+use axum::http::{Method, StatusCode};
+use http_support::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn product_header_rules_on_create() {
+    let h = harness();
+    let r = h
+        .call(Method::POST, BASE, &[], Some(connection("abc")))
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, json!("FET-0403"))
+    );
+    assert_eq!(
+        r.json()["message"],
+        "X-Product-Name header is required and must not be empty"
+    );
+    let long = "a".repeat(101);
+    for bad in ["   ", "product@name!", long.as_str()] {
+        let r = h
+            .call(
+                Method::POST,
+                BASE,
+                &[("x-product-name", bad)],
+                Some(connection("abc")),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0403")),
+            "{bad}"
+        );
+    }
+    h.create(&"a".repeat(100), connection("abc")).await;
+}
+
+#[tokio::test]
+async fn create_validation_matrix() {
+    let h = harness();
+    for field in [
+        "configName",
+        "type",
+        "host",
+        "password",
+        "databaseName",
+        "userName",
+        "port",
+    ] {
+        let mut b = connection("abc");
+        b.as_object_mut().unwrap().remove(field);
+        let r = h
+            .call(Method::POST, BASE, &[("x-product-name", "p")], Some(b))
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0402")),
+            "{field}"
+        );
+        assert_eq!(
+            r.json()["fields"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            vec![field]
+        );
+        assert!(r.json().get("entityType").is_none());
+    }
+    for (name, ok) in [
+        ("ab", false),
+        ("abc", true),
+        (&"x".repeat(100)[..], true),
+        (&"y".repeat(101)[..], false),
+    ] {
+        let r = h
+            .call(
+                Method::POST,
+                BASE,
+                &[("x-product-name", "p")],
+                Some(connection(name)),
+            )
+            .await;
+        assert_eq!(r.status == StatusCode::CREATED, ok, "{name}: {}", r.text);
+    }
+    for (i, (port, ok)) in [
+        (1, true),
+        (65535, true),
+        (0, false),
+        (-1, false),
+        (65536, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut b = connection(&format!("port-{i}"));
+        b["port"] = json!(port);
+        let r = h
+            .call(Method::POST, BASE, &[("x-product-name", "p")], Some(b))
+            .await;
+        assert_eq!(r.status == StatusCode::CREATED, ok, "{port}: {}", r.text);
+    }
+    let mut b = connection("typed");
+    b["type"] = "UNSUPPORTED_DB".into();
+    let r = h
+        .call(Method::POST, BASE, &[("x-product-name", "p")], Some(b))
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, json!("FET-0001"))
+    );
+    assert_eq!(r.json()["title"], "Bad Request");
+    // Model rules: bad characters in the name, SSL rules (entityType present).
+    let r = h
+        .call(
+            Method::POST,
+            BASE,
+            &[("x-product-name", "p")],
+            Some(connection("bad name!")),
+        )
+        .await;
+    assert_eq!(
+        (r.code(), r.json()["entityType"].clone()),
+        (json!("FET-0402"), json!("connection"))
+    );
+    let mut b = connection("ssl-one");
+    b["ssl"] = json!({"mode": "verify-full"});
+    let r = h
+        .call(Method::POST, BASE, &[("x-product-name", "p")], Some(b))
+        .await;
+    assert_eq!(r.json()["fields"], json!({"ssl.ca": "SSL CA is required"}));
+    let mut b = connection("ssl-two");
+    b["ssl"] = json!({"mode": "skip-verify", "ca": "PEM"});
+    let r = h
+        .call(Method::POST, BASE, &[("x-product-name", "p")], Some(b))
+        .await;
+    assert_eq!(r.code(), json!("FET-0001"));
+    assert!(
+        r.json()["fields"]["ssl.mode"]
+            .as_str()
+            .unwrap()
+            .starts_with("FET-0413 - ")
+    );
+    let mut b = connection("ssl-three");
+    b["ssl"] = json!({});
+    h.create("p", b).await;
+    // Bad host format.
+    let mut b = connection("hosty");
+    b["host"] = "not a host".into();
+    let r = h
+        .call(Method::POST, BASE, &[("x-product-name", "p")], Some(b))
+        .await;
+    assert_eq!(r.code(), json!("FET-0001"));
+}
+
+#[tokio::test]
+async fn body_errors_are_clean_400s() {
+    let h = harness();
+    let hdr = [
+        ("x-product-name", "p"),
+        ("content-type", "application/json"),
+    ];
+    for body in [
+        "{",
+        "",
+        "[]",
+        r#"{"port":"5432"}"#,
+        r#"{"port":5432.0}"#,
+        "null",
+    ] {
+        let r = h.raw(Method::POST, BASE, &hdr, body).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0001")),
+            "{body}"
+        );
+        assert_eq!(r.json()["message"], "unable to parse request body");
+    }
+    for body in ["{}", r#"{"nope":1}"#] {
+        let r = h.raw(Method::POST, BASE, &hdr, body).await;
+        assert_eq!(r.json()["message"], "empty request body", "{body}");
+    }
+    let r = h
+        .raw(
+            Method::POST,
+            BASE,
+            &[("x-product-name", "p"), ("content-type", "text/plain")],
+            connection("abc").to_string(),
+        )
+        .await;
+    assert_eq!(r.json()["message"], "unable to parse request body");
+    let r = h
+        .raw(
+            Method::POST,
+            BASE,
+            &[("x-product-name", "p")],
+            connection("abc").to_string(),
+        )
+        .await;
+    assert_eq!(r.code(), json!("FET-0001"));
+}
