@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use fetcher_engine::{ColumnType, SchemaSnapshot, TableSnapshot};
+use fetcher_engine::{ColumnType, FieldType, SchemaSnapshot, TableSnapshot};
 
 use crate::Dialect;
 
@@ -111,6 +111,19 @@ impl Catalog {
                 .map(|t| TableSnapshot {
                     name: t.key.clone(),
                     fields: t.columns.iter().map(|c| c.name.clone()).collect(),
+                    primary_key: t.primary_key.clone(),
+                    types: t
+                        .columns
+                        .iter()
+                        .map(|c| {
+                            let ty = FieldType {
+                                name: c.type_name.clone(),
+                                cursor: crate::incremental::can_be_cursor(c),
+                                key: crate::incremental::can_be_key(c),
+                            };
+                            (c.name.clone(), ty)
+                        })
+                        .collect(),
                 })
                 .collect(),
             captured_at: None,

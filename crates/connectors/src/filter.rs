@@ -52,16 +52,16 @@ pub fn quote_ident(dialect: Dialect, name: &str) -> String {
     }
 }
 
-struct Builder<'a> {
-    dialect: Dialect,
-    binds: &'a mut Vec<Bind>,
+pub(crate) struct Builder<'a> {
+    pub(crate) dialect: Dialect,
+    pub(crate) binds: &'a mut Vec<Bind>,
     /// The column is an integer that holds booleans (MySQL `TINYINT(1)`).
-    bool_like: bool,
+    pub(crate) bool_like: bool,
 }
 
 impl Builder<'_> {
     /// A placeholder for `b`, cast to the column's type where the dialect needs it.
-    fn param(&mut self, b: Bind, cast: Option<&str>) -> String {
+    pub(crate) fn param(&mut self, b: Bind, cast: Option<&str>) -> String {
         self.binds.push(b);
         let p = match self.dialect {
             Dialect::Postgres => format!("${}", self.binds.len()),
@@ -250,7 +250,7 @@ fn is_bool_like(dialect: Dialect, column: &crate::catalog::ColumnInfo) -> bool {
 }
 
 /// One value, typed from the column's catalog type.
-fn typed(b: &mut Builder<'_>, kind: Kind, v: &J) -> Result<String> {
+pub(crate) fn typed(b: &mut Builder<'_>, kind: Kind, v: &J) -> Result<String> {
     let bad = || validation(msg::FILTER_VALUE_TYPE);
     let dialect = b.dialect;
     Ok(match kind {

@@ -157,6 +157,7 @@ pub mod env;
 pub mod error;
 pub mod filter;
 pub mod host;
+pub mod incremental;
 mod mysql;
 mod partition;
 mod pg;

@@ -229,11 +229,38 @@ pub fn plan(
                 })
                 .collect::<Result<_>>()?
         };
-        let w = build_where(dialect, table, filters.and_then(|f| f.get(requested)))?;
-        let select = select_parts(dialect, table, &selected, &w);
+        let mut w = build_where(dialect, table, filters.and_then(|f| f.get(requested)))?;
+        let incremental = request
+            .incremental
+            .get(config_name)
+            .and_then(|t| t.get(requested));
+        let mut selected = selected;
+        let mut order = None;
+        if let Some(read) = incremental {
+            // Read past the watermark in (cursor, key) order; the cursor and key are always
+            // selected (the next watermark is made of them).
+            let cols = crate::incremental::columns(table, read)?;
+            for c in &cols {
+                if !selected.iter().any(|s| s.name == c.name) {
+                    selected.push((*c).clone());
+                }
+            }
+            let cond = crate::incremental::condition(dialect, table, read, &mut w.binds)?;
+            w.sql = if w.sql.is_empty() {
+                cond
+            } else {
+                format!("{} AND ({cond})", w.sql)
+            };
+            order = Some(crate::incremental::order(dialect, &cols));
+        }
+        let mut select = select_parts(dialect, table, &selected, &w);
+        if let Some(order) = order {
+            select.order = order;
+        }
         plans.push(TablePlan {
             select,
-            split: split_key(dialect, table),
+            // A partitioned read merges in key order, not an incremental read's.
+            split: split_key(dialect, table).filter(|_| incremental.is_none()),
             key: Arc::from(requested.as_str()),
             columns: Columns::typed(selected.iter().map(|c| (c.name.clone(), c.ctype))),
             copy: copy_fast_path && dialect == Dialect::Postgres && w.binds.is_empty(),

@@ -88,6 +88,15 @@ CREATE TABLE IF NOT EXISTS rate_limits (
     window_start INTEGER NOT NULL,
     hits INTEGER NOT NULL
 );
+-- Syncs of incremental jobs: the watermarks (doc, a SyncState) and the active job, which
+-- an insert sets only while it is NULL (one active job per sync).
+CREATE TABLE IF NOT EXISTS syncs (
+    tenant TEXT NOT NULL,
+    sync_id TEXT NOT NULL,
+    doc TEXT NOT NULL,
+    active_job TEXT,
+    PRIMARY KEY (tenant, sync_id)
+);
 -- Token buckets (GCRA): the theoretical arrival time per key, in Unix nanoseconds.
 CREATE TABLE IF NOT EXISTS rate_buckets (
     key TEXT PRIMARY KEY,
@@ -591,8 +600,12 @@ impl SqliteStore {
         let mut job = load_job(&mut tx, tenant, id)
             .await?
             .ok_or_else(|| ServiceError::not_found("job not found"))?;
+        let was_active = job.status.is_active();
         let out = change(&mut job)?;
         save_job(&mut tx, &job).await?;
+        if was_active && job.status.is_terminal() {
+            end_sync_job(&mut tx, &job).await?;
+        }
         tx.commit().await.map_err(db_error)?;
         Ok(out)
     }
@@ -607,41 +620,142 @@ impl SqliteStore {
     }
 }
 
+/// A job of a sync left the active states: it is no longer the sync's active job, and a
+/// completed one's watermarks become the sync's, in the transaction that ended the job.
+async fn end_sync_job(tx: &mut Transaction<'static, Sqlite>, job: &Job) -> Result<()> {
+    let Some(id) = &job.request.sync_id else {
+        return Ok(());
+    };
+    let Some(mut sync) = load_sync(tx, &job.tenant_id, id).await? else {
+        return Ok(());
+    };
+    sync.job_ended(job);
+    sqlx::query("UPDATE syncs SET doc = ?, active_job = NULL WHERE tenant = ? AND sync_id = ? AND (active_job IS NULL OR active_job = ?)")
+        .bind(serde_json::to_string(&sync).expect("a sync is JSON"))
+        .bind(&job.tenant_id)
+        .bind(id)
+        .bind(&job.id)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+async fn load_sync(
+    tx: &mut Transaction<'static, Sqlite>,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<SyncState>> {
+    let row = sqlx::query("SELECT doc, active_job FROM syncs WHERE tenant = ? AND sync_id = ?")
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    row.map(|r| sync_from(r.get(0), r.get(1))).transpose()
+}
+
+fn sync_from(doc: &str, active: Option<String>) -> Result<SyncState> {
+    let mut s: SyncState = serde_json::from_str(doc).map_err(|_| corrupt())?;
+    s.active_job = active;
+    Ok(s)
+}
+
+impl SqliteStore {
+    /// Inserts a job of a sync, making it the sync's active job, in one transaction; a
+    /// sync whose active job is another answers [`InsertOutcome::SyncBusy`] and stores
+    /// nothing.
+    async fn insert_in_sync(&self, job: &Job, sync_id: &str) -> Result<InsertOutcome> {
+        let mut tx = self.tx().await?;
+        if let Err(e) = insert_job(&mut *tx, job).await {
+            return match e {
+                sqlx::Error::Database(d) if d.is_unique_violation() => {
+                    drop(tx);
+                    self.duplicate_of(job).await
+                }
+                e => Err(db_error(e)),
+            };
+        }
+        let fresh = SyncState::new(&job.tenant_id, sync_id);
+        let taken = sqlx::query("INSERT INTO syncs (tenant, sync_id, doc, active_job) VALUES (?, ?, ?, ?) ON CONFLICT(tenant, sync_id) DO UPDATE SET active_job = excluded.active_job WHERE syncs.active_job IS NULL")
+            .bind(&job.tenant_id)
+            .bind(sync_id)
+            .bind(serde_json::to_string(&fresh).expect("a sync is JSON"))
+            .bind(&job.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        if taken == 0 {
+            let active = load_sync(&mut tx, &job.tenant_id, sync_id)
+                .await?
+                .and_then(|s| s.active_job)
+                .unwrap_or_default();
+            let other = load_job(&mut tx, &job.tenant_id, &active).await?;
+            drop(tx); // rolls back the insert
+            return match other {
+                Some(other) => Ok(InsertOutcome::SyncBusy(Box::new(other))),
+                None => Err(ServiceError::unavailable(
+                    "sync lock held by a vanished job",
+                )),
+            };
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(InsertOutcome::Created)
+    }
+
+    /// The active job holding `job`'s request hash.
+    async fn duplicate_of(&self, job: &Job) -> Result<InsertOutcome> {
+        let row = sqlx::query("SELECT doc FROM jobs WHERE tenant = ? AND request_hash = ? AND status IN ('pending', 'processing') ORDER BY created_at DESC LIMIT 1")
+            .bind(&job.tenant_id)
+            .bind(&job.request_hash)
+            .fetch_optional(&self.write)
+            .await
+            .map_err(db_error)?;
+        let existing =
+            row.ok_or_else(|| ServiceError::unavailable("duplicate job vanished; retry"))?;
+        Ok(InsertOutcome::Duplicate(Box::new(job_from(
+            existing.get(0),
+        )?)))
+    }
+}
+
+/// The one `INSERT` of a job (the trigger `jobs_record_configs` records its datasources).
+async fn insert_job<'e>(
+    exec: impl sqlx::Executor<'e, Database = Sqlite>,
+    job: &Job,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO jobs (tenant, id, status, request_hash, created_at, completed_at, event_pending, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(&job.tenant_id)
+        .bind(&job.id)
+        .bind(job.status.as_str())
+        .bind(&job.request_hash)
+        .bind(nanos(job.created_at))
+        .bind(job.completed_at.map(nanos))
+        .bind(i64::from(job.pending_event.is_some()))
+        .bind(serde_json::to_string(job).expect("job is JSON"))
+        .execute(exec)
+        .await
+        .map(|_| ())
+}
+
 impl JobStore for SqliteStore {
     fn insert<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<InsertOutcome>> {
         Box::pin(async move {
+            if let Some(sync) = &job.request.sync_id
+                && job.status.is_active()
+            {
+                return self.insert_in_sync(job, sync).await;
+            }
             // One statement: the trigger `jobs_record_configs` records the job's
             // datasources in the same implicit transaction.
-            let res = sqlx::query("INSERT INTO jobs (tenant, id, status, request_hash, created_at, completed_at, event_pending, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
-                .bind(&job.tenant_id)
-                .bind(&job.id)
-                .bind(job.status.as_str())
-                .bind(&job.request_hash)
-                .bind(nanos(job.created_at))
-                .bind(job.completed_at.map(nanos))
-                .bind(i64::from(job.pending_event.is_some()))
-                .bind(serde_json::to_string(job).expect("job is JSON"))
-                .execute(&self.write)
-                .await;
-            match res {
-                Ok(_) => {}
+            match insert_job(&self.write, job).await {
+                Ok(()) => Ok(InsertOutcome::Created),
                 Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                    let row = sqlx::query("SELECT doc FROM jobs WHERE tenant = ? AND request_hash = ? AND status IN ('pending', 'processing') ORDER BY created_at DESC LIMIT 1")
-                        .bind(&job.tenant_id)
-                        .bind(&job.request_hash)
-                        .fetch_optional(&self.write)
-                        .await
-                        .map_err(db_error)?;
-                    let existing = row.ok_or_else(|| {
-                        ServiceError::unavailable("duplicate job vanished; retry")
-                    })?;
-                    return Ok(InsertOutcome::Duplicate(Box::new(job_from(
-                        existing.get(0),
-                    )?)));
+                    self.duplicate_of(job).await
                 }
-                Err(e) => return Err(db_error(e)),
+                Err(e) => Err(db_error(e)),
             }
-            Ok(InsertOutcome::Created)
         })
     }
 
@@ -747,6 +861,52 @@ impl JobStore for SqliteStore {
             .await
             .map_err(db_error)?;
             rows.iter().map(|r| job_from(r.get(0))).collect()
+        })
+    }
+
+    fn sync<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SyncState>>> {
+        Box::pin(async move {
+            let row =
+                sqlx::query("SELECT doc, active_job FROM syncs WHERE tenant = ? AND sync_id = ?")
+                    .bind(tenant)
+                    .bind(id)
+                    .fetch_optional(&self.read)
+                    .await
+                    .map_err(db_error)?;
+            row.map(|r| sync_from(r.get(0), r.get(1))).transpose()
+        })
+    }
+
+    fn reset_sync<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        tables: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<SyncState>> {
+        Box::pin(async move {
+            let mut tx = self.tx().await?;
+            let mut sync = load_sync(&mut tx, tenant, id)
+                .await?
+                .ok_or_else(|| ServiceError::not_found("sync not found"))?;
+            if sync.active_job.is_some() {
+                return Err(ServiceError::conflict("a job of the sync is active"));
+            }
+            sync.reset(tables);
+            sqlx::query(
+                "UPDATE syncs SET doc = ? WHERE tenant = ? AND sync_id = ? AND active_job IS NULL",
+            )
+            .bind(serde_json::to_string(&sync).expect("a sync is JSON"))
+            .bind(tenant)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            tx.commit().await.map_err(db_error)?;
+            Ok(sync)
         })
     }
 }

@@ -128,7 +128,7 @@ fn main() {
             generator: Some(generator(rows)),
             schema: SchemaSnapshot {
                 config_name: String::new(),
-                tables: vec![TableSnapshot { name: "public.bench".into(), fields: FIELDS.iter().map(|f| f.to_string()).collect() }],
+                tables: vec![TableSnapshot { name: "public.bench".into(), fields: FIELDS.iter().map(|f| f.to_string()).collect(), ..Default::default() }],
                 captured_at: None,
             },
             ..Default::default()

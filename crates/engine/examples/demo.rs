@@ -22,6 +22,7 @@ fn source(name: &str, rows: Vec<Row>, fields: &[&str]) -> TemplateBehaviour {
             tables: vec![TableSnapshot {
                 name: name.into(),
                 fields: fields.iter().map(|f| f.to_string()).collect(),
+                ..Default::default()
             }],
             captured_at: None,
         },

@@ -218,6 +218,9 @@ pub mod msg {
     pub const DATASOURCE_COUNT: &str =
         "datasource count exceeds the configured maximum: limits.maxDatasources";
     pub const PLAN_SCHEMA_INVALID: &str = "extraction request failed schema validation";
+    /// An incremental read of a table not selected, with a blank cursor or key column,
+    /// or starting after a watermark on other columns.
+    pub const PLAN_INCREMENTAL_INVALID: &str = "extraction request has an invalid incremental read";
     pub const STORE_NEEDS_SINK: &str = "store mode requires a configured result sink";
     pub const QUERY_FAILED: &str = "failed to query datasource";
     pub const DEADLINE: &str = "execution exceeded its deadline";

@@ -67,8 +67,26 @@ impl Engine {
         }
 
         check_filter_targets(request)?;
+        check_incremental_targets(request)?;
         let filters = &request.filters;
         let no_filters = BTreeMap::new();
+        let no_incremental = BTreeMap::new();
+        // An incremental table's cursor and key are always read (its watermark is made of
+        // them): added to an explicit field list, validated like the other fields.
+        let fields_of = |config: &str, table: &str, fields: &[String]| -> Vec<String> {
+            let mut out = sorted(fields);
+            if let Some(inc) = request.incremental.get(config).and_then(|t| t.get(table))
+                && !fields.is_empty()
+            {
+                for c in inc.spec.columns() {
+                    if !out.iter().any(|f| f == c) {
+                        out.push(c.to_owned());
+                    }
+                }
+                out.sort();
+            }
+            out
+        };
         let validation = ValidationRequest {
             datasources: request
                 .mapped_fields
@@ -81,7 +99,7 @@ impl Engine {
                             .iter()
                             .map(|(table, fields)| TableValidation {
                                 name: table.clone(),
-                                fields: sorted(fields),
+                                fields: fields_of(config, table, fields),
                                 filter_fields: filters
                                     .get(table)
                                     .map(|f| f.keys().cloned().collect())
@@ -129,9 +147,14 @@ impl Engine {
                 fields: selection
                     .iter()
                     .filter(|(_, f)| !f.is_empty())
-                    .map(|(t, f)| (t.clone(), sorted(f)))
+                    .map(|(t, f)| (t.clone(), fields_of(config, t, f)))
                     .collect(),
                 filters: filters.get(config).cloned().unwrap_or_default(),
+                incremental: request
+                    .incremental
+                    .get(config)
+                    .unwrap_or(&no_incremental)
+                    .clone(),
             })
             .collect();
         Ok(ExtractionPlan {
@@ -177,6 +200,29 @@ fn sorted(v: &[String]) -> Vec<String> {
     let mut v = v.to_vec();
     v.sort();
     v
+}
+
+/// Every incremental read must target a selected table and name a cursor; a watermark it
+/// starts after must be on the columns it names.
+fn check_incremental_targets(request: &ExtractionRequest) -> Result<()> {
+    for (config, tables) in &request.incremental {
+        for (table, read) in tables {
+            let selected = request
+                .mapped_fields
+                .get(config)
+                .is_some_and(|s| s.contains_key(table));
+            let named = !read.spec.cursor.trim().is_empty()
+                && read.spec.key.iter().all(|k| !k.trim().is_empty());
+            let consistent = read
+                .after
+                .as_ref()
+                .is_none_or(|w| w.matches(&read.spec) && w.values.len() == 1 + read.spec.key.len());
+            if !selected || !named || !consistent {
+                return Err(EngineError::validation(msg::PLAN_INCREMENTAL_INVALID));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every filter must target a selected table of a selected datasource: a filter that

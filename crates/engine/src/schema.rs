@@ -293,6 +293,7 @@ mod tests {
                 "address.city".into(),
                 "id".into(),
             ],
+            ..Default::default()
         };
         for ok in [
             "natural_person",

@@ -420,10 +420,12 @@ pub async fn schema_cache(cache: &Arc<dyn SchemaCache>) {
             TableSnapshot {
                 name: "public.accounts".into(),
                 fields: vec!["id".into(), "name".into()],
+                ..Default::default()
             },
             TableSnapshot {
                 name: "public.Mixed Case".into(),
                 fields: vec!["order".into(), "ünï".into()],
+                ..Default::default()
             },
         ],
         captured_at: Some(Timestamp::from_unix_nanos(1_700_000_000_000_000_000)),

@@ -21,7 +21,9 @@
 //!
 //! Beyond the reference: a request that names a result format (`resultFormat`) appends
 //! `"resultFormat":"v1"|"v2"` as a last top-level key, so the same extraction asked in two
-//! formats is two jobs. Requests without it hash exactly like the reference.
+//! formats is two jobs; an incremental request appends `"incremental":{…}` (its reads,
+//! keys sorted, as JSON) and `"syncId":"…"` when it names a sync. Requests without them
+//! hash exactly like the reference.
 
 use std::collections::BTreeMap;
 
@@ -38,6 +40,41 @@ pub type MappedFields = BTreeMap<String, BTreeMap<String, Vec<String>>>;
 
 /// `datasource → table → field → condition`, the engine's typed filters.
 pub use fetcher_engine::Filters;
+
+/// What the hash covers.
+#[derive(Debug, Clone, Copy)]
+pub struct HashedRequest<'a> {
+    pub mapped_fields: &'a MappedFields,
+    pub filters: &'a Filters,
+    pub metadata: &'a serde_json::Map<String, Value>,
+    pub result_format: Option<ResultFormat>,
+    pub incremental: &'a crate::incremental::Incremental,
+    pub sync_id: Option<&'a str>,
+}
+
+/// Lower-case hex SHA-256 of the canonical request, incremental parts included.
+pub fn request_hash_of(r: &HashedRequest<'_>) -> String {
+    let mut bytes = canonical_request(r.mapped_fields, r.filters, r.metadata, r.result_format);
+    if !r.incremental.is_empty() || r.sync_id.is_some() {
+        // Appended inside the top-level object, after what the reference hashes.
+        bytes.pop();
+        let mut tail = String::new();
+        if !r.incremental.is_empty() {
+            tail.push_str(",\"incremental\":");
+            value(
+                &mut tail,
+                &serde_json::to_value(r.incremental).expect("incremental reads are JSON"),
+            );
+        }
+        if let Some(id) = r.sync_id {
+            tail.push_str(",\"syncId\":");
+            string(&mut tail, id);
+        }
+        tail.push('}');
+        bytes.extend_from_slice(tail.as_bytes());
+    }
+    hex(&Sha256::digest(&bytes))
+}
 
 /// Lower-case hex SHA-256 of the canonical request.
 pub fn request_hash(

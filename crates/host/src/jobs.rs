@@ -16,6 +16,7 @@
 //! [`JobStore::has_active_jobs`] (PATCH/DELETE of a connection answer 409 while a pending
 //! or processing job reads it).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +54,10 @@ pub struct CreateJob {
     /// `None` when absent or null.
     pub metadata: Option<serde_json::Map<String, Value>>,
     pub result_format: Option<ResultFormat>,
+    /// `configName → table → incremental read` (docs/api.md, "Incremental extraction").
+    pub incremental: crate::incremental::Incremental,
+    /// The sync the job continues; `None` with incremental reads: derived.
+    pub sync_id: Option<String>,
 }
 
 /// Why a job could not be created or read. The HTTP layer maps each to the catalogue.
@@ -98,6 +103,14 @@ pub enum JobError {
     ShuttingDown,
     /// 404 `FET-1001` (job).
     NotFound,
+    /// An incremental read the request or the schema refutes: 400 `FET-0401` `Invalid
+    /// Incremental Read`, the text naming the table and column.
+    InvalidIncremental(String),
+    /// The sync's stored watermark is on other columns than the job names: 409 `FET-1025`.
+    SyncMismatch(String),
+    /// Another job of the sync is pending or processing (a second job of a sync never
+    /// runs beside it): 409 `FET-1024`, naming that job.
+    SyncBusy { sync_id: String, job_id: String },
 }
 
 /// New or existing job.
@@ -177,12 +190,14 @@ impl JobService {
     ) -> Result<Created, JobError> {
         let mapped = req.mapped_fields.ok_or(JobError::MappedFieldsRequired)?;
         let empty_meta = serde_json::Map::new();
-        let hash = dedup::request_hash(
-            &mapped,
-            &req.filters,
-            req.metadata.as_ref().unwrap_or(&empty_meta),
-            req.result_format,
-        );
+        let hash = dedup::request_hash_of(&dedup::HashedRequest {
+            mapped_fields: &mapped,
+            filters: &req.filters,
+            metadata: req.metadata.as_ref().unwrap_or(&empty_meta),
+            result_format: req.result_format,
+            incremental: &req.incremental,
+            sync_id: req.sync_id.as_deref(),
+        });
         validate_structure(&mapped)?;
         let metadata = req.metadata.ok_or(JobError::Metadata(
             "Missing Required Field",
@@ -214,11 +229,22 @@ impl JobService {
         if !unknown.is_empty() {
             return Err(JobError::FilterReferences(unknown.join("; ")));
         }
+        crate::incremental::check_shape(&mapped, &req.incremental, req.sync_id.as_deref())?;
+        let sync_id = match (&req.sync_id, req.incremental.is_empty()) {
+            (Some(id), _) => Some(id.clone()),
+            (None, false) => Some(crate::incremental::derived_sync_id(
+                &source,
+                &mapped,
+                &req.filters,
+                &req.incremental,
+            )),
+            (None, true) => None,
+        };
         // What is stored must also fit the queue message (SQS: 256 KiB), the job record
         // (DynamoDB: 400 KB) and the terminal event that echoes the metadata
         // (EventBridge: 256 KB): refused now rather than stored and stranded.
-        let size =
-            serde_json::to_vec(&(&mapped, &req.filters, &metadata)).map_or(usize::MAX, |v| v.len());
+        let size = serde_json::to_vec(&(&mapped, &req.filters, &metadata, &req.incremental))
+            .map_or(usize::MAX, |v| v.len());
         if size > MAX_JOB_REQUEST_BYTES {
             return Err(JobError::TooLarge(size));
         }
@@ -333,6 +359,18 @@ impl JobService {
         if !unknown.is_empty() {
             return Err(JobError::SchemaInvalid(unknown));
         }
+        let incremental = self
+            .resolve_incremental(tenant, &resolved, &req.incremental)
+            .await?;
+        if let Some(id) = &sync_id
+            && let Some(sync) = self
+                .store
+                .sync(&tenant.tenant_id, id)
+                .await
+                .map_err(JobError::JobStore)?
+        {
+            crate::incremental::check_against(&sync, &incremental)?;
+        }
 
         // A host that is shutting down takes no new work: refuse before storing anything.
         if !self.queue.is_accepting() {
@@ -344,6 +382,8 @@ impl JobService {
             filters: req.filters,
             metadata,
             result_format: req.result_format,
+            incremental,
+            sync_id,
         };
         let job = Job::new(&tenant.tenant_id, request, hash);
         let mut retried = false;
@@ -352,6 +392,12 @@ impl JobService {
                 InsertOutcome::Created => break,
                 InsertOutcome::Duplicate(existing) if existing.status.is_active() || retried => {
                     return Ok(Created::Duplicate(*existing));
+                }
+                InsertOutcome::SyncBusy(other) => {
+                    return Err(JobError::SyncBusy {
+                        sync_id: job.request.sync_id.clone().unwrap_or_default(),
+                        job_id: other.id,
+                    });
                 }
                 // The conflicting job finished meanwhile: retry exactly once.
                 InsertOutcome::Duplicate(_) => retried = true,
@@ -409,6 +455,29 @@ impl JobService {
         if let Err(e) = store.clear_pending_event(&job.tenant_id, &job.id).await {
             tracing::error!(job_id = %job.id, error = %e.log_detail(), "could not clear the pending event of a publish failure");
         }
+    }
+
+    /// The incremental reads checked against each datasource's schema, empty keys
+    /// resolved to primary keys ([`crate::incremental::resolve`]).
+    async fn resolve_incremental(
+        &self,
+        tenant: &TenantContext,
+        resolved: &[ConnectionDescriptor],
+        incremental: &crate::incremental::Incremental,
+    ) -> Result<crate::incremental::Incremental, JobError> {
+        let mut out = BTreeMap::new();
+        for (config, tables) in incremental {
+            let d = resolved
+                .iter()
+                .find(|d| &d.config_name == config)
+                .expect("every mapped datasource was resolved");
+            let schema = self.schema_for(tenant, config).await;
+            out.insert(
+                config.clone(),
+                crate::incremental::resolve(config, &d.datasource_type, schema.as_ref(), tables)?,
+            );
+        }
+        Ok(out)
     }
 
     /// Reads one job of the tenant.

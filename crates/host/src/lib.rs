@@ -17,6 +17,7 @@
 //! | [`model`] | the job record, result descriptor, terminal event and queue message |
 //! | [`connection`] | [`connection::ConnectionRecord`]: the API's connection record, typed, and its one codec to the engine's descriptor |
 //! | [`jobs`] | job use cases: create (validation, dedup, enqueue), get; the active-job gate |
+//! | [`incremental`] | incremental jobs: request checks, sync ids, schema checks and key resolution; the sync use cases (get, reset) |
 //! | [`dedup`] | the canonical request hash of job de-duplication (docs/api.md, "Duplicates") |
 //! | [`message`] | the signed job message: encode on the API side, verify + parse on the worker side |
 //! | [`pipeline`] | the extraction pipeline: verify → claim → engine → seal → store → complete → publish, and the event repair pass |
@@ -40,6 +41,7 @@ pub mod connection;
 pub mod credentials;
 pub mod dedup;
 pub mod error;
+pub mod incremental;
 pub mod jobs;
 pub mod memory;
 pub mod message;

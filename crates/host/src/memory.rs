@@ -24,8 +24,15 @@ fn job_not_found() -> ServiceError {
 /// Jobs keyed by (tenant, id).
 #[derive(Default)]
 pub struct MemoryJobStore {
-    jobs: Mutex<BTreeMap<(String, String), Job>>,
+    /// Jobs and syncs under one lock, so a job's transition and its sync change together.
+    state: Mutex<JobsAndSyncs>,
     pub fail: AtomicBool,
+}
+
+#[derive(Default)]
+struct JobsAndSyncs {
+    jobs: BTreeMap<(String, String), Job>,
+    syncs: BTreeMap<(String, String), SyncState>,
 }
 
 impl MemoryJobStore {
@@ -47,18 +54,29 @@ impl MemoryJobStore {
         f: impl FnOnce(&mut Job) -> Result<T>,
     ) -> Result<T> {
         self.check()?;
-        let mut jobs = self.jobs.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
+        let JobsAndSyncs { jobs, syncs } = &mut *state;
         let job = jobs
             .get_mut(&(tenant.to_owned(), id.to_owned()))
             .ok_or_else(job_not_found)?;
-        f(job)
+        let was_active = job.status.is_active();
+        let out = f(job)?;
+        if was_active
+            && job.status.is_terminal()
+            && let Some(sync) = &job.request.sync_id
+            && let Some(s) = syncs.get_mut(&(tenant.to_owned(), sync.clone()))
+        {
+            s.job_ended(job);
+        }
+        Ok(out)
     }
 }
 
 impl JobStore for MemoryJobStore {
     fn insert<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<InsertOutcome>> {
         let out = self.check().map(|()| {
-            let mut jobs = self.jobs.lock().unwrap();
+            let mut state = self.state.lock().unwrap();
+            let JobsAndSyncs { jobs, syncs } = &mut *state;
             let active = jobs
                 .values()
                 .filter(|j| {
@@ -68,22 +86,34 @@ impl JobStore for MemoryJobStore {
                 })
                 .max_by_key(|j| j.created_at)
                 .cloned();
-            match active {
-                Some(existing) => InsertOutcome::Duplicate(Box::new(existing)),
-                None => {
-                    jobs.insert((job.tenant_id.clone(), job.id.clone()), job.clone());
-                    InsertOutcome::Created
+            if let Some(existing) = active {
+                return InsertOutcome::Duplicate(Box::new(existing));
+            }
+            if let Some(sync) = &job.request.sync_id {
+                let s = syncs
+                    .entry((job.tenant_id.clone(), sync.clone()))
+                    .or_insert_with(|| SyncState::new(&job.tenant_id, sync));
+                if let Some(busy) = &s.active_job
+                    && let Some(other) = jobs.get(&(job.tenant_id.clone(), busy.clone()))
+                {
+                    return InsertOutcome::SyncBusy(Box::new(other.clone()));
+                }
+                if job.status.is_active() {
+                    s.active_job = Some(job.id.clone());
                 }
             }
+            jobs.insert((job.tenant_id.clone(), job.id.clone()), job.clone());
+            InsertOutcome::Created
         });
         ready(out)
     }
 
     fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<Option<Job>>> {
         let out = self.check().map(|()| {
-            self.jobs
+            self.state
                 .lock()
                 .unwrap()
+                .jobs
                 .get(&(tenant.to_owned(), id.to_owned()))
                 .cloned()
         });
@@ -97,9 +127,10 @@ impl JobStore for MemoryJobStore {
         since: Timestamp,
     ) -> BoxFuture<'a, Result<Option<Job>>> {
         let out = self.check().map(|()| {
-            self.jobs
+            self.state
                 .lock()
                 .unwrap()
+                .jobs
                 .values()
                 .filter(|j| {
                     j.tenant_id == tenant && j.request_hash == hash && j.created_at >= since
@@ -118,8 +149,8 @@ impl JobStore for MemoryJobStore {
         lease: Duration,
     ) -> BoxFuture<'a, Result<ClaimOutcome>> {
         let out = self.check().map(|()| {
-            let mut jobs = self.jobs.lock().unwrap();
-            let Some(job) = jobs.get_mut(&(tenant.to_owned(), id.to_owned())) else {
+            let mut state = self.state.lock().unwrap();
+            let Some(job) = state.jobs.get_mut(&(tenant.to_owned(), id.to_owned())) else {
                 return ClaimOutcome::NotFound;
             };
             match job.claim(now, lease) {
@@ -145,9 +176,10 @@ impl JobStore for MemoryJobStore {
     fn list_pending_events<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
         let out = self.check().map(|()| {
             let mut v: Vec<Job> = self
-                .jobs
+                .state
                 .lock()
                 .unwrap()
+                .jobs
                 .values()
                 .filter(|j| j.status.is_terminal() && j.pending_event.is_some())
                 .cloned()
@@ -165,7 +197,7 @@ impl JobStore for MemoryJobStore {
         config_name: &'a str,
     ) -> BoxFuture<'a, Result<bool>> {
         let out = self.check().map(|()| {
-            self.jobs.lock().unwrap().values().any(|j| {
+            self.state.lock().unwrap().jobs.values().any(|j| {
                 j.tenant_id == tenant
                     && j.status.is_active()
                     && j.request.mapped_fields.contains_key(config_name)
@@ -177,9 +209,10 @@ impl JobStore for MemoryJobStore {
     fn list_pending<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {
         let out = self.check().map(|()| {
             let mut v: Vec<Job> = self
-                .jobs
+                .state
                 .lock()
                 .unwrap()
+                .jobs
                 .values()
                 .filter(|j| {
                     j.status == JobStatus::Pending
@@ -191,6 +224,42 @@ impl JobStore for MemoryJobStore {
             v.sort_by_key(|j| j.created_at);
             v.truncate(limit);
             v
+        });
+        ready(out)
+    }
+
+    fn sync<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SyncState>>> {
+        let out = self.check().map(|()| {
+            let state = self.state.lock().unwrap();
+            state
+                .syncs
+                .get(&(tenant.to_owned(), id.to_owned()))
+                .cloned()
+        });
+        ready(out)
+    }
+
+    fn reset_sync<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        tables: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<SyncState>> {
+        let out = self.check().and_then(|()| {
+            let mut state = self.state.lock().unwrap();
+            let s = state
+                .syncs
+                .get_mut(&(tenant.to_owned(), id.to_owned()))
+                .ok_or_else(|| ServiceError::not_found("sync not found"))?;
+            if s.active_job.is_some() {
+                return Err(ServiceError::conflict("a job of the sync is active"));
+            }
+            s.reset(tables);
+            Ok(s.clone())
         });
         ready(out)
     }

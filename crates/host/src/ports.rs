@@ -21,6 +21,9 @@ pub enum InsertOutcome {
     /// Another job with the same request hash is active (pending or processing); it is
     /// returned instead. Atomic: concurrent identical inserts create exactly one job.
     Duplicate(Box<Job>),
+    /// The job belongs to a sync whose other job is active: nothing was stored; that job
+    /// is returned. Atomic: of concurrent inserts for one sync exactly one is created.
+    SyncBusy(Box<Job>),
 }
 
 /// Outcome of [`JobStore::claim`].
@@ -179,6 +182,24 @@ pub trait JobStore: Send + Sync {
     /// processing ones whose lease expired at `now` (their worker died). The in-process
     /// queue re-enqueues these after a restart.
     fn list_pending<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>>;
+
+    /// A sync of the tenant (its watermarks and active job), `None` when no job of it was
+    /// ever stored. Syncs live beside their jobs: inserting a job of a sync makes it the
+    /// sync's active job (or answers [`InsertOutcome::SyncBusy`]), and the write that ends
+    /// the job ends that, recording a completed job's watermarks in the same write
+    /// ([`SyncState::job_ended`]).
+    fn sync<'a>(&'a self, tenant: &'a str, id: &'a str)
+    -> BoxFuture<'a, Result<Option<SyncState>>>;
+
+    /// Forgets watermarks of a sync ([`SyncState::reset`]; `tables` empty: all) and
+    /// returns it. `NotFound` without the sync; `Conflict` while a job of it is active (a
+    /// running job would write its watermark back).
+    fn reset_sync<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        tables: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<SyncState>>;
 }
 
 /// The work queue's producer side. Consumers are host-specific (SQS event source,

@@ -53,6 +53,10 @@ pub mod code {
     pub const CONNECTION_QUOTA: &str = "FET-1022";
     /// A cancel of a job that already ended.
     pub const JOB_FINISHED: &str = "FET-1023";
+    /// Another job of the sync is pending or processing (a create or a reset).
+    pub const SYNC_BUSY: &str = "FET-1024";
+    /// The sync's stored watermark is on other columns than the job names.
+    pub const SYNC_MISMATCH: &str = "FET-1025";
     pub const CONNECTION_DOWN: &str = "FET-1040";
     pub const SCHEMA_INVALID: &str = "FET-1060";
     pub const VALIDATION_LIMIT: &str = "FET-1061";

@@ -98,6 +98,33 @@ pub struct FetcherRequest {
     /// Absent: the deployment's default. Part of the dedup hash when set.
     #[schema(value_type = Option<String>, example = "v2")]
     pub result_format: Option<ResultFormat>,
+    /// Beyond the reference: tables read incrementally, `configName → table → {cursor,
+    /// key, lookback}` (docs/api.md, "Incremental extraction"). `key` defaults to the
+    /// table's primary key; `lookback` is an ISO 8601 duration (`PT5M`) for date and time
+    /// cursors, a number for numeric ones. Part of the dedup hash.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, std::collections::BTreeMap<String, IncrementalInput>>>)]
+    pub incremental: Option<fetcher_host::incremental::Incremental>,
+    /// Beyond the reference: the sync an incremental job continues (1–128 letters,
+    /// digits, `.`, `_`, `-`). Absent: derived from the product, the mapping, the
+    /// filters and the incremental reads.
+    #[schema(example = "orders-hourly")]
+    pub sync_id: Option<String>,
+}
+
+/// One table's incremental read, as the API takes it (the OpenAPI shape of
+/// `fetcher_engine::IncrementalSpec`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct IncrementalInput {
+    /// The column whose growth marks new and changed rows.
+    #[schema(example = "updated_at")]
+    cursor: String,
+    /// Columns that make the cursor unique, in order; default: the primary key.
+    key: Option<Vec<String>>,
+    /// `PT5M` (dates, timestamps) or a number (numeric cursors): rows that far behind the
+    /// watermark are read again.
+    #[schema(value_type = Option<Object>, example = "PT5M")]
+    lookback: Option<String>,
 }
 
 /// Answer of job creation (202 new, 200 duplicate).
@@ -189,6 +216,19 @@ pub struct JobResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
     pub cancel_requested_at: Option<String>,
+    /// Beyond the reference: an incremental job's sync.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync_id: Option<String>,
+    /// Beyond the reference: an incremental job's reads, `configName → table → {cursor,
+    /// key, lookback}` (keys resolved).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub incremental: Option<Value>,
+    /// Beyond the reference: a completed incremental job's watermarks, `configName →
+    /// table → {fromWatermark, toWatermark}`, each `{cursor, key, values}` or null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub watermarks: Option<Value>,
 }
 
 /// The API view of a job: internal `terminalEvent*` keys stripped from `metadata`,
@@ -237,10 +277,16 @@ pub fn job_response(job: &Job) -> JobResponse {
             .cancel_requested_at
             .filter(|_| job.status == JobStatus::Processing)
             .map(|t| t.to_string()),
+        sync_id: job.request.sync_id.clone(),
+        incremental: (!job.request.incremental.is_empty())
+            .then(|| serde_json::to_value(&job.request.incremental).unwrap_or(Value::Null)),
+        watermarks: result
+            .filter(|r| !r.watermarks.is_empty())
+            .map(|r| serde_json::to_value(&r.watermarks).unwrap_or(Value::Null)),
     }
 }
 
-fn error_of(e: JobError) -> ApiError {
+pub(crate) fn error_of(e: JobError) -> ApiError {
     let bad = StatusCode::BAD_REQUEST;
     match e {
         JobError::MappedFieldsRequired => {
@@ -326,6 +372,26 @@ fn error_of(e: JobError) -> ApiError {
                 fetcher_host::jobs::MAX_JOB_REQUEST_BYTES
             ),
         ),
+        JobError::InvalidIncremental(m) => ApiError::business(
+            bad,
+            code::INVALID_DATA_REQUEST,
+            "Invalid Incremental Read",
+            m,
+        ),
+        JobError::SyncMismatch(m) => ApiError::business(
+            StatusCode::CONFLICT,
+            code::SYNC_MISMATCH,
+            "Sync Mismatch",
+            m,
+        ),
+        JobError::SyncBusy { sync_id, job_id } => ApiError::business(
+            StatusCode::CONFLICT,
+            code::SYNC_BUSY,
+            "Sync Busy",
+            format!(
+                "job {job_id} of sync '{sync_id}' is still pending or processing; a sync runs one job at a time: wait for it (GET /v1/fetcher/{job_id}) or cancel it"
+            ),
+        ),
         JobError::SchemaInvalid(unknown) => {
             let mut errors = Vec::new();
             for (datasource, table, field) in unknown {
@@ -342,7 +408,7 @@ fn error_of(e: JobError) -> ApiError {
 /// Create an extraction job (de-duplicated by content).
 #[utoipa::path(post, path = "/v1/fetcher", tag = "fetcher", request_body = FetcherRequest,
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 202, body = FetcherResponse, description = "New job"), (status = 200, body = FetcherResponse, description = "Duplicate of an existing job"),
-        (status = 400, body = ErrorBody, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 413, body = ErrorBody, description = "Body over 4 MiB, or the job request (mapped fields, filters, metadata) over 192 KiB"),
+        (status = 400, body = ErrorBody, description = "FET-0001, FET-0401 (also Invalid Incremental Read), FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 409, body = ErrorBody, description = "FET-1024: another job of the sync is pending or processing; FET-1025: the sync's watermark is on other columns"), (status = 413, body = ErrorBody, description = "Body over 4 MiB, or the job request (mapped fields, filters, metadata) over 192 KiB"),
         (status = 422, body = super::connections::SchemaValidationErrorResponse, description = "FET-1060: the cached schema lacks a mapped table or field (validate-schema's body)"), (status = 500, body = ErrorBody, description = "FET-0002"), (status = 503, body = ErrorBody, description = "FET-0003: shutting down, nothing stored"), (status = 504, body = ErrorBody, description = "The datasources' connection tests did not finish within the budget (20 s)")))]
 pub async fn create_job(
     State(st): State<AppState>,
@@ -379,6 +445,8 @@ pub async fn create_job(
         filters,
         metadata: req.metadata,
         result_format: req.result_format,
+        incremental: req.incremental.unwrap_or_default(),
+        sync_id: req.sync_id,
     };
     let (status, job, message) = match st
         .jobs()

@@ -18,7 +18,9 @@
 //! | [`extract`] | JSON bodies (content type, 413), `{id}`, `X-Product-Name`, `X-Request-Id` |
 //! | [`paging`] | page/limit/sort/date-window query parameters and the list envelope |
 //! | [`connections`] | routes 3–12: DTOs, request and model validation, the connection record |
-//! | [`fetcher`] | routes 1–2 over [`fetcher_host::jobs`] |
+//! | [`fetcher`] | routes 1–2 (create, get and cancel jobs) over [`fetcher_host::jobs`] |
+//! | [`syncs`] | a sync's watermarks and its reset, over [`fetcher_host::incremental`] |
+//! | [`syncs`] | a sync's watermarks and its reset, over [`fetcher_host::incremental`] |
 //! | [`probes`] | `/health`, `/readyz`, `/readyz/tenant/{id}`, `/metrics`, `/version`, `/openapi.json`, [`ReadinessProbe`], [`probes::Metrics`] |
 //!
 //! ## Request pipeline
@@ -77,6 +79,7 @@ pub mod extract;
 pub mod fetcher;
 pub mod paging;
 pub mod probes;
+pub mod syncs;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -327,6 +330,8 @@ fn business_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(fetcher::create_job))
         .routes(routes!(fetcher::get_job))
         .routes(routes!(fetcher::cancel_job))
+        .routes(routes!(syncs::get_sync))
+        .routes(routes!(syncs::reset_sync))
         .routes(routes!(
             connections::list_connections,
             connections::create_connection

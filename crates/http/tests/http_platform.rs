@@ -271,6 +271,8 @@ async fn openapi_matches_the_router() {
         ("POST", "/v1/fetcher"),
         ("GET", "/v1/fetcher/{id}"),
         ("POST", "/v1/fetcher/{id}/cancel"),
+        ("GET", "/v1/syncs/{id}"),
+        ("POST", "/v1/syncs/{id}/reset"),
         ("GET", "/v1/management/connections"),
         ("POST", "/v1/management/connections"),
         ("POST", "/v1/management/connections/validate-schema"),

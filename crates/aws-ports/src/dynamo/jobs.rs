@@ -3,6 +3,7 @@
 //! lease item along.
 
 use super::job_lease::*;
+use super::syncs::{claim_sync, end_sync};
 use super::*;
 
 pub(super) fn job_pk(tenant: &str, id: &str) -> String {
@@ -172,6 +173,14 @@ impl DynamoStore {
                 )),
                 (None, None) => {}
             }
+            if was_active
+                && job.status.is_terminal()
+                && let Some(sync_id) = &job.request.sync_id
+                && let Some(mut sync) = self.load_sync(tenant, sync_id).await?
+            {
+                sync.job_ended(&job);
+                items.push(end_sync(&self.table, &sync, &job.id));
+            }
             if was_active && job.status.is_terminal() {
                 items.push(delete(
                     &self.table,
@@ -256,6 +265,15 @@ impl JobStore for DynamoStore {
                     ),
                     put(&self.table, lock, Some("attribute_not_exists(pk)"), &[]),
                 ];
+                let in_sync = job
+                    .request
+                    .sync_id
+                    .as_deref()
+                    .filter(|_| job.status.is_active());
+                if let Some(sync) = in_sync {
+                    // Index 2: the sync's one active job.
+                    items.push(claim_sync(&self.table, tenant, sync, &job.id));
+                }
                 if job.status.is_active() {
                     for config in job.config_names() {
                         let mut marker = key(active_pk(tenant, config), &job.id);
@@ -277,6 +295,30 @@ impl JobStore for DynamoStore {
                     .is_some_and(|c| c == "ConditionalCheckFailed")
                 {
                     return Err(ServiceError::conflict("job id already exists"));
+                }
+                if let Some(sync) = in_sync
+                    && reasons.get(1).is_none_or(|c| c != "ConditionalCheckFailed")
+                    && reasons
+                        .get(2)
+                        .is_some_and(|c| c == "ConditionalCheckFailed")
+                {
+                    let holder = self
+                        .load_sync(tenant, sync)
+                        .await?
+                        .and_then(|s| s.active_job);
+                    match holder {
+                        Some(h) => match self.load_job(tenant, &h).await? {
+                            Some((other, _)) => {
+                                return Ok(InsertOutcome::SyncBusy(Box::new(other)));
+                            }
+                            None => {
+                                return Err(ServiceError::unavailable(
+                                    "sync lock held by a vanished job",
+                                ));
+                            }
+                        },
+                        None => continue, // released meanwhile
+                    }
                 }
                 if reasons.get(1).is_none_or(|c| c != "ConditionalCheckFailed") {
                     // A transaction conflict with a concurrent insert: try again.
@@ -478,5 +520,22 @@ impl JobStore for DynamoStore {
                 Err(e) => Err(unavailable(e)),
             }
         })
+    }
+
+    fn sync<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SyncState>>> {
+        Box::pin(self.load_sync(tenant, id))
+    }
+
+    fn reset_sync<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        tables: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<SyncState>> {
+        Box::pin(self.reset(tenant, id, tables))
     }
 }

@@ -11,6 +11,7 @@
 //! | `rate_limit` | `RateLimiter` (one counter item per key, atomic `ADD`, TTL) |
 //! | `jobs` | `JobStore`: the job item and its indexes, dedup locks, active-config markers, read-modify-write transitions |
 //! | `job_lease` | a processing job's lease item, which heartbeats update alone |
+//! | `syncs` | a sync's item: its watermarks and its one active job, written in its jobs' transactions |
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -31,7 +32,7 @@ use fetcher_engine::{
     HostAttributes, ProtectedCredential, SchemaSnapshot, TenantContext, Timestamp,
 };
 use fetcher_host::error::{Result, ServiceError};
-use fetcher_host::model::{Job, JobStatus, Progress, Transition};
+use fetcher_host::model::{Job, JobStatus, Progress, SyncState, Transition};
 use fetcher_host::ports::{ClaimOutcome, InsertOutcome, JobStore, RateDecision, RateLimiter};
 
 type Item = HashMap<String, AttributeValue>;
@@ -56,6 +57,7 @@ mod job_lease;
 mod jobs;
 mod rate_limit;
 mod schema_cache;
+mod syncs;
 
 pub use connections::ReencryptReport;
 use item::*;

@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 
 use super::batch::Sink;
 use super::failure::{FirstError, panic_error, serialize_failed};
-use super::{completed_state, hex};
+use super::{Tally, completed_state, hex};
 use crate::context::{Context, Done};
 use crate::engine::Engine;
 use crate::error::{Category, EngineError, Result, msg};
@@ -55,9 +55,10 @@ impl Engine {
                 let out = engine
                     .run_step(&run, &tenant, &step, Sink::Direct(&mut tables))
                     .await;
-                let out = out.and_then(|()| check_direct_budget(&tables, &budget));
+                let out =
+                    out.and_then(|reached| check_direct_budget(&tables, &budget).map(|()| reached));
                 match out {
-                    Ok(()) => Some((index, tables)),
+                    Ok(reached) => Some((index, tables, reached)),
                     Err(e) => {
                         first.record(e);
                         None
@@ -66,9 +67,13 @@ impl Engine {
             });
         }
         let mut per_step: Vec<Option<BTreeMap<String, Vec<Row>>>> = vec![None; plan.steps.len()];
+        let mut tally = Tally::default();
         while let Some(joined) = tasks.join_next().await {
             match joined {
-                Ok(Some((i, tables))) => per_step[i] = Some(tables),
+                Ok(Some((i, tables, reached))) => {
+                    per_step[i] = Some(tables);
+                    tally.reached(&plan.steps[i].config_name, reached);
+                }
                 Ok(None) => {}
                 Err(e) if e.is_panic() => first.record(panic_error(e.into_panic())),
                 Err(_) => first.record(Done::Canceled.into()),
@@ -82,11 +87,13 @@ impl Engine {
         }
 
         let mut aggregate: BTreeMap<String, BTreeMap<String, Vec<Row>>> = BTreeMap::new();
-        let mut row_counts = BTreeMap::new();
         for (step, tables) in plan.steps.iter().zip(per_step) {
             let tables = tables.unwrap_or_default();
             let rows: i64 = tables.values().map(|r| r.len() as i64).sum();
-            *row_counts.entry(step.config_name.clone()).or_insert(0) += rows;
+            *tally
+                .row_counts
+                .entry(step.config_name.clone())
+                .or_insert(0) += rows;
             aggregate
                 .entry(step.config_name.clone())
                 .or_default()
@@ -108,7 +115,7 @@ impl Engine {
             ));
         }
         let completed_at = Timestamp::now();
-        let row_count = row_counts.values().sum();
+        let row_count = tally.row_counts.values().sum();
         Ok(ExtractionResult {
             state: completed_state(plan, completed_at),
             direct: Some(DirectResult {
@@ -125,7 +132,8 @@ impl Engine {
                 data,
             }),
             reference: None,
-            row_counts,
+            row_counts: tally.row_counts,
+            watermarks: tally.watermarks,
         })
     }
 }

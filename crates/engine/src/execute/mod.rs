@@ -193,14 +193,16 @@ impl Engine {
     }
 
     /// The per-step work shared by both modes. `connector` lives outside the
-    /// panic-catching section so it is closed even when the step panics.
+    /// panic-catching section so it is closed even when the step panics. Returns the
+    /// watermark each incremental table reached: its last row's `(cursor, key)`, the
+    /// connector yielding those tables in that order.
     async fn run_step(
         &self,
         run: &Context,
         tenant: &TenantContext,
         step: &PlanStep,
         mut sink: Sink<'_>,
-    ) -> Result<()> {
+    ) -> Result<Reached> {
         if let Some(d) = run.err() {
             return Err(d.into());
         }
@@ -234,9 +236,15 @@ impl Engine {
                 .await
                 .map_err(|e| connector_error(e, run, msg::QUERY_FAILED))?;
             let mut drained = Ok(());
+            let mut reached = Reached::new();
             loop {
                 match cursor.next_batch(run).await {
                     Ok(Some(batch)) => {
+                        if let Some(read) = step.incremental.get(&*batch.table)
+                            && let Some(last) = batch.rows.last()
+                        {
+                            reached.insert(batch.table.to_string(), watermark_of(read, last));
+                        }
                         if let Err(e) = sink.accept(run, batch).await {
                             drained = Err(e);
                             break;
@@ -260,7 +268,7 @@ impl Engine {
                 Sink::Parts(p) => p.finish(run, step).await?,
                 Sink::Direct(_) => {}
             }
-            Ok(())
+            Ok(reached)
         })
         .await;
         let _ = catch(connector.close(run)).await;
@@ -274,7 +282,7 @@ fn stored_result(
     plan: &ExtractionPlan,
     mut reference: ResultReference,
     digest: String,
-    row_counts: BTreeMap<String, i64>,
+    tally: Tally,
 ) -> Result<ExtractionResult> {
     if let Some(p) = &reference.protection
         && !applied_by::is_valid(&p.applied_by)
@@ -293,8 +301,43 @@ fn stored_result(
         state: completed_state(plan, completed_at),
         direct: None,
         reference: Some(reference),
-        row_counts,
+        row_counts: tally.row_counts,
+        watermarks: tally.watermarks,
     })
+}
+
+/// `table → the watermark it reached`, of one step.
+type Reached = BTreeMap<String, Watermark>;
+
+/// What a run counted: rows per config, and the watermarks its incremental tables reached.
+#[derive(Debug, Default)]
+struct Tally {
+    row_counts: BTreeMap<String, i64>,
+    watermarks: BTreeMap<String, Reached>,
+}
+
+impl Tally {
+    fn reached(&mut self, config: &str, reached: Reached) {
+        if !reached.is_empty() {
+            self.watermarks
+                .entry(config.to_owned())
+                .or_default()
+                .extend(reached);
+        }
+    }
+}
+
+/// The `(cursor, key)` of `row` under `read`, rendered as the result renders them.
+fn watermark_of(read: &IncrementalRead, row: &crate::value::Row) -> Watermark {
+    Watermark {
+        cursor: read.spec.cursor.clone(),
+        key: read.spec.key.clone(),
+        values: read
+            .spec
+            .columns()
+            .map(|c| row.get(c).map_or(serde_json::Value::Null, |v| v.to_json()))
+            .collect(),
+    }
 }
 
 /// The terminal state of a run that completed at `at`.
@@ -323,6 +366,11 @@ fn step_request(step: &PlanStep) -> ExtractionRequest {
         request
             .filters
             .insert(step.config_name.clone(), step.filters.clone());
+    }
+    if !step.incremental.is_empty() {
+        request
+            .incremental
+            .insert(step.config_name.clone(), step.incremental.clone());
     }
     request
 }

@@ -233,14 +233,14 @@ impl Engine {
         let Output::Parts(mut parts) = out else {
             unreachable!("built above")
         };
-        let (total_bytes, row_counts) = match streamed {
+        let (total_bytes, tally) = match streamed {
             Ok(s) => s,
             Err(e) => {
                 parts.abort().await;
                 return Err(e);
             }
         };
-        let row_count: i64 = row_counts.values().sum();
+        let row_count: i64 = tally.row_counts.values().sum();
         let manifest = serde_json::to_vec(&Manifest {
             format: format.name(),
             job_id: &plan.request_id,
@@ -272,6 +272,6 @@ impl Engine {
         reference.size_bytes = total_bytes;
         reference.parts = std::mem::take(&mut parts.done);
         let digest = hex(&Sha256::digest(&manifest));
-        stored_result(plan, reference, digest, row_counts)
+        stored_result(plan, reference, digest, tally)
     }
 }

@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use super::batch::{Batch, BufferPool, Producer, Sink};
 use super::failure::{FirstError, SetOnDrop, panic_error};
 use super::parts::{PartProducer, PartsOutput};
-use super::{hex, stored_result};
+use super::{Tally, hex, stored_result};
 use crate::context::Context;
 use crate::engine::Engine;
 use crate::error::{Category, EngineError, Result, msg};
@@ -76,7 +76,7 @@ impl Engine {
         let Output::Stream { hasher, .. } = out else {
             unreachable!("built above")
         };
-        let (total_bytes, row_counts) = match streamed {
+        let (total_bytes, tally) = match streamed {
             Ok(s) => s,
             Err(e) => {
                 writer.abort(run).await;
@@ -92,15 +92,15 @@ impl Engine {
         // The reference says `json` here although the bytes are NDJSON; we say what
         // they are.
         reference.format = "ndjson".into();
-        reference.row_count = row_counts.values().sum();
+        reference.row_count = tally.row_counts.values().sum();
         if reference.size_bytes == 0 {
             reference.size_bytes = total_bytes;
         }
-        stored_result(plan, reference, digest, row_counts)
+        stored_result(plan, reference, digest, tally)
     }
 
     /// Producers + ordered writer: NDJSON producers, or part producers when a `format`
-    /// is given. Returns (bytes written, rows per config).
+    /// is given. Returns (bytes written, what the run counted).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn stream_steps(
         &self,
@@ -111,7 +111,7 @@ impl Engine {
         out: &mut Output<'_>,
         format: Option<&Arc<dyn TableFormat>>,
         progress: &ExtractionProgress,
-    ) -> Result<(i64, BTreeMap<String, i64>)> {
+    ) -> Result<(i64, Tally)> {
         progress.start(plan.steps.iter().map(|s| s.tables.len() as u64).sum());
         let window = plan.limits.concurrency();
         let first = FirstError::new(run);
@@ -119,13 +119,14 @@ impl Engine {
         let mut finished: Vec<watch::Receiver<bool>> = Vec::with_capacity(plan.steps.len());
         let mut tasks = JoinSet::new();
         let pool = BufferPool::default();
+        let reached = Arc::new(std::sync::Mutex::new(Tally::default()));
         for (index, step) in plan.steps.iter().enumerate() {
             let (tx, rx) = mpsc::channel::<Batch>(1);
             queues.push(rx);
             let (done_tx, done_rx) = watch::channel(false);
             let wait_for = index.checked_sub(window).map(|j| finished[j].clone());
             finished.push(done_rx);
-            let (engine, run, tenant, step, first, pool, format) = (
+            let (engine, run, tenant, step, first, pool, format, tally) = (
                 self.clone(),
                 run.clone(),
                 tenant.clone(),
@@ -133,6 +134,7 @@ impl Engine {
                 first.clone(),
                 pool.clone(),
                 format.cloned(),
+                reached.clone(),
             );
             tasks.spawn(async move {
                 // Signals "finished" however the task ends (success, error, panic, abort).
@@ -154,8 +156,12 @@ impl Engine {
                             .await
                     }
                 };
-                if let Err(e) = outcome {
-                    first.record(e);
+                match outcome {
+                    Ok(r) => tally
+                        .lock()
+                        .expect("tally lock")
+                        .reached(&step.config_name, r),
+                    Err(e) => first.record(e),
                 }
                 // Dropping the producer closes this step's queue.
             });
@@ -228,6 +234,8 @@ impl Engine {
         if let Some(d) = caller.err().or(run.err()) {
             return Err(d.into());
         }
-        Ok((total, row_counts))
+        let mut tally = std::mem::take(&mut *reached.lock().expect("tally lock"));
+        tally.row_counts = row_counts;
+        Ok((total, tally))
     }
 }

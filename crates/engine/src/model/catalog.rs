@@ -2,16 +2,41 @@
 //! normalisation per datasource type), and a mapping validated against it (docs/engine.md,
 //! "Schema discovery and validation").
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::time::Timestamp;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TableSnapshot {
     /// Qualified name, e.g. `schema.table`.
     pub name: String,
     /// Field names; nested document fields are dotted (`address.city`).
     pub fields: Vec<String>,
+    /// The primary key's columns in key order (empty: none, or a connector that does not
+    /// say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub primary_key: Vec<String>,
+    /// Per field, its catalog type and what an incremental read may use it for (empty: a
+    /// connector that does not say).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub types: BTreeMap<String, FieldType>,
+}
+
+/// A field's catalog type, and whether it can order an incremental read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldType {
+    /// The database's name for it (`timestamp with time zone`, `bigint`, `jsonb`).
+    pub name: String,
+    /// May be an incremental cursor: integers, numeric, timestamps, dates, text.
+    #[serde(default)]
+    pub cursor: bool,
+    /// May be part of an incremental key: comparable and orderable (also UUIDs).
+    #[serde(default)]
+    pub key: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,6 +231,7 @@ mod tests {
             tables: vec![TableSnapshot {
                 name: "orders".into(),
                 fields: vec!["id".into()],
+                ..Default::default()
             }],
             captured_at: None,
         };

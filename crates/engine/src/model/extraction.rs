@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::filter::{DatasourceFilters, Filters};
 use crate::limits::Limits;
+use crate::model::incremental::IncrementalRead;
 use crate::time::Timestamp;
 
 /// `qualifiedTable → [field]`.
@@ -26,6 +27,11 @@ pub struct ExtractionRequest {
     pub metadata: BTreeMap<String, serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<Limits>,
+    /// `configName → (table → incremental read)`: tables read only past a watermark, in
+    /// `(cursor, key)` order (docs/api.md, "Incremental extraction"). The engine checks
+    /// the targets, the connector the columns.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub incremental: BTreeMap<String, BTreeMap<String, IncrementalRead>>,
 }
 
 /// Where the result goes. Unknown strings behave as `Auto`.
@@ -81,6 +87,9 @@ pub struct PlanStep {
     pub fields: FieldSelection,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub filters: DatasourceFilters,
+    /// `table → incremental read` of this step's incremental tables.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub incremental: BTreeMap<String, IncrementalRead>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

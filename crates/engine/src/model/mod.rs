@@ -7,6 +7,7 @@
 //! | [`connection`] | connection input (with its secret), descriptor, protected credential, patch, list and page, test result |
 //! | [`catalog`] | discovered tables and fields, table-name normalisation, schema validation requests and reports |
 //! | [`extraction`] | the extraction request, its plan and steps, the execution mode, the recorded state of a run |
+//! | [`incremental`] | incremental reads: the spec (cursor, key, lookback), the watermark, a read after one |
 //! | [`result`] | the direct document, the stored reference, integrity, protection (`appliedBy`), parts |
 //! | [`filter`] | filter conditions and operators |
 //! | [`value`] | cells, rows, shared columns, batches |
@@ -20,6 +21,7 @@ pub mod catalog;
 pub mod connection;
 pub mod extraction;
 pub mod filter;
+pub mod incremental;
 pub mod limits;
 pub mod progress;
 pub mod result;
@@ -31,4 +33,5 @@ pub mod value;
 pub use catalog::*;
 pub use connection::*;
 pub use extraction::*;
+pub use incremental::*;
 pub use result::*;

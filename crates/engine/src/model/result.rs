@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::ExecutionState;
+use crate::model::incremental::Watermark;
 use crate::time::Timestamp;
 
 /// Who applied a result's protection: the closed set `engine`, `adapter`, `host`.
@@ -141,6 +142,10 @@ pub struct ExtractionResult {
     pub reference: Option<ResultReference>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub row_counts: BTreeMap<String, i64>,
+    /// `configName → (table → the highest (cursor, key) read)` of the incremental tables
+    /// that yielded rows; a table that yielded none keeps the watermark it was read after.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub watermarks: BTreeMap<String, BTreeMap<String, Watermark>>,
 }
 
 mod base64_bytes {

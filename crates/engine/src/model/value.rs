@@ -34,6 +34,26 @@ pub enum Value {
     Json(Box<str>),
 }
 
+impl Value {
+    /// The value as JSON, as the result renders it (bytes as Base64; a JSON document kept
+    /// as text parsed back, which may round a number beyond a double).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match self {
+            Value::Null => J::Null,
+            Value::Bool(b) => J::Bool(*b),
+            Value::Int(i) => J::from(*i),
+            Value::UInt(u) => J::from(*u),
+            Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+            Value::String(s) => J::String(s.clone()),
+            Value::Bytes(b) => J::String(crate::json::base64(b)),
+            Value::List(l) => J::Array(l.iter().map(Value::to_json).collect()),
+            Value::Map(m) => J::Object(m.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()),
+            Value::Json(text) => serde_json::from_str(text).unwrap_or(J::Null),
+        }
+    }
+}
+
 impl From<&str> for Value {
     fn from(s: &str) -> Self {
         Value::String(s.to_owned())

@@ -125,6 +125,7 @@ pub fn schema(tables: &[(&str, &[&str])]) -> SchemaSnapshot {
             .map(|(t, f)| TableSnapshot {
                 name: (*t).into(),
                 fields: f.iter().map(|s| (*s).into()).collect(),
+                ..Default::default()
             })
             .collect(),
         captured_at: None,

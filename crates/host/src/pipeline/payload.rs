@@ -29,6 +29,11 @@ struct ResultDescriptor<'a> {
     /// Beyond the reference: a Parquet job's files (docs/events.md, "`result`").
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     parts: &'a [fetcher_engine::ResultPart],
+    /// Beyond the reference: an incremental job's `configName → table → {fromWatermark,
+    /// toWatermark}` (docs/events.md, "`result`").
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    watermarks:
+        &'a std::collections::BTreeMap<String, std::collections::BTreeMap<String, WatermarkSpan>>,
 }
 
 #[derive(Serialize)]
@@ -100,6 +105,7 @@ pub fn completed_payload(
             key_version: &r.key_version,
             sha256: &r.digest,
             parts: &r.parts,
+            watermarks: &r.watermarks,
         }),
         execution_time_ms: elapsed.as_millis() as u64,
         completed_at: Some(at.to_string()),

@@ -2,11 +2,13 @@
 //! v1 in memory), and decide what the outcome means for the job (complete, retry, fail,
 //! cancel, hand back at shutdown).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use fetcher_engine::{
-    Context, ExecutionMode, ExtractionProgress, ExtractionRequest, TenantContext, Timestamp,
+    Context, ExecutionMode, ExtractionProgress, ExtractionRequest, IncrementalRead, TenantContext,
+    Timestamp,
 };
 use tracing::{info, warn};
 
@@ -126,9 +128,59 @@ impl Pipeline {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             overrides: None,
+            incremental: self.incremental_reads(job).await?,
         };
         let mut plan = self.engine.plan_extraction(&ctx, &tenant, &request).await?;
         plan.request_id.clone_from(&job.id);
+        let (out, mut result) = self.run_plan(job, &ctx, &mut plan, progress).await?;
+        result.watermarks = spans(&request, &out);
+        Ok(result)
+    }
+
+    /// The incremental reads of `job`: each table read after its sync's watermark (read
+    /// now, not when the job was created; the sync has no other active job meanwhile).
+    async fn incremental_reads(
+        &self,
+        job: &Job,
+    ) -> Result<BTreeMap<String, BTreeMap<String, IncrementalRead>>> {
+        if job.request.incremental.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let sync = match &job.request.sync_id {
+            Some(id) => self.jobs.sync(&job.tenant_id, id).await?,
+            None => None,
+        };
+        let mut reads: BTreeMap<String, BTreeMap<String, IncrementalRead>> = BTreeMap::new();
+        for (config, tables) in &job.request.incremental {
+            for (table, spec) in tables {
+                let after = sync
+                    .as_ref()
+                    .and_then(|s| s.watermark(config, table))
+                    .cloned();
+                if after.as_ref().is_some_and(|w| !w.matches(spec)) {
+                    return Err(ServiceError::validation(SYNC_COLUMNS_CHANGED));
+                }
+                reads.entry(config.clone()).or_default().insert(
+                    table.clone(),
+                    IncrementalRead {
+                        spec: spec.clone(),
+                        after,
+                    },
+                );
+            }
+        }
+        Ok(reads)
+    }
+
+    /// Executes `plan` in the job's format; the engine's result and the job's.
+    async fn run_plan(
+        &self,
+        job: &Job,
+        ctx: &Context,
+        plan: &mut fetcher_engine::ExtractionPlan,
+        progress: &ExtractionProgress,
+    ) -> Result<(fetcher_engine::ExtractionResult, JobResult)> {
+        let ctx = ctx.clone();
         match job
             .request
             .result_format
@@ -138,12 +190,14 @@ impl Pipeline {
                 plan.mode = ExecutionMode::Store;
                 let out = self
                     .engine
-                    .execute_extraction_observed(&ctx, &plan, progress)
+                    .execute_extraction_observed(&ctx, plan, progress)
                     .await?;
                 let r = out
                     .reference
+                    .as_ref()
                     .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
-                Ok(JobResult::sealed(&r, ResultFormat::V2))
+                let result = JobResult::sealed(r, ResultFormat::V2);
+                Ok((out, result))
             }
             ResultFormat::Parquet => {
                 let format = self
@@ -152,12 +206,14 @@ impl Pipeline {
                     .ok_or_else(|| ServiceError::validation(PARQUET_UNSUPPORTED))?;
                 let out = self
                     .engine
-                    .execute_extraction_parts(&ctx, &plan, format, progress)
+                    .execute_extraction_parts(&ctx, plan, format, progress)
                     .await?;
                 let r = out
                     .reference
+                    .as_ref()
                     .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
-                Ok(JobResult::sealed(&r, ResultFormat::Parquet))
+                let result = JobResult::sealed(r, ResultFormat::Parquet);
+                Ok((out, result))
             }
             ResultFormat::V1 => {
                 plan.mode = ExecutionMode::Direct;
@@ -167,9 +223,10 @@ impl Pipeline {
                 {
                     plan.limits.max_result_bytes = cap;
                 }
-                let out = self.engine.execute_extraction(&ctx, &plan).await?;
+                let mut out = self.engine.execute_extraction(&ctx, plan).await?;
                 let d = out
                     .direct
+                    .take()
                     .ok_or_else(|| ServiceError::internal("direct mode returned no payload"))?;
                 let ring = self.keys.key_ring().await?;
                 let path = result_path(&job.tenant_id, &job.id, ResultFormat::V1);
@@ -179,8 +236,40 @@ impl Pipeline {
                     i.digest = direct.digest;
                 }
                 r.row_count = d.row_count;
-                Ok(JobResult::sealed(&r, ResultFormat::V1))
+                let result = JobResult::sealed(&r, ResultFormat::V1);
+                Ok((out, result))
             }
         }
     }
+}
+
+/// The job's failure when its sync's watermark is on other columns than it names (the
+/// job was created before a change of the stored watermark, which a reset allows).
+pub const SYNC_COLUMNS_CHANGED: &str =
+    "incremental read does not match its sync's watermark columns; reset the sync";
+
+/// Each incremental table's span: from the watermark it was read after, to the one it
+/// reached (the same when it yielded no row).
+fn spans(
+    request: &ExtractionRequest,
+    out: &fetcher_engine::ExtractionResult,
+) -> BTreeMap<String, BTreeMap<String, WatermarkSpan>> {
+    request
+        .incremental
+        .iter()
+        .map(|(config, tables)| {
+            let spans = tables
+                .iter()
+                .map(|(table, read)| {
+                    let reached = out.watermarks.get(config).and_then(|t| t.get(table));
+                    let span = WatermarkSpan {
+                        from_watermark: read.after.clone(),
+                        to_watermark: reached.cloned().or_else(|| read.after.clone()),
+                    };
+                    (table.clone(), span)
+                })
+                .collect();
+            (config.clone(), spans)
+        })
+        .collect()
 }

@@ -47,6 +47,7 @@ pub async fn world() -> World {
             tables: vec![TableSnapshot {
                 name: "public.accounts".into(),
                 fields: vec!["id".into(), "name".into()],
+                ..Default::default()
             }],
             captured_at: None,
         },

@@ -58,10 +58,12 @@ pub fn schema() -> SchemaSnapshot {
             TableSnapshot {
                 name: "users".into(),
                 fields: vec!["name".into(), "id".into(), "address.city".into()],
+                ..Default::default()
             },
             TableSnapshot {
                 name: "accounting.invoices".into(),
                 fields: vec!["total".into(), "id".into()],
+                ..Default::default()
             },
         ],
         captured_at: None,

@@ -1,0 +1,102 @@
+//! Sync routes (docs/api.md, "Syncs"): a sync's watermarks, and a reset that makes its
+//! next job read from the start. Tenant-scoped like jobs: another tenant's sync is a 404.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use fetcher_host::jobs::JobError;
+use fetcher_host::model::SyncState;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::extract::{RawBody, parse_json};
+use super::fetcher::error_of;
+use super::{AppState, Scope};
+
+/// A sync as `GET /v1/syncs/{id}` returns it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncResponse {
+    pub sync_id: String,
+    /// The pending or processing job of the sync, if any (at most one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = Uuid)]
+    pub active_job: Option<String>,
+    /// `configName → table → {watermark: {cursor, key, values}, jobId, updatedAt}`: what
+    /// the sync's last completed job of each table reached; the next job reads past it.
+    #[schema(value_type = Object)]
+    pub tables: Value,
+}
+
+fn response(s: &SyncState) -> SyncResponse {
+    SyncResponse {
+        sync_id: s.id.clone(),
+        active_job: s.active_job.clone(),
+        tables: serde_json::to_value(&s.tables).unwrap_or(Value::Null),
+    }
+}
+
+/// Body of `POST /v1/syncs/{id}/reset` (optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResetRequest {
+    /// `configName → [table]` to reset; absent or empty: every table of the sync.
+    pub tables: Option<BTreeMap<String, Vec<String>>>,
+}
+
+fn sync_error(e: JobError) -> ApiError {
+    match e {
+        JobError::NotFound => ApiError::not_found("sync"),
+        e => error_of(e),
+    }
+}
+
+/// Get a sync's watermarks.
+#[utoipa::path(get, path = "/v1/syncs/{id}", tag = "fetcher", params(("id" = String, Path, description = "The syncId (given, or derived: `auto-…`, in the job)")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT"), (status = 200, body = SyncResponse), (status = 404, body = ErrorBody, description = "FET-1001: no such sync (of this tenant)"), (status = 500, body = ErrorBody, description = "FET-0002")))]
+pub async fn get_sync(
+    State(st): State<AppState>,
+    scope: Scope,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let sync = st
+        .jobs()
+        .sync(&scope.tenant, &id)
+        .await
+        .map_err(sync_error)?;
+    Ok(Json(response(&sync)).into_response())
+}
+
+/// Reset a sync (all tables, or those named): its next job reads them from the start.
+#[utoipa::path(post, path = "/v1/syncs/{id}/reset", tag = "fetcher", params(("id" = String, Path)), request_body(content = Option<ResetRequest>),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT"), (status = 200, body = SyncResponse, description = "The sync after the reset"), (status = 400, body = ErrorBody, description = "FET-0001: a body that is not the reset request"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1024: a job of the sync is pending or processing"), (status = 500, body = ErrorBody, description = "FET-0002")))]
+pub async fn reset_sync(
+    State(st): State<AppState>,
+    scope: Scope,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let req: ResetRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        ResetRequest::default()
+    } else {
+        parse_json(&headers, &body)?
+    };
+    let tables: Vec<(String, String)> = req
+        .tables
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|(config, tables)| tables.into_iter().map(move |t| (config.clone(), t)))
+        .collect();
+    let sync = st
+        .jobs()
+        .reset_sync(&scope.tenant, &id, &tables)
+        .await
+        .map_err(sync_error)?;
+    Ok((StatusCode::OK, Json(response(&sync))).into_response())
+}
