@@ -344,6 +344,70 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
     let (_, v) = w.api("GET", &format!("/v1/fetcher/{job}"), None);
     assert_eq!(v["status"], "completed", "{v}");
 
+    // --- Two incremental jobs of one sync: the second reads only what came after ------
+    let incremental = |run: u32| {
+        json!({"dataRequest": {"mappedFields": {"pg-main": {"accounts": ["id", "name"]}}},
+               "incremental": {"pg-main": {"accounts": {"cursor": "id"}}}, "syncId": "e2e-sync",
+               "metadata": {"source": "e2e", "case": "incremental", "run": run}})
+    };
+    let mut spans = Vec::new();
+    for (run, expected) in [
+        (1, vec!["ada", "grace", "edsger"]),
+        (2, vec!["barbara", "ken"]),
+    ] {
+        if run == 2 {
+            psql(
+                DB,
+                "INSERT INTO accounts VALUES (4, 'barbara'), (5, 'ken');",
+            );
+        }
+        let (status, v) = w.api("POST", "/v1/fetcher", Some(&incremental(run)));
+        assert_eq!(status, 202, "{v}");
+        let job = v["jobId"].as_str().unwrap().to_owned();
+        let msg = job_message(&c, &r, &job).await;
+        let answer = w.invoke("extract", &sqs_event(&msg, &queue_arn));
+        assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+        let (_, v) = w.api("GET", &format!("/v1/fetcher/{job}"), None);
+        assert_eq!(v["status"], "completed", "{v}");
+        let sealed = read_all(&objects, v["resultPath"].as_str().unwrap())
+            .await
+            .unwrap()
+            .expect("result");
+        let mut opener = Opener::new(&ring, &job);
+        let mut plain = Vec::new();
+        opener.update_into(&sealed, &mut plain).expect("open");
+        opener.finish().expect("authentic");
+        let names: Vec<String> = String::from_utf8(plain)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["row"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(names, expected, "run {run}");
+        let events = events_for(&c, &r, &job, Duration::from_secs(20)).await;
+        assert_eq!(events.len(), 1, "{events:?}");
+        let span = &events[0]["detail"]["result"]["watermarks"]["pg-main"]["accounts"];
+        assert_eq!(
+            span, &v["watermarks"]["pg-main"]["accounts"],
+            "the event carries the span"
+        );
+        spans.push(span.clone());
+    }
+    assert_eq!(spans[0]["fromWatermark"], Value::Null);
+    assert_eq!(spans[0]["toWatermark"]["values"], json!([3]));
+    assert_eq!(spans[1]["fromWatermark"], spans[0]["toWatermark"]);
+    assert_eq!(spans[1]["toWatermark"]["values"], json!([5]));
+    let (status, sync) = w.api("GET", "/v1/syncs/e2e-sync", None);
+    assert_eq!(status, 200, "{sync}");
+    assert_eq!(
+        sync["tables"]["pg-main"]["accounts"]["watermark"],
+        spans[1]["toWatermark"]
+    );
+
     // The scheduled repair pass runs (nothing left to republish).
     let repaired = w.invoke(
         "extract",

@@ -297,6 +297,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         read_partitions: args.extraction.read_partitions.into(),
     })?;
     let queue = InProcessQueue::new();
+    // The test harness's crash point (docs/operations.md, "`fetcher serve` settings").
+    let crash_before_complete = std::env::var_os("FETCHER_TEST_CRASH_BEFORE_COMPLETE").is_some();
+    if crash_before_complete {
+        tracing::warn!(
+            "FETCHER_TEST_CRASH_BEFORE_COMPLETE is set: this serve aborts before completing its first job (a test harness setting)"
+        );
+    }
     let pipeline = Arc::new(
         ports
             .pipeline(
@@ -306,6 +313,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 PipelineConfig {
                     lease: Duration::from_secs(30),
                     retry_budget: Duration::from_secs(args.retry_budget),
+                    crash_before_complete,
                     progress_interval: args.extraction.progress_interval(),
                     default_format: match args.result_format.as_str() {
                         "v1" => ResultFormat::V1,

@@ -120,6 +120,7 @@ impl Catalog {
                                 name: c.type_name.clone(),
                                 cursor: crate::incremental::can_be_cursor(c),
                                 key: crate::incremental::can_be_key(c),
+                                lookback: crate::incremental::lookback_kind(c),
                             };
                             (c.name.clone(), ty)
                         })

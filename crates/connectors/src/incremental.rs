@@ -9,7 +9,7 @@
 //! filter values; on SQLite, whose date and time columns hold text compared as text, a
 //! watermark's text is bound as written.
 
-use fetcher_engine::{Category, EngineError, IncrementalRead, Lookback, Result};
+use fetcher_engine::{Category, EngineError, IncrementalRead, Lookback, LookbackKind, Result};
 use serde_json::Value as J;
 
 use crate::Dialect;
@@ -35,6 +35,19 @@ pub fn can_be_cursor(c: &ColumnInfo) -> bool {
 /// Whether `c` can be part of an incremental key: a cursor type, a UUID or a time of day.
 pub fn can_be_key(c: &ColumnInfo) -> bool {
     can_be_cursor(c) || (plain(c) && matches!(c.kind, Kind::Uuid | Kind::Time))
+}
+
+/// The lookback a cursor `c` takes: a duration for dates and timestamps, an amount for
+/// numbers, none for text (or a column that cannot be a cursor).
+pub fn lookback_kind(c: &ColumnInfo) -> Option<LookbackKind> {
+    if !can_be_cursor(c) {
+        return None;
+    }
+    match c.kind {
+        Kind::Int | Kind::UInt | Kind::Decimal => Some(LookbackKind::Amount),
+        Kind::Timestamp | Kind::TimestampTz | Kind::Date => Some(LookbackKind::Duration),
+        _ => None,
+    }
 }
 
 fn plain(c: &ColumnInfo) -> bool {
@@ -75,16 +88,10 @@ pub fn columns<'t>(table: &'t TableInfo, read: &IncrementalRead) -> Result<Vec<&
         out.push(c);
     }
     let cursor = out[0];
-    let fits = match read.spec.lookback {
-        None => true,
-        Some(Lookback::Amount(_)) => matches!(cursor.kind, Kind::Int | Kind::UInt | Kind::Decimal),
-        Some(Lookback::Duration(_)) => {
-            matches!(
-                cursor.kind,
-                Kind::Timestamp | Kind::TimestampTz | Kind::Date
-            )
-        }
-    };
+    let fits = read
+        .spec
+        .lookback
+        .is_none_or(|l| lookback_kind(cursor) == Some(l.kind()));
     if !fits {
         return Err(refused(format!(
             "a lookback on cursor '{}' ({}) must be a duration for dates and timestamps, a number for numeric cursors, and is not available for text",

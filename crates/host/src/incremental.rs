@@ -122,7 +122,14 @@ pub fn resolve(
                         "table '{config}.{table}' has no primary key: name the columns that make the cursor unique in incremental.key"
                     )));
                 }
-                spec.key = t.primary_key.clone();
+                // The primary key without the cursor: unique together with it (a
+                // cursor that is the key needs no other column).
+                spec.key = t
+                    .primary_key
+                    .iter()
+                    .filter(|c| **c != spec.cursor)
+                    .cloned()
+                    .collect();
             }
             for (i, c) in spec.columns().enumerate() {
                 let role = if i == 0 { "cursor" } else { "key" };
@@ -144,6 +151,21 @@ pub fn resolve(
                         ty.name
                     )));
                 }
+            }
+            if let (Some(lookback), Some(ty)) = (spec.lookback, t.types.get(&spec.cursor))
+                && ty.lookback != Some(lookback.kind())
+            {
+                return Err(invalid(format!(
+                    "a lookback on cursor '{config}.{table}.{}' ({}) must be {}",
+                    spec.cursor,
+                    ty.name,
+                    match ty.lookback {
+                        Some(fetcher_engine::LookbackKind::Duration) =>
+                            "an ISO 8601 duration such as PT5M",
+                        Some(fetcher_engine::LookbackKind::Amount) => "a whole number",
+                        None => "absent: a text cursor takes no lookback",
+                    }
+                )));
             }
         } else if spec.key.is_empty() {
             return Err(invalid(format!(

@@ -102,8 +102,10 @@ pub struct FetcherRequest {
     /// key, lookback}` (docs/api.md, "Incremental extraction"). `key` defaults to the
     /// table's primary key; `lookback` is an ISO 8601 duration (`PT5M`) for date and time
     /// cursors, a number for numeric ones. Part of the dedup hash.
+    /// Decoded by the handler, so a malformed read is `Invalid Incremental Read` naming
+    /// what is wrong rather than an unparseable body.
     #[schema(value_type = Option<std::collections::BTreeMap<String, std::collections::BTreeMap<String, IncrementalInput>>>)]
-    pub incremental: Option<fetcher_host::incremental::Incremental>,
+    pub incremental: Option<Value>,
     /// Beyond the reference: the sync an incremental job continues (1–128 letters,
     /// digits, `.`, `_`, `-`). Absent: derived from the product, the mapping, the
     /// filters and the incremental reads.
@@ -119,7 +121,8 @@ pub struct IncrementalInput {
     /// The column whose growth marks new and changed rows.
     #[schema(example = "updated_at")]
     cursor: String,
-    /// Columns that make the cursor unique, in order; default: the primary key.
+    /// Columns that make the cursor unique, in order; default: the primary key (without
+    /// the cursor).
     key: Option<Vec<String>>,
     /// `PT5M` (dates, timestamps) or a number (numeric cursors): rows that far behind the
     /// watermark are read again.
@@ -440,12 +443,20 @@ pub async fn create_job(
             )
         })
         .collect();
+    let incremental = match req.incremental {
+        None | Some(Value::Null) => Default::default(),
+        Some(v) => serde_json::from_value(v).map_err(|e| {
+            error_of(JobError::InvalidIncremental(format!(
+                "incremental must be {{configName: {{table: {{cursor, key, lookback}}}}}}: {e}"
+            )))
+        })?,
+    };
     let create = CreateJob {
         mapped_fields: data.mapped_fields,
         filters,
         metadata: req.metadata,
         result_format: req.result_format,
-        incremental: req.incremental.unwrap_or_default(),
+        incremental,
         sync_id: req.sync_id,
     };
     let (status, job, message) = match st

@@ -24,6 +24,12 @@
 //! `--parquet` compares a Parquet job (`"resultFormat":"parquet"`) with an NDJSON job of
 //! the same table through the same `serve` instead, in alternating turns: wall ratio,
 //! CPU seconds and peak RSS of both, and the stored sizes.
+//!
+//! `--incremental` (PostgreSQL) indexes the cursor (`ts, id`), runs a sync's first
+//! (full) incremental job, then per pair moves 1% of the rows past the watermark (a fresh
+//! 1% each pair, `ts` bumped) and runs, in alternating order, a full job of the table and
+//! the sync's next incremental job: the wall ratio incremental/full, and each
+//! incremental job must have read exactly the moved rows.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -269,6 +275,8 @@ struct OursRun {
     size: u64,
     /// The result's HMAC: the same plaintext gives the same HMAC under one key.
     hmac: String,
+    /// Rows the job read.
+    rows: u64,
 }
 
 fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
@@ -276,17 +284,22 @@ fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
 }
 
 fn run_job(serve: &Serve, data_dir: &Path, run: usize, format: &str) -> OursRun {
-    let pid = serve.child.id();
-    // Reset the peak-RSS counter so the reading covers this job only.
-    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
     let body = json!({
         "dataRequest": {"mappedFields": {"bench": {"bench": COLUMNS}}},
         "metadata": {"source": "bench", "run": run},
         "resultFormat": format
     });
+    run_body(serve, data_dir, &body)
+}
+
+/// Runs the job `body` to completion and measures it.
+fn run_body(serve: &Serve, data_dir: &Path, body: &Value) -> OursRun {
+    let pid = serve.child.id();
+    // Reset the peak-RSS counter so the reading covers this job only.
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
     let cpu0 = cpu_seconds(pid);
     let started = Instant::now();
-    let (status, created) = http(serve.port, "POST", "/v1/fetcher", Some(&body));
+    let (status, created) = http(serve.port, "POST", "/v1/fetcher", Some(body));
     assert!(status == 202 || status == 201, "{status} {created}");
     let id = created["jobId"].as_str().expect("job id").to_owned();
     let job = loop {
@@ -309,7 +322,10 @@ fn run_job(serve: &Serve, data_dir: &Path, run: usize, format: &str) -> OursRun 
         .map(|ps| ps.iter().filter_map(|p| p["storedBytes"].as_u64()).sum())
         .unwrap_or(0);
     let size = manifest + parts;
+    // The result is not needed once measured (10M rows are 2 GB sealed).
+    let _ = std::fs::remove_file(data_dir.join("results").join(path));
     OursRun {
+        rows: job["progress"]["rows"].as_u64().unwrap_or(0),
         wall,
         cpu,
         peak_mib: peak_rss_mib(pid),
@@ -368,6 +384,18 @@ fn main() {
     kind.export(&db, &copy_out);
     for (_, serve, data_dir) in &serves {
         run_ours(serve, data_dir, 0);
+    }
+    if std::env::args().any(|a| a == "--incremental") {
+        assert!(
+            matches!(kind, Db::Postgres),
+            "--incremental runs on PostgreSQL"
+        );
+        let (_, serve, data_dir) = &serves[0];
+        incremental_pairs(&db, serve, data_dir, rows, pairs);
+        drop(serves);
+        let _ = std::fs::remove_dir_all(&scratch);
+        kind.drop(&db);
+        return;
     }
     if std::env::args().any(|a| a == "--parquet") {
         let (_, serve, data_dir) = &serves[0];
@@ -504,5 +532,128 @@ fn parquet_pairs(serve: &Serve, data_dir: &Path, rows: u64, pairs: usize) {
     println!(
         "sizes: sealed parquet {ps} bytes, sealed NDJSON {ns} bytes (ratio {:.3})",
         ps as f64 / ns.max(1) as f64
+    );
+}
+
+/// `--incremental`: a sync's next job after 1% of the table changed, against a full read
+/// of the same table and against `psql \copy` of just the changed rows, alternating.
+/// `--change append` (default) inserts the 1% as new rows, as a growing table (orders,
+/// events) does; `--change update` moves a scattered 1% of the existing rows past the
+/// watermark (`ts` bumped), each pair a fresh 1%. After each change `VACUUM ANALYZE`
+/// stands in for autovacuum (without it the first reader of freshly updated rows also
+/// pays for setting their hint bits, whoever it is).
+fn incremental_pairs(db: &str, serve: &Serve, data_dir: &Path, rows: u64, pairs: usize) {
+    assert!(
+        rows >= 100 && pairs < 100,
+        "--rows 100 or more, --pairs below 100"
+    );
+    let append = match arg("--change", "append".to_owned()).as_str() {
+        "append" => true,
+        "update" => false,
+        other => panic!("--change append|update, not {other}"),
+    };
+    let started = Instant::now();
+    psql(db, "CREATE INDEX bench_cursor ON bench (ts, id)");
+    psql(db, "VACUUM ANALYZE bench");
+    println!("indexed (ts, id) in {:.1?}", started.elapsed());
+    let incremental = |run: usize| {
+        json!({
+            "dataRequest": {"mappedFields": {"bench": {"bench": COLUMNS}}},
+            "metadata": {"source": "bench", "run": run},
+            "incremental": {"bench": {"bench": {"cursor": "ts"}}},
+            "syncId": "bench-sync"
+        })
+    };
+    let first = run_body(serve, data_dir, &incremental(0));
+    assert_eq!(
+        first.rows, rows,
+        "the sync's first job reads the whole table"
+    );
+    println!(
+        "first incremental job (the whole table): {:.2?}",
+        first.wall
+    );
+    let moved = rows / 100;
+    let copy_out = std::env::temp_dir().join(format!("{db}-changed.txt"));
+    let (mut vs_full, mut vs_peer) = (Vec::new(), Vec::new());
+    let (mut inc, mut full, mut peer) = (Vec::new(), Vec::new(), Vec::new());
+    for pair in 0..pairs {
+        // Every changed row's cursor lies past every earlier one: 2030 + a day per pair.
+        let base = format!(
+            "'2030-01-01T00:00:00Z'::timestamptz + interval '1 day' * {pair} + interval '1 millisecond'"
+        );
+        let change = if append {
+            let from = rows + pair as u64 * moved + 1;
+            format!(
+                "INSERT INTO bench SELECT g, md5(g::text)::uuid, 'name-' || g, (g * 1.2345)::numeric(18,4), (g % 100000)::int, \
+                 g % 2 = 0, {base} * g, CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || g END \
+                 FROM generate_series({from}, {}) g",
+                from + moved - 1
+            )
+        } else {
+            format!(
+                "UPDATE bench SET ts = {base} * id, t = 'moved-{pair}-' || id WHERE id % 100 = {pair} AND id <= {rows}"
+            )
+        };
+        let changed = Instant::now();
+        psql(db, &change);
+        psql(db, "VACUUM ANALYZE bench");
+        let changed = changed.elapsed();
+        let since = format!("'2030-01-01T00:00:00Z'::timestamptz + interval '1 day' * {pair}");
+        let peer_sql = format!(
+            "\\copy (SELECT {} FROM bench WHERE ts > {since} ORDER BY ts, id) TO '{}'",
+            COLUMNS.join(", "),
+            copy_out.display()
+        );
+        let body = incremental(1 + pair);
+        // Rotate who goes first, so the machine's drift hits all three.
+        let (mut i, mut f, mut p) = (None, None, None);
+        for turn in 0..3 {
+            match (turn + pair) % 3 {
+                0 => i = Some(run_body(serve, data_dir, &body)),
+                1 => f = Some(run_job(serve, data_dir, 1000 + pair, "v2")),
+                _ => {
+                    let t = Instant::now();
+                    psql(db, &peer_sql);
+                    p = Some(t.elapsed());
+                }
+            }
+        }
+        let (i, f, p) = (i.unwrap(), f.unwrap(), p.unwrap());
+        let total = rows + if append { (pair as u64 + 1) * moved } else { 0 };
+        assert_eq!(f.rows, total, "the full read");
+        assert_eq!(
+            i.rows, moved,
+            "the incremental job reads exactly the changed rows"
+        );
+        let (rf, rp) = (
+            i.wall.as_secs_f64() / f.wall.as_secs_f64(),
+            i.wall.as_secs_f64() / p.as_secs_f64(),
+        );
+        println!(
+            "pair {}: {} {moved} rows ({changed:.1?} with VACUUM); incremental {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  full {:>7.2?}  psql \\copy of the changed rows {:>7.2?}  ratio to full {rf:.4}, to psql {rp:.2}",
+            pair + 1,
+            if append { "appended" } else { "updated" },
+            i.wall,
+            i.cpu,
+            i.peak_mib,
+            f.wall,
+            p,
+        );
+        vs_full.push(rf);
+        vs_peer.push(rp);
+        inc.push(i.wall.as_secs_f64());
+        full.push(f.wall.as_secs_f64());
+        peer.push(p.as_secs_f64());
+    }
+    let _ = std::fs::remove_file(&copy_out);
+    println!(
+        "median over {pairs} pairs ({} 1%): ratio incremental/full wall {:.4}, incremental/psql {:.2}; incremental {:.3} s, full {:.2} s, psql {:.3} s",
+        if append { "appended" } else { "updated" },
+        median(vs_full),
+        median(vs_peer),
+        median(inc),
+        median(full),
+        median(peer)
     );
 }

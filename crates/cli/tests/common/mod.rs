@@ -32,6 +32,16 @@ impl Server {
 
     /// [`Server::start`] with its log (`FETCHER_LOG=info`) written to `log`.
     pub fn start_logged(data_dir: &Path, extra: &[&str], log: Option<&Path>) -> Server {
+        Self::start_with(data_dir, extra, log, &[])
+    }
+
+    /// [`Server::start_logged`] with more environment variables.
+    pub fn start_with(
+        data_dir: &Path,
+        extra: &[&str],
+        log: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Server {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fetcher"));
         cmd.args(["serve", "--data-dir"])
@@ -45,6 +55,7 @@ impl Server {
             .args(extra)
             .env("FETCHER_MASTER_KEY", KEY)
             .env("FETCHER_LOG", if log.is_some() { "info" } else { "warn" })
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(match log {
                 Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),

@@ -37,6 +37,9 @@ pub struct FieldType {
     /// May be part of an incremental key: comparable and orderable (also UUIDs).
     #[serde(default)]
     pub key: bool,
+    /// The lookback a cursor of this type takes (none: text, or not a cursor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lookback: Option<crate::LookbackKind>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -44,7 +44,23 @@ pub enum Lookback {
     Amount(u64),
 }
 
+/// Which [`Lookback`] a cursor takes: a duration (dates, timestamps) or an amount
+/// (numbers); text cursors take none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LookbackKind {
+    Duration,
+    Amount,
+}
+
 impl Lookback {
+    pub fn kind(&self) -> LookbackKind {
+        match self {
+            Lookback::Duration(_) => LookbackKind::Duration,
+            Lookback::Amount(_) => LookbackKind::Amount,
+        }
+    }
+
     /// An ISO 8601 duration of days, hours, minutes and seconds: `P1D`, `PT5M`,
     /// `PT1H30M`, `PT0.5S` (no years or months: they have no fixed length).
     pub fn parse_duration(s: &str) -> Option<Duration> {

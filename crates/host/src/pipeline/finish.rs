@@ -21,6 +21,10 @@ impl Pipeline {
         result: JobResult,
         elapsed: Duration,
     ) -> Outcome {
+        if self.config.crash_before_complete {
+            tracing::error!(job_id = %job.id, "FETCHER_TEST_CRASH_BEFORE_COMPLETE: aborting with the result stored and the job not completed");
+            std::process::abort();
+        }
         let at = Timestamp::now();
         let payload = completed_payload(&job.id, &job.request.metadata, &result, elapsed, at);
         let event = PendingEvent {

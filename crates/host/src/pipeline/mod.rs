@@ -69,6 +69,10 @@ pub struct PipelineConfig {
     /// (one conditional write each), and so how soon a cancel is seen. At most a third
     /// of the lease is used.
     pub progress_interval: Duration,
+    /// Test harness only (`FETCHER_TEST_CRASH_BEFORE_COMPLETE` on `serve`): abort the
+    /// process after the result is stored and before the job is completed, as a kill -9
+    /// there would. Never set in production.
+    pub crash_before_complete: bool,
 }
 
 impl Default for PipelineConfig {
@@ -82,6 +86,7 @@ impl Default for PipelineConfig {
             v1_max_result_bytes: fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES,
             max_event_attempts: 50,
             progress_interval: Duration::from_secs(2),
+            crash_before_complete: false,
         }
     }
 }

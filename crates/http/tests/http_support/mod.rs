@@ -58,7 +58,25 @@ pub fn schema() -> SchemaSnapshot {
             TableSnapshot {
                 name: "users".into(),
                 fields: vec!["name".into(), "id".into(), "address.city".into()],
-                ..Default::default()
+                // What a SQL connector reports: the key, and which columns can order an
+                // incremental read.
+                primary_key: vec!["id".into()],
+                types: [
+                    ("id", "bigint", true),
+                    ("name", "text", true),
+                    ("address.city", "jsonb", false),
+                ]
+                .into_iter()
+                .map(|(n, t, ok)| {
+                    let ty = fetcher_engine::FieldType {
+                        name: t.into(),
+                        cursor: ok,
+                        key: ok,
+                        lookback: (t == "bigint").then_some(fetcher_engine::LookbackKind::Amount),
+                    };
+                    (n.to_string(), ty)
+                })
+                .collect(),
             },
             TableSnapshot {
                 name: "accounting.invoices".into(),
