@@ -117,6 +117,31 @@ pub(super) async fn syncs(store: &Arc<dyn JobStore>, t: &str) {
         ),
         (None, Some(&reached))
     );
+    // A canceled job of the sync frees it, and changes no watermark either.
+    let third = sync_job(t, "s1", "c");
+    assert_eq!(store.insert(&third).await.unwrap(), InsertOutcome::Created);
+    let canceled = event(JobStatus::Canceled);
+    assert!(
+        store
+            .transition(
+                t,
+                &third.id,
+                Transition::Cancel {
+                    event: &canceled,
+                    at: now
+                }
+            )
+            .await
+            .unwrap()
+    );
+    let s = store.sync(t, "s1").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            s.active_job.as_deref(),
+            s.watermark("pg", "accounting.invoices")
+        ),
+        (None, Some(&reached))
+    );
     // Resets: of a table the sync does not hold (nothing changes), then of all.
     let kept = store
         .reset_sync(t, "s1", &[("pg".into(), "other".into())])
