@@ -341,3 +341,32 @@ pub fn init_json_logging() {
         .with_current_span(false)
         .try_init();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::emf_line;
+
+    #[test]
+    fn every_metric_line_carries_its_stack() {
+        let line: serde_json::Value = serde_json::from_str(&emf_line(
+            "fetcher-dev",
+            "extract",
+            &[("JobsFailed", "Count", 1.0)],
+        ))
+        .unwrap();
+        let def = &line["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(def["Namespace"], "Fetcher");
+        assert_eq!(
+            def["Dimensions"],
+            serde_json::json!([["Stack", "Function"]])
+        );
+        assert_eq!(
+            (&line["Stack"], &line["Function"], &line["JobsFailed"]),
+            (
+                &serde_json::json!("fetcher-dev"),
+                &serde_json::json!("extract"),
+                &serde_json::json!(1.0)
+            )
+        );
+    }
+}
