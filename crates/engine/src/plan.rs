@@ -155,6 +155,7 @@ impl Engine {
                     .get(config)
                     .unwrap_or(&no_incremental)
                     .clone(),
+                resume_after: BTreeMap::new(),
             })
             .collect();
         Ok(ExtractionPlan {

@@ -13,6 +13,7 @@ use super::parts::PartProducer;
 use crate::context::{Context, Done};
 use crate::error::Result;
 use crate::json::Encoder;
+use crate::model::ResumePoint;
 use crate::value::{Row, RowBatch};
 
 /// What a step does with its rows.
@@ -41,9 +42,28 @@ impl Sink<'_> {
             Sink::Parts(p) => p.push(ctx, batch).await,
         }
     }
+
+    /// Ends a step that stopped at `at`: what it holds goes to the writer, then the stop
+    /// marker (a segmented run; direct mode never stops).
+    pub(super) async fn stop(&mut self, ctx: &Context, at: ResumePoint) -> Result<()> {
+        let tx = match self {
+            Sink::Direct(_) => return Ok(()),
+            Sink::Store(p) => {
+                p.flush(ctx).await?;
+                &p.tx
+            }
+            Sink::Parts(p) => p.stop(ctx).await?,
+        };
+        let marker = Batch {
+            stop: Some(at),
+            ..Batch::default()
+        };
+        hand_off(ctx, tx, marker).await
+    }
 }
 
 /// One NDJSON batch on its way to the writer.
+#[derive(Default)]
 pub(super) struct Batch {
     pub(super) bytes: Vec<u8>,
     pub(super) rows: i64,
@@ -53,6 +73,9 @@ pub(super) struct Batch {
     pub(super) opens: Option<Arc<str>>,
     /// Parts mode: this batch ends its part.
     pub(super) closes: bool,
+    /// The step's last batch, in a segmented run that stopped here: where the next run
+    /// resumes (no rows).
+    pub(super) stop: Option<ResumePoint>,
 }
 
 /// Encodes a step's rows into 1024-row batches and hands them off with back-pressure.
@@ -149,8 +172,7 @@ impl Producer {
             bytes: std::mem::replace(&mut self.buf, self.pool.take()),
             rows: self.rows,
             tables_ended: std::mem::take(&mut self.tables_ended),
-            opens: None,
-            closes: false,
+            ..Batch::default()
         };
         self.rows = 0;
         hand_off(ctx, &self.tx, batch).await

@@ -53,7 +53,7 @@ impl Engine {
                     .expect("semaphore never closed");
                 let mut tables = BTreeMap::new();
                 let out = engine
-                    .run_step(&run, &tenant, &step, Sink::Direct(&mut tables))
+                    .run_step(&run, &tenant, &step, Sink::Direct(&mut tables), None)
                     .await;
                 let out =
                     out.and_then(|reached| check_direct_budget(&tables, &budget).map(|()| reached));
@@ -134,6 +134,7 @@ impl Engine {
             reference: None,
             row_counts: tally.row_counts,
             watermarks: tally.watermarks,
+            stopped: None,
         })
     }
 }

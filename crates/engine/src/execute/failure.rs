@@ -74,8 +74,16 @@ pub(super) async fn catch<'a, T>(fut: impl Future<Output = Result<T>> + Send + '
 /// The first failure of a run, recorded once; recording it cancels the run.
 #[derive(Clone)]
 pub(super) struct FirstError {
-    pub(super) slot: Arc<Mutex<Option<EngineError>>>,
+    pub(super) slot: Arc<Mutex<Slot>>,
     pub(super) run: Context,
+}
+
+#[derive(Default)]
+pub(super) struct Slot {
+    first: Option<EngineError>,
+    /// No more failures count (a segmented run's writer stopped: the steps still going
+    /// are halted on purpose).
+    sealed: bool,
 }
 
 impl FirstError {
@@ -88,15 +96,23 @@ impl FirstError {
 
     pub(super) fn record(&self, e: EngineError) {
         let mut slot = self.slot.lock().expect("first-error lock");
-        if slot.is_none() {
-            *slot = Some(e);
+        if slot.sealed {
+            return;
+        }
+        if slot.first.is_none() {
+            slot.first = Some(e);
         }
         drop(slot);
         self.run.cancel();
     }
 
+    /// From now on failures are ignored (and cancel nothing).
+    pub(super) fn seal(&self) {
+        self.slot.lock().expect("first-error lock").sealed = true;
+    }
+
     pub(super) fn take(&self) -> Option<EngineError> {
-        self.slot.lock().expect("first-error lock").take()
+        self.slot.lock().expect("first-error lock").first.take()
     }
 }
 

@@ -33,10 +33,12 @@ mod batch;
 mod direct;
 mod failure;
 mod parts;
+mod segment;
 mod store;
 
 use batch::Sink;
 use failure::{catch, connector_error};
+use segment::StopSignal;
 
 /// Rows per NDJSON hand-off batch.
 ///
@@ -80,7 +82,7 @@ impl Engine {
     ) -> Result<ExtractionResult> {
         self.traced(
             "engine.extraction.execute",
-            self.execute(ctx, plan, progress, None),
+            self.execute(ctx, plan, progress, None, &Segment::default()),
         )
         .await
     }
@@ -99,7 +101,33 @@ impl Engine {
     ) -> Result<ExtractionResult> {
         self.traced(
             "engine.extraction.execute",
-            self.execute(ctx, plan, progress, Some(format)),
+            self.execute(ctx, plan, progress, Some(format), &Segment::default()),
+        )
+        .await
+    }
+
+    /// One segment of a run that may take several (docs/engine.md, "Continued runs"):
+    /// store mode, NDJSON or `format`'s files. Past `segment.stop_at` it stops at the
+    /// next resumable boundary and returns [`ExtractionResult::stopped`] (where the next
+    /// segment resumes, and the parts this one sealed). Resumed from
+    /// `segment.resume`, it reads exactly the rows after that point and writes parts
+    /// numbered after `segment.earlier_parts`; when it reaches the end of the plan, its
+    /// result is the manifest of every part. A segment that neither resumes nor stops is
+    /// exactly [`Engine::execute_extraction_observed`] (or `_parts`): one object, the
+    /// same bytes.
+    pub async fn execute_segment(
+        &self,
+        ctx: &Context,
+        plan: &ExtractionPlan,
+        format: Option<Arc<dyn TableFormat>>,
+        segment: &Segment,
+        progress: &ExtractionProgress,
+    ) -> Result<ExtractionResult> {
+        let mut plan = plan.clone();
+        plan.mode = ExecutionMode::Store;
+        self.traced(
+            "engine.extraction.execute",
+            self.execute(ctx, &plan, progress, format, segment),
         )
         .await
     }
@@ -110,6 +138,7 @@ impl Engine {
         plan: &ExtractionPlan,
         progress: &ExtractionProgress,
         format: Option<Arc<dyn TableFormat>>,
+        segment: &Segment,
     ) -> Result<ExtractionResult> {
         self.inner
             .connection_store
@@ -141,6 +170,14 @@ impl Engine {
         } else {
             ctx.with_timeout(plan.limits.timeout)
         };
+        let resumed;
+        let plan = match &segment.resume {
+            Some(point) => {
+                resumed = segment::resumed(plan, point)?;
+                &resumed
+            }
+            None => plan,
+        };
 
         self.record_status(
             ctx,
@@ -153,15 +190,40 @@ impl Engine {
             },
         )
         .await;
+        // A segmented run's steps stop once the stop time passes (store mode only).
+        let stop = segment
+            .stop_at
+            .filter(|_| store_mode)
+            .map(|at| Arc::new(StopSignal::at(at)));
         let out = if let Some(format) = format {
-            self.run_parts(&run, ctx, &tenant, plan, format, progress)
-                .await
+            self.run_parts(
+                &run,
+                ctx,
+                &tenant,
+                plan,
+                format,
+                progress,
+                segment,
+                stop.clone(),
+            )
+            .await
         } else if store_mode {
-            self.run_store(&run, ctx, &tenant, plan, progress).await
+            self.run_store(&run, ctx, &tenant, plan, progress, segment, stop.clone())
+                .await
         } else {
             self.run_direct(&run, ctx, &tenant, plan).await
         };
+        let out = match (out, &stop) {
+            (Err(e), Some(signal)) => Err(signal.explain(e)),
+            (out, _) => out,
+        };
         let terminal = match &out {
+            // A stopped segment: the job goes on in the next one.
+            Ok(r) if r.stopped.is_some() => ExecutionState {
+                job_id: plan.request_id.clone(),
+                status: Some(ExecutionStatus::Running),
+                ..Default::default()
+            },
             Ok(r) => ExecutionState {
                 job_id: plan.request_id.clone(),
                 status: Some(ExecutionStatus::Completed),
@@ -196,12 +258,17 @@ impl Engine {
     /// panic-catching section so it is closed even when the step panics. Returns the
     /// watermark each incremental table reached: its last row's `(cursor, key)`, the
     /// connector yielding those tables in that order.
+    ///
+    /// With a stop signal (a segmented run), the step stops once it is asked, at the first
+    /// boundary it can resume from: after a batch that carries a position, or before a
+    /// table begins; the sink then ends with a stop marker naming that point.
     async fn run_step(
         &self,
         run: &Context,
         tenant: &TenantContext,
         step: &PlanStep,
         mut sink: Sink<'_>,
+        stop: Option<&StopSignal>,
     ) -> Result<Reached> {
         if let Some(d) = run.err() {
             return Err(d.into());
@@ -230,25 +297,61 @@ impl Engine {
             if direct && let Some(d) = run.err() {
                 return Err(d.into());
             }
-            let request = step_request(step);
+            let mut request = step_request(step);
+            request.positions = stop.is_some();
             let mut cursor = connector
                 .query_stream(run, &request)
                 .await
                 .map_err(|e| connector_error(e, run, msg::QUERY_FAILED))?;
             let mut drained = Ok(());
             let mut reached = Reached::new();
+            let mut reading: Option<std::sync::Arc<str>> = None;
+            let mut stopped = None;
+            // A step stops only once this run has read a row, in this step or an earlier
+            // one, so every segment makes progress however early its stop is asked.
+            let mut read_rows = false;
+            let asked = |read_rows: bool| {
+                stop.is_some_and(|s| s.asked() && (read_rows || s.read_before(&step.config_name)))
+            };
             loop {
                 match cursor.next_batch(run).await {
                     Ok(Some(batch)) => {
+                        if batch.rows.is_empty() && step.resume_after.contains_key(&*batch.table) {
+                            // A resumed table with nothing after its point: the run that
+                            // began it announced its columns already.
+                            continue;
+                        }
+                        if asked(read_rows) && reading.as_ref() != Some(&batch.table) {
+                            // A table begins: the earlier ones are whole.
+                            stopped = Some(point(step, &batch.table, None));
+                            break;
+                        }
                         if let Some(read) = step.incremental.get(&*batch.table)
                             && let Some(last) = batch.rows.last()
                         {
                             reached.insert(batch.table.to_string(), watermark_of(read, last));
                         }
+                        let (table, position) = (batch.table.clone(), batch.position.clone());
+                        if !read_rows && !batch.rows.is_empty() {
+                            read_rows = true;
+                            if let Some(s) = stop {
+                                s.read_rows(&step.config_name);
+                            }
+                        }
                         if let Err(e) = sink.accept(run, batch).await {
                             drained = Err(e);
                             break;
                         }
+                        if asked(read_rows) {
+                            match position {
+                                Some(p) => {
+                                    stopped = Some(point(step, &table, Some(p)));
+                                    break;
+                                }
+                                None => stop.expect("asked").blocked_in(&step.config_name, &table),
+                            }
+                        }
+                        reading = Some(table);
                     }
                     Ok(None) => break,
                     Err(e) => {
@@ -262,6 +365,10 @@ impl Engine {
             // A cursor that swallowed a cancel must not yield a half-read result.
             if let Some(d) = run.err() {
                 return Err(d.into());
+            }
+            if let Some(at) = stopped {
+                sink.stop(run, at).await?;
+                return Ok(reached);
             }
             match &mut sink {
                 Sink::Store(p) => p.flush(run).await?,
@@ -303,11 +410,55 @@ fn stored_result(
         reference: Some(reference),
         row_counts: tally.row_counts,
         watermarks: tally.watermarks,
+        stopped: None,
     })
+}
+
+/// The result of a segmented run that stopped at `at` having sealed `parts`.
+fn stopped_result(
+    plan: &ExtractionPlan,
+    parts: Vec<ResultPart>,
+    at: Option<ResumePoint>,
+    tally: Tally,
+) -> ExtractionResult {
+    ExtractionResult {
+        state: ExecutionState {
+            job_id: plan.request_id.clone(),
+            status: Some(ExecutionStatus::Running),
+            ..Default::default()
+        },
+        direct: None,
+        reference: None,
+        row_counts: tally.row_counts,
+        watermarks: tally.watermarks,
+        stopped: at.map(|at| Stopped { at, parts }),
+    }
+}
+
+/// Where a (resumed) plan begins: its first step's datasource and first table.
+fn starts_at(plan: &ExtractionPlan) -> (String, String) {
+    plan.steps
+        .first()
+        .map(|s| {
+            (
+                s.config_name.clone(),
+                s.tables.first().cloned().unwrap_or_default(),
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// `table → the watermark it reached`, of one step.
 type Reached = BTreeMap<String, Watermark>;
+
+/// The point in `step` at `table`, after `position`.
+fn point(step: &PlanStep, table: &str, after: Option<Vec<serde_json::Value>>) -> ResumePoint {
+    ResumePoint {
+        config: step.config_name.clone(),
+        table: table.to_owned(),
+        after,
+    }
+}
 
 /// What a run counted: rows per config, and the watermarks its incremental tables reached.
 #[derive(Debug, Default)]
@@ -371,6 +522,11 @@ fn step_request(step: &PlanStep) -> ExtractionRequest {
         request
             .incremental
             .insert(step.config_name.clone(), step.incremental.clone());
+    }
+    if !step.resume_after.is_empty() {
+        request
+            .resume_after
+            .insert(step.config_name.clone(), step.resume_after.clone());
     }
     request
 }

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use super::batch::{BATCH_BUFFER_CAPACITY, Batch, BufferPool, hand_off};
 use super::failure::serialize_failed;
+use super::segment::StopSignal;
 use super::store::Output;
 use super::*;
 use crate::ports::{ResultObject, ResultSink, ResultStreamWriter, TableEncoder, TableFormat};
@@ -88,7 +89,8 @@ impl PartProducer {
     pub(super) async fn finish(&mut self, ctx: &Context, step: &PlanStep) -> Result<()> {
         self.end_part(ctx).await?;
         for table in &step.tables {
-            if self.seen.iter().any(|t| **t == **table) {
+            // A resumed table has its parts from the run that began it.
+            if self.seen.iter().any(|t| **t == **table) || step.resume_after.contains_key(table) {
                 continue;
             }
             let columns = Columns::new(step.fields.get(table).cloned().unwrap_or_default());
@@ -105,8 +107,16 @@ impl PartProducer {
             tables_ended: u64::from(closes),
             opens: self.opens.take(),
             closes,
+            stop: None,
         };
         hand_off(ctx, &self.tx, batch).await
+    }
+
+    /// A segmented run stopped: the open part ends here (a whole file of what was read);
+    /// the writer's queue, for the stop marker.
+    pub(super) async fn stop(&mut self, ctx: &Context) -> Result<&mpsc::Sender<Batch>> {
+        self.end_part(ctx).await?;
+        Ok(&self.tx)
     }
 }
 
@@ -124,6 +134,8 @@ pub(super) struct PartsOutput<'w> {
     tenant: &'w TenantContext,
     job_id: &'w str,
     extension: &'static str,
+    /// The index of this run's first part (a resumed run's come after earlier runs').
+    first_index: usize,
     open: Option<OpenPart>,
     done: Vec<ResultPart>,
 }
@@ -136,7 +148,7 @@ impl PartsOutput<'_> {
                 stale.writer.abort(run).await;
             }
             let object = ResultObject::Part {
-                index: self.done.len(),
+                index: self.first_index + self.done.len(),
                 extension: self.extension,
             };
             let writer = self
@@ -206,6 +218,7 @@ struct Manifest<'a> {
 }
 
 impl Engine {
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_parts(
         &self,
         run: &Context,
@@ -214,6 +227,8 @@ impl Engine {
         plan: &ExtractionPlan,
         format: Arc<dyn TableFormat>,
         progress: &ExtractionProgress,
+        segment: &Segment,
+        stop: Option<Arc<StopSignal>>,
     ) -> Result<ExtractionResult> {
         if let Some(d) = run.err() {
             return Err(d.into());
@@ -224,29 +239,71 @@ impl Engine {
             tenant,
             job_id: &plan.request_id,
             extension: format.name(),
+            first_index: segment.earlier_parts.len(),
             open: None,
             done: Vec::new(),
         });
         let streamed = self
-            .stream_steps(run, caller, tenant, plan, &mut out, Some(&format), progress)
+            .stream_steps(
+                run,
+                caller,
+                tenant,
+                plan,
+                &mut out,
+                Some(&format),
+                progress,
+                stop,
+            )
             .await;
         let Output::Parts(mut parts) = out else {
             unreachable!("built above")
         };
-        let (total_bytes, tally) = match streamed {
+        let streamed = match streamed {
             Ok(s) => s,
             Err(e) => {
                 parts.abort().await;
                 return Err(e);
             }
         };
-        let row_count: i64 = tally.row_counts.values().sum();
+        let done = std::mem::take(&mut parts.done);
+        if streamed.stopped.is_some() {
+            return Ok(stopped_result(plan, done, streamed.stopped, streamed.tally));
+        }
+        let mut all = segment.earlier_parts.clone();
+        all.extend(done.iter().cloned());
+        match self
+            .manifest_result(run, tenant, plan, format.name(), all, streamed.tally)
+            .await
+        {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                parts.done = done;
+                parts.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the manifest of `parts` (every part of the result, in order) as the job's
+    /// result object; the result's figures are the parts' sums.
+    pub(super) async fn manifest_result(
+        &self,
+        run: &Context,
+        tenant: &TenantContext,
+        plan: &ExtractionPlan,
+        format: &str,
+        parts: Vec<ResultPart>,
+        tally: Tally,
+    ) -> Result<ExtractionResult> {
+        let sink = self.inner.result_sink.as_deref().expect("checked at entry");
+        let row_count: i64 = parts.iter().map(|p| p.row_count).sum();
+        let size_bytes: i64 = parts.iter().map(|p| p.size_bytes).sum();
         let manifest = serde_json::to_vec(&Manifest {
-            format: format.name(),
+            format,
             job_id: &plan.request_id,
             row_count,
-            size_bytes: total_bytes,
-            parts: &parts.done,
+            size_bytes,
+            parts: &parts,
         })
         .map_err(|_| serialize_failed())?;
         let written = async {
@@ -260,17 +317,12 @@ impl Engine {
             writer.close(run).await
         }
         .await;
-        let mut reference = match written {
-            Ok(r) => r,
-            Err(_) => {
-                parts.abort().await;
-                return Err(EngineError::new(Category::Unavailable, msg::PERSIST_FAILED));
-            }
-        };
-        reference.format = format.name().into();
+        let mut reference =
+            written.map_err(|_| EngineError::new(Category::Unavailable, msg::PERSIST_FAILED))?;
+        reference.format = format.into();
         reference.row_count = row_count;
-        reference.size_bytes = total_bytes;
-        reference.parts = std::mem::take(&mut parts.done);
+        reference.size_bytes = size_bytes;
+        reference.parts = parts;
         let digest = hex(&Sha256::digest(&manifest));
         stored_result(plan, reference, digest, tally)
     }

@@ -15,14 +15,18 @@ use tokio::task::JoinSet;
 use super::batch::{Batch, BufferPool, Producer, Sink};
 use super::failure::{FirstError, SetOnDrop, panic_error};
 use super::parts::{PartProducer, PartsOutput};
-use super::{Tally, hex, stored_result};
+use super::segment::StopSignal;
+use super::{Tally, hex, starts_at, stopped_result, stored_result};
 use crate::context::Context;
 use crate::engine::Engine;
 use crate::error::{Category, EngineError, Result, msg};
 use crate::model::*;
-use crate::ports::{ResultStreamWriter, TableFormat};
+use crate::ports::{ResultObject, ResultStreamWriter, TableFormat};
 use crate::progress::ExtractionProgress;
 use crate::tenant::TenantContext;
+
+/// The extension of an NDJSON part.
+pub(super) const NDJSON: &str = "ndjson";
 
 /// Where the ordered writer puts the batches of a store-mode run.
 pub(super) enum Output<'w> {
@@ -49,6 +53,11 @@ impl Output<'_> {
 }
 
 impl Engine {
+    /// Store mode's NDJSON stream. A run that neither resumes nor stops writes the single
+    /// result object; a segmented one writes its stream as a part (the first segment's at
+    /// the single object's path, the later ones' beside it) and, when it reaches the end
+    /// after earlier segments, the manifest of every part.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_store(
         &self,
         run: &Context,
@@ -56,27 +65,41 @@ impl Engine {
         tenant: &TenantContext,
         plan: &ExtractionPlan,
         progress: &ExtractionProgress,
+        segment: &Segment,
+        stop: Option<Arc<StopSignal>>,
     ) -> Result<ExtractionResult> {
         if let Some(d) = run.err() {
             return Err(d.into());
         }
         let sink = self.inner.result_sink.as_ref().expect("checked at entry");
-        let mut writer = sink
-            .open_stream(run, tenant, &plan.request_id)
-            .await
-            .map_err(|_| EngineError::new(Category::Unavailable, msg::PERSIST_FAILED))?;
+        let opened = if segment.earlier_parts.is_empty() {
+            sink.open_stream(run, tenant, &plan.request_id).await
+        } else {
+            let object = ResultObject::Part {
+                index: segment.earlier_parts.len(),
+                extension: NDJSON,
+            };
+            sink.open_object(run, tenant, &plan.request_id, object)
+                .await
+        };
+        let mut writer =
+            opened.map_err(|_| EngineError::new(Category::Unavailable, msg::PERSIST_FAILED))?;
 
         let mut out = Output::Stream {
             writer: writer.as_mut(),
             hasher: Sha256::new(),
         };
         let streamed = self
-            .stream_steps(run, caller, tenant, plan, &mut out, None, progress)
+            .stream_steps(run, caller, tenant, plan, &mut out, None, progress, stop)
             .await;
         let Output::Stream { hasher, .. } = out else {
             unreachable!("built above")
         };
-        let (total_bytes, tally) = match streamed {
+        let Streamed {
+            total: total_bytes,
+            tally,
+            stopped,
+        } = match streamed {
             Ok(s) => s,
             Err(e) => {
                 writer.abort(run).await;
@@ -84,15 +107,55 @@ impl Engine {
             }
         };
         let digest = hex(&hasher.finalize());
+        let row_count: i64 = tally.row_counts.values().sum();
+        if (stopped.is_some() || segment.continues()) && total_bytes == 0 {
+            // A segment that wrote no row leaves no part.
+            writer.abort(run).await;
+            if stopped.is_some() {
+                return Ok(stopped_result(plan, Vec::new(), stopped, tally));
+            }
+            return self
+                .manifest_result(
+                    run,
+                    tenant,
+                    plan,
+                    NDJSON,
+                    segment.earlier_parts.clone(),
+                    tally,
+                )
+                .await;
+        }
 
         let mut reference = writer
             .close(run)
             .await
             .map_err(|_| EngineError::new(Category::Unavailable, msg::PERSIST_FAILED))?;
+        if stopped.is_some() || segment.continues() {
+            // One part of a segmented result, labelled with where it begins.
+            let (config, table) = starts_at(plan);
+            let part = ResultPart {
+                config,
+                table,
+                path: reference.path,
+                row_count,
+                size_bytes: total_bytes,
+                stored_bytes: reference.stored_bytes,
+                hmac: reference.integrity.map(|i| i.signature).unwrap_or_default(),
+                sha256: digest,
+            };
+            if stopped.is_some() {
+                return Ok(stopped_result(plan, vec![part], stopped, tally));
+            }
+            let mut parts = segment.earlier_parts.clone();
+            parts.push(part);
+            return self
+                .manifest_result(run, tenant, plan, NDJSON, parts, tally)
+                .await;
+        }
         // The reference says `json` here although the bytes are NDJSON; we say what
         // they are.
         reference.format = "ndjson".into();
-        reference.row_count = tally.row_counts.values().sum();
+        reference.row_count = row_count;
         if reference.size_bytes == 0 {
             reference.size_bytes = total_bytes;
         }
@@ -100,7 +163,9 @@ impl Engine {
     }
 
     /// Producers + ordered writer: NDJSON producers, or part producers when a `format`
-    /// is given. Returns (bytes written, what the run counted).
+    /// is given. With a stop signal (a segmented run), the writer ends at the first stop
+    /// marker, in plan order: what came before it is written, the steps still running are
+    /// halted, and their rows (not written) count for nothing.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn stream_steps(
         &self,
@@ -111,10 +176,14 @@ impl Engine {
         out: &mut Output<'_>,
         format: Option<&Arc<dyn TableFormat>>,
         progress: &ExtractionProgress,
-    ) -> Result<(i64, Tally)> {
+        stop: Option<Arc<StopSignal>>,
+    ) -> Result<Streamed> {
         progress.start(plan.steps.iter().map(|s| s.tables.len() as u64).sum());
         let window = plan.limits.concurrency();
         let first = FirstError::new(run);
+        // The steps' own context: a stopped run halts the steps still going without
+        // cancelling the run, whose writer still has to seal what it wrote.
+        let halt = run.child();
         let mut queues = Vec::with_capacity(plan.steps.len());
         let mut finished: Vec<watch::Receiver<bool>> = Vec::with_capacity(plan.steps.len());
         let mut tasks = JoinSet::new();
@@ -126,15 +195,16 @@ impl Engine {
             let (done_tx, done_rx) = watch::channel(false);
             let wait_for = index.checked_sub(window).map(|j| finished[j].clone());
             finished.push(done_rx);
-            let (engine, run, tenant, step, first, pool, format, tally) = (
+            let (engine, run, tenant, step, first, pool, format, tally, stop) = (
                 self.clone(),
-                run.clone(),
+                halt.clone(),
                 tenant.clone(),
                 step.clone(),
                 first.clone(),
                 pool.clone(),
                 format.cloned(),
                 reached.clone(),
+                stop.clone(),
             );
             tasks.spawn(async move {
                 // Signals "finished" however the task ends (success, error, panic, abort).
@@ -142,18 +212,17 @@ impl Engine {
                 if let Some(mut rx) = wait_for {
                     let _ = rx.wait_for(|f| *f).await;
                 }
+                let stop = stop.as_deref();
                 let outcome = match format {
                     None => {
                         let mut producer = Producer::new(&step.config_name, tx, pool);
-                        engine
-                            .run_step(&run, &tenant, &step, Sink::Store(&mut producer))
-                            .await
+                        let sink = Sink::Store(&mut producer);
+                        engine.run_step(&run, &tenant, &step, sink, stop).await
                     }
                     Some(format) => {
                         let mut producer = PartProducer::new(format, tx, pool);
-                        engine
-                            .run_step(&run, &tenant, &step, Sink::Parts(&mut producer))
-                            .await
+                        let sink = Sink::Parts(&mut producer);
+                        engine.run_step(&run, &tenant, &step, sink, stop).await
                     }
                 };
                 match outcome {
@@ -172,6 +241,7 @@ impl Engine {
         let mut total: i64 = 0;
         let mut row_counts: BTreeMap<String, i64> = BTreeMap::new();
         let mut writer_error = None;
+        let mut stopped = None;
         'steps: for (step, queue) in plan.steps.iter().zip(queues.iter_mut()) {
             let count = row_counts.entry(step.config_name.clone()).or_insert(0);
             let mut tables_ended = 0;
@@ -186,6 +256,14 @@ impl Engine {
                     }
                     Err(_) => break 'steps, // the run failed or was cancelled
                 };
+                if let Some(at) = batch.stop {
+                    // The steps after this point are halted; a failure they meet from
+                    // now on is the halt's, not the run's.
+                    first.seal();
+                    halt.cancel();
+                    stopped = Some(at);
+                    break 'steps;
+                }
                 total += batch.bytes.len() as i64;
                 if limit > 0 && total > limit {
                     writer_error = Some(EngineError::new(
@@ -235,7 +313,27 @@ impl Engine {
             return Err(d.into());
         }
         let mut tally = std::mem::take(&mut *reached.lock().expect("tally lock"));
+        if let Some(at) = &stopped {
+            // Steps past the stop may have read ahead; none of their rows was written.
+            let past = |config: &str| config > at.config.as_str();
+            tally.watermarks.retain(|config, _| !past(config));
+            row_counts.retain(|config, _| !past(config));
+        }
         tally.row_counts = row_counts;
-        Ok((total, tally))
+        Ok(Streamed {
+            total,
+            tally,
+            stopped,
+        })
     }
+}
+
+/// What the ordered writer wrote.
+pub(super) struct Streamed {
+    /// Bytes written.
+    pub(super) total: i64,
+    /// What the run counted.
+    pub(super) tally: Tally,
+    /// Where a segmented run stopped (`None`: it wrote the whole plan).
+    pub(super) stopped: Option<ResumePoint>,
 }

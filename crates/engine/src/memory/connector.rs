@@ -83,6 +83,10 @@ pub struct TemplateBehaviour {
     pub on_query: Option<QueryHook>,
     /// Runs after the query, also on its error path.
     pub after_query: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// An integer column every table is ordered by (its rows are given in its order): with
+    /// it the connector reports positions when asked and resumes after one, like a SQL
+    /// connector with a primary key (docs/engine.md, "Continued runs").
+    pub key: Option<String>,
 }
 
 /// Lifecycle counters of one built connector.
@@ -274,8 +278,21 @@ impl TemplateConnector {
             .iter()
             .filter_map(|(t, rows)| {
                 let fields = selected.get(t)?;
+                let after = request
+                    .resume_after
+                    .values()
+                    .find_map(|tables| tables.get(t))
+                    .and_then(|p| p.first()?.as_i64());
+                let rows: Vec<Row> = match (&self.b.key, after) {
+                    (Some(k), Some(after)) => rows
+                        .iter()
+                        .filter(|r| key_of(r, k).is_some_and(|v| v > after))
+                        .cloned()
+                        .collect(),
+                    _ => rows.clone(),
+                };
                 let rows = if fields.is_empty() {
-                    rows.clone()
+                    rows
                 } else {
                     rows.iter()
                         .map(|r| {
@@ -298,7 +315,16 @@ impl TemplateConnector {
             fail_after: self.b.fail_stream_after,
             ignore_cancel: self.b.cursor_ignores_cancel,
             served: 0,
+            position_key: self.b.key.clone().filter(|_| request.positions),
         }))
+    }
+}
+
+/// The integer `key` of a row.
+fn key_of(row: &Row, key: &str) -> Option<i64> {
+    match row.get(key)? {
+        crate::value::Value::Int(v) => Some(*v),
+        _ => None,
     }
 }
 
@@ -311,6 +337,8 @@ struct TemplateCursor {
     fail_after: Option<usize>,
     ignore_cancel: bool,
     served: usize,
+    /// Report each batch's position by this column.
+    position_key: Option<String>,
 }
 
 impl TemplateCursor {
@@ -330,8 +358,15 @@ impl TemplateCursor {
         if let (Some(limit), Some(b)) = (self.fail_after, batch.as_mut()) {
             b.rows.truncate(limit - self.served);
         }
-        if let Some(b) = &batch {
+        if let Some(b) = batch.as_mut() {
             self.served += b.rows.len();
+            if let Some(k) = &self.position_key {
+                b.position = b
+                    .rows
+                    .last()
+                    .and_then(|r| r.get(k))
+                    .map(|v| vec![v.to_json()]);
+            }
         }
         Ok(batch)
     }

@@ -32,6 +32,15 @@ pub struct ExtractionRequest {
     /// the targets, the connector the columns.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub incremental: BTreeMap<String, BTreeMap<String, IncrementalRead>>,
+    /// Ask connectors for positions: every batch of a table with a usable order key
+    /// carries [`crate::RowBatch::position`] (the connector contract, docs/engine.md,
+    /// "Continued runs"). Set by segmented runs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub positions: bool,
+    /// `configName → (table → position)`: read those tables from just after the row at
+    /// that position (one a batch reported), in the same order. Set by resumed runs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resume_after: BTreeMap<String, BTreeMap<String, Vec<serde_json::Value>>>,
 }
 
 /// Where the result goes. Unknown strings behave as `Auto`.
@@ -90,6 +99,9 @@ pub struct PlanStep {
     /// `table → incremental read` of this step's incremental tables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub incremental: BTreeMap<String, IncrementalRead>,
+    /// `table → position`: tables a resumed run reads from just after that row.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resume_after: BTreeMap<String, Vec<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -9,6 +9,7 @@
 //! | [`extraction`] | the extraction request, its plan and steps, the execution mode, the recorded state of a run |
 //! | [`incremental`] | incremental reads: the spec (cursor, key, lookback), the watermark, a read after one |
 //! | [`result`] | the direct document, the stored reference, integrity, protection (`appliedBy`), parts |
+//! | [`segment`] | segmented runs: the point a stopped run resumes from, what a run may do, what a stopped one leaves |
 //! | [`filter`] | filter conditions and operators |
 //! | [`value`] | cells, rows, shared columns, batches |
 //! | [`limits`] | resource limits and per-request overrides |
@@ -26,6 +27,7 @@ pub mod limits;
 pub mod progress;
 pub mod result;
 pub mod secret;
+pub mod segment;
 pub mod tenant;
 pub mod time;
 pub mod value;
@@ -35,3 +37,4 @@ pub use connection::*;
 pub use extraction::*;
 pub use incremental::*;
 pub use result::*;
+pub use segment::*;

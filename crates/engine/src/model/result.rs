@@ -146,6 +146,10 @@ pub struct ExtractionResult {
     /// that yielded rows; a table that yielded none keeps the watermark it was read after.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub watermarks: BTreeMap<String, BTreeMap<String, Watermark>>,
+    /// A segmented run that stopped before the end: where the next resumes and the parts
+    /// this one sealed (`reference` and `direct` are then `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<crate::model::segment::Stopped>,
 }
 
 mod base64_bytes {

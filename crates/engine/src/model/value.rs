@@ -324,6 +324,24 @@ impl Row {
             .map(|&i| (self.columns.names[i].as_str(), &self.values[i]))
     }
 
+    /// The row without its trailing values: `columns` are the leading columns of this
+    /// row's (a connector drops the key columns it read only to report positions).
+    ///
+    /// # Panics
+    /// When `columns` has more columns than the row.
+    pub fn keep_leading(mut self, columns: Arc<Columns>) -> Row {
+        assert!(
+            columns.len() <= self.values.len(),
+            "more columns than values"
+        );
+        debug_assert_eq!(columns.names(), &self.columns.names()[..columns.len()]);
+        self.values.truncate(columns.len());
+        Row {
+            columns,
+            values: self.values,
+        }
+    }
+
     /// The row as a sorted map (a copy).
     pub fn to_map(&self) -> BTreeMap<String, Value> {
         self.iter()
@@ -342,6 +360,10 @@ pub struct RowBatch {
     /// table without rows, so a typed format can still write its schema. `None` on
     /// batches with rows (each row carries its columns).
     pub columns: Option<Arc<Columns>>,
+    /// Asked for with [`crate::ExtractionRequest::positions`]: the table's order-key
+    /// values of the batch's last row, as the result renders them, when the table has a
+    /// key a read can resume after (docs/engine.md, "Continued runs"); `None` otherwise.
+    pub position: Option<Vec<serde_json::Value>>,
 }
 
 impl RowBatch {
@@ -350,6 +372,7 @@ impl RowBatch {
             table: table.into(),
             rows,
             columns: None,
+            position: None,
         }
     }
 
@@ -359,6 +382,7 @@ impl RowBatch {
             table: table.into(),
             rows: Vec::new(),
             columns: Some(columns),
+            position: None,
         }
     }
 
