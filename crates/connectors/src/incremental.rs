@@ -141,29 +141,57 @@ pub fn condition(
             let p = watermark_param(&mut b, cols[0], &lower)?;
             parts.push(format!("{cursor} >= {p}"));
         }
-        None if cols.len() == 1 => {
-            let p = watermark_param(&mut b, cols[0], &after.values[0])?;
-            parts.push(format!("{cursor} > {p}"));
-        }
-        None => {
-            let lo = watermark_param(&mut b, cols[0], &after.values[0])?;
-            let same = watermark_param(&mut b, cols[0], &after.values[0])?;
-            let keys: Vec<String> = cols[1..].iter().map(|c| q(c)).collect();
-            let values = cols[1..]
-                .iter()
-                .zip(&after.values[1..])
-                .map(|(c, v)| watermark_param(&mut b, c, v))
-                .collect::<Result<Vec<_>>>()?;
-            let past = if keys.len() == 1 {
-                format!("{} > {}", keys[0], values[0])
-            } else {
-                format!("({}) > ({})", keys.join(", "), values.join(", "))
-            };
-            parts.push(format!("{cursor} >= {lo}"));
-            parts.push(format!("({cursor} > {same} OR {past})"));
-        }
+        None => parts.push(past(&mut b, &cols, &after.values)?),
     }
     Ok(parts.join(" AND "))
+}
+
+/// The rows strictly after `after` in `key` order (a resumed read, docs/engine.md,
+/// "Continued runs"): the same tuple comparison as an incremental read's, without its
+/// NULL rule (key columns of a primary key are never NULL).
+pub fn after_condition(
+    dialect: Dialect,
+    key: &[&ColumnInfo],
+    after: &[J],
+    binds: &mut Vec<Bind>,
+) -> Result<String> {
+    if key.is_empty() || after.len() != key.len() {
+        return Err(refused(
+            "the resume position is not on the table's key".to_owned(),
+        ));
+    }
+    let mut b = Builder {
+        dialect,
+        binds,
+        bool_like: false,
+    };
+    past(&mut b, key, after)
+}
+
+/// `(c, k…) > (v…)`, written so that an index on `c` serves it:
+/// `c >= v AND (c > v OR (k…) > (vk…))`, or `c > v` alone.
+fn past(b: &mut Builder<'_>, cols: &[&ColumnInfo], values: &[J]) -> Result<String> {
+    let dialect = b.dialect;
+    let q = |c: &ColumnInfo| quote_ident(dialect, &c.name);
+    let first = q(cols[0]);
+    if cols.len() == 1 {
+        let p = watermark_param(b, cols[0], &values[0])?;
+        return Ok(format!("{first} > {p}"));
+    }
+    let lo = watermark_param(b, cols[0], &values[0])?;
+    let same = watermark_param(b, cols[0], &values[0])?;
+    let keys: Vec<String> = cols[1..].iter().map(|c| q(c)).collect();
+    let rest = cols[1..]
+        .iter()
+        .zip(&values[1..])
+        .map(|(c, v)| watermark_param(b, c, v))
+        .collect::<Result<Vec<_>>>()?;
+    let tail = if keys.len() == 1 {
+        format!("{} > {}", keys[0], rest[0])
+    } else {
+        format!("({}) > ({})", keys.join(", "), rest.join(", "))
+    };
+    Ok(format!("{first} >= {lo} AND ({first} > {same} OR {tail})"))
 }
 
 /// A watermark value as a parameter of `column`'s type. SQLite date and time text is
@@ -175,6 +203,13 @@ fn watermark_param(b: &mut Builder<'_>, column: &ColumnInfo, v: &J) -> Result<St
             column.name, column.type_name
         ))
     };
+    if let (Kind::Int | Kind::UInt, J::Number(n)) = (column.kind, v)
+        && (n.is_i64() || n.is_u64())
+    {
+        // An integer, written as a literal: the statement keeps no parameter, so
+        // PostgreSQL can still stream it with binary COPY.
+        return Ok(n.to_string());
+    }
     if b.dialect == Dialect::Sqlite
         && matches!(
             column.kind,

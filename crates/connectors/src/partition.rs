@@ -26,7 +26,7 @@ use sqlx::{Connection as _, Executor as _};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use fetcher_engine::{Category, EngineError, Result, Row as ERow, RowBatch};
+use fetcher_engine::{Category, EngineError, Result, Row as ERow};
 
 use crate::connector::CONNECT_TIMEOUT;
 use crate::error::{msg, query_failed};
@@ -241,7 +241,7 @@ async fn merge(
                             let full =
                                 std::mem::replace(&mut pending, Vec::with_capacity(BATCH_ROWS));
                             sent_any = true;
-                            let batch = RowBatch::new(plan.key.clone(), full);
+                            let batch = plan.batch(full);
                             if tx.send(Msg::Batch(batch)).await.is_err() {
                                 return Ok(false);
                             }
@@ -257,10 +257,7 @@ async fn merge(
     Ok(match (pending.is_empty(), sent_any) {
         (true, true) => true,
         (true, false) => pg::announce_empty(tx, plan).await,
-        (false, _) => tx
-            .send(Msg::Batch(RowBatch::new(plan.key.clone(), pending)))
-            .await
-            .is_ok(),
+        (false, _) => tx.send(Msg::Batch(plan.batch(pending))).await.is_ok(),
     })
 }
 

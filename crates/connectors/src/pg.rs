@@ -6,7 +6,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow};
 use sqlx::{ConnectOptions, Connection, Row, ValueRef};
 use tokio::sync::mpsc;
 
-use fetcher_engine::{ColumnType, ConnectionDescriptor, Result, Row as ERow, RowBatch, Value};
+use fetcher_engine::{ColumnType, ConnectionDescriptor, Result, Row as ERow, Value};
 
 use crate::Dialect;
 use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo, decimal_type, table_key};
@@ -259,7 +259,7 @@ impl Out<'_> {
         match self {
             Out::Engine { tx, plan, sent_any } => {
                 *sent_any = true;
-                let batch = RowBatch::new(plan.key.clone(), rows);
+                let batch = plan.batch(rows);
                 tx.send(Msg::Batch(batch)).await.is_ok()
             }
             Out::Chunk(tx) => tx.send(Part::Rows(rows)).await.is_ok(),
@@ -343,7 +343,7 @@ pub(crate) async fn stream_table(
 
 /// The one batch of a table without rows.
 pub(crate) async fn announce_empty(tx: &mpsc::Sender<Msg>, plan: &TablePlan) -> bool {
-    let batch = RowBatch::empty(plan.key.clone(), plan.columns.clone());
+    let batch = plan.empty_batch();
     tx.send(Msg::Batch(batch)).await.is_ok()
 }
 

@@ -34,6 +34,13 @@ pub struct TablePlan {
     /// PostgreSQL: the integer leading primary-key column a partitioned read splits the
     /// table on; `None` when the table has none (it is then read in one stream).
     pub split: Option<SplitKey>,
+    /// Asked for positions: where the order key's columns are in `selected`, so each
+    /// batch reports its last row's (docs/engine.md, "Continued runs"). `None` when not
+    /// asked, or the table has no key a read can resume after.
+    position: Option<Vec<usize>>,
+    /// The columns the rows go out with, when `selected` ends with key columns read only
+    /// for positions (dropped from every row).
+    visible: Option<Arc<Columns>>,
 }
 
 /// The column a partitioned read splits a table on, and the table, both quoted.
@@ -44,6 +51,32 @@ pub struct SplitKey {
 }
 
 impl TablePlan {
+    /// A batch of this table's `rows` (decoded in `selected` order): with its position
+    /// when asked for, and without the columns read only for it.
+    pub fn batch(&self, rows: Vec<fetcher_engine::Row>) -> RowBatch {
+        let position = self.position.as_ref().and_then(|at| {
+            let last = rows.last()?;
+            Some(at.iter().map(|&i| last.values()[i].to_json()).collect())
+        });
+        let rows = match &self.visible {
+            Some(v) => rows
+                .into_iter()
+                .map(|r| r.keep_leading(v.clone()))
+                .collect(),
+            None => rows,
+        };
+        let mut batch = RowBatch::new(self.key.clone(), rows);
+        batch.position = position;
+        batch
+    }
+
+    /// The one batch of a table without rows: its columns, so typed formats can still
+    /// write them.
+    pub fn empty_batch(&self) -> RowBatch {
+        let columns = self.visible.as_ref().unwrap_or(&self.columns).clone();
+        RowBatch::empty(self.key.clone(), columns)
+    }
+
     /// The table's statement.
     pub fn sql(&self) -> String {
         self.select.render("")
@@ -175,6 +208,18 @@ fn select_parts(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &Wh
     }
 }
 
+/// The primary key a read can resume after, in order: `None` when the table has none, or
+/// a column of it cannot be bound and compared (`can_be_key`).
+fn resume_key(t: &TableInfo) -> Option<Vec<&ColumnInfo>> {
+    if t.primary_key.is_empty() {
+        return None;
+    }
+    t.primary_key
+        .iter()
+        .map(|k| t.column(k).filter(|c| crate::incremental::can_be_key(c)))
+        .collect()
+}
+
 /// A PostgreSQL table's split key: its leading primary-key column when that is a plain
 /// `smallint`, `integer` or `bigint` (ranges of it are cheap to compute and compare).
 fn split_key(dialect: Dialect, t: &TableInfo) -> Option<SplitKey> {
@@ -236,6 +281,27 @@ pub fn plan(
             .and_then(|t| t.get(requested));
         let mut selected = selected;
         let mut order = None;
+        let resume = request
+            .resume_after
+            .get(config_name)
+            .and_then(|t| t.get(requested));
+        // A resumed incremental read continues after the last row read: the watermark is
+        // that row's (cursor, key), and a lookback does not apply again.
+        let resumed_read;
+        let incremental = match (incremental, resume) {
+            (Some(read), Some(after)) => {
+                let mut read = read.clone();
+                read.spec.lookback = None;
+                read.after = Some(fetcher_engine::Watermark {
+                    cursor: read.spec.cursor.clone(),
+                    key: read.spec.key.clone(),
+                    values: after.clone(),
+                });
+                resumed_read = read;
+                Some(&resumed_read)
+            }
+            (read, _) => read,
+        };
         if let Some(read) = incremental {
             // Read past the watermark in (cursor, key) order; the cursor and key are always
             // selected (the next watermark is made of them).
@@ -253,19 +319,58 @@ pub fn plan(
             };
             order = Some(crate::incremental::order(dialect, &cols));
         }
+        // The order key a position is made of: an incremental read's (cursor, key), else
+        // the primary key when every column of it can be compared to a bound value.
+        let order_key: Option<Vec<&ColumnInfo>> = match incremental {
+            Some(read) => Some(crate::incremental::columns(table, read)?),
+            None => resume_key(table),
+        };
+        if let Some(after) = resume.filter(|_| incremental.is_none()) {
+            let key = order_key.as_ref().ok_or_else(|| {
+                validation("a read cannot resume in a table without a primary key")
+            })?;
+            let cond = crate::incremental::after_condition(dialect, key, after, &mut w.binds)?;
+            w.sql = if w.sql.is_empty() {
+                cond
+            } else {
+                format!("{} AND ({cond})", w.sql)
+            };
+        }
+        let visible_count = selected.len();
+        let position = match order_key.filter(|_| request.positions) {
+            Some(key) => Some(
+                key.iter()
+                    .map(|k| match selected.iter().position(|c| c.name == k.name) {
+                        Some(i) => i,
+                        None => {
+                            // Read for the position only; dropped from every row.
+                            selected.push((*k).clone());
+                            selected.len() - 1
+                        }
+                    })
+                    .collect(),
+            ),
+            None => None,
+        };
+        let typed =
+            |cols: &[ColumnInfo]| Columns::typed(cols.iter().map(|c| (c.name.clone(), c.ctype)));
+        let visible = (selected.len() > visible_count).then(|| typed(&selected[..visible_count]));
         let mut select = select_parts(dialect, table, &selected, &w);
         if let Some(order) = order {
             select.order = order;
         }
         plans.push(TablePlan {
             select,
-            // A partitioned read merges in key order, not an incremental read's.
-            split: split_key(dialect, table).filter(|_| incremental.is_none()),
+            // A partitioned read merges in key order, not an incremental read's; a resumed
+            // table is read in one stream from its point.
+            split: split_key(dialect, table).filter(|_| incremental.is_none() && resume.is_none()),
             key: Arc::from(requested.as_str()),
-            columns: Columns::typed(selected.iter().map(|c| (c.name.clone(), c.ctype))),
+            columns: typed(&selected),
             copy: copy_fast_path && dialect == Dialect::Postgres && w.binds.is_empty(),
             selected,
             binds: w.binds,
+            position,
+            visible,
         });
     }
     Ok(plans)

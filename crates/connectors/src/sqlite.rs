@@ -9,7 +9,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
 use sqlx::{ConnectOptions, Connection, Row, TypeInfo, ValueRef};
 use tokio::sync::mpsc;
 
-use fetcher_engine::{ColumnType, Result, Row as ERow, RowBatch, Value};
+use fetcher_engine::{ColumnType, Result, Row as ERow, Value};
 
 use crate::Dialect;
 use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo};
@@ -210,19 +210,19 @@ async fn stream_table(
         rows.push(ERow::new(plan.columns.clone(), vals));
         if rows.len() >= BATCH_ROWS {
             sent_any = true;
-            let batch = RowBatch::new(plan.key.clone(), std::mem::take(&mut rows));
+            let batch = plan.batch(std::mem::take(&mut rows));
             if tx.send(Msg::Batch(batch)).await.is_err() {
                 return Ok(false);
             }
         }
     }
     if !rows.is_empty() {
-        let batch = RowBatch::new(plan.key.clone(), rows);
+        let batch = plan.batch(rows);
         return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
     }
     if !sent_any {
         // A table without rows is announced, so typed formats can write its columns.
-        let batch = RowBatch::empty(plan.key.clone(), plan.columns.clone());
+        let batch = plan.empty_batch();
         return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
     }
     Ok(true)
