@@ -337,21 +337,18 @@ pub fn plan(
             };
         }
         let visible_count = selected.len();
-        let position = match order_key.filter(|_| request.positions) {
-            Some(key) => Some(
-                key.iter()
-                    .map(|k| match selected.iter().position(|c| c.name == k.name) {
-                        Some(i) => i,
-                        None => {
-                            // Read for the position only; dropped from every row.
-                            selected.push((*k).clone());
-                            selected.len() - 1
-                        }
-                    })
-                    .collect(),
-            ),
-            None => None,
-        };
+        let position = order_key.filter(|_| request.positions).map(|key| {
+            key.iter()
+                .map(|k| match selected.iter().position(|c| c.name == k.name) {
+                    Some(i) => i,
+                    None => {
+                        // Read for the position only; dropped from every row.
+                        selected.push((*k).clone());
+                        selected.len() - 1
+                    }
+                })
+                .collect()
+        });
         let typed =
             |cols: &[ColumnInfo]| Columns::typed(cols.iter().map(|c| (c.name.clone(), c.ctype)));
         let visible = (selected.len() > visible_count).then(|| typed(&selected[..visible_count]));
