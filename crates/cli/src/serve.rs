@@ -304,6 +304,24 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             "FETCHER_TEST_CRASH_BEFORE_COMPLETE is set: this serve aborts before completing its first job (a test harness setting)"
         );
     }
+    // A v2 or Parquet job's segment stops ahead of the extraction timeout and the job
+    // continues in another, so the timeout bounds a segment, not a job (docs/operations.md,
+    // "Long jobs"); the test harness can force short segments.
+    let segment_after = match fetcher_host::settings::test_segment_after()
+        .map_err(|e| anyhow::anyhow!(e))?
+    {
+        Some(after) => {
+            tracing::warn!(
+                ?after,
+                "FETCHER_TEST_SEGMENT_SECS is set: every job segment stops this soon (a test harness setting)"
+            );
+            Some(after)
+        }
+        None => {
+            let timeout = args.extraction.extraction_timeout();
+            (!timeout.is_zero()).then(|| timeout - Duration::from_secs(60).min(timeout / 2))
+        }
+    };
     let pipeline = Arc::new(
         ports
             .pipeline(
@@ -314,6 +332,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                     lease: Duration::from_secs(30),
                     retry_budget: Duration::from_secs(args.retry_budget),
                     crash_before_complete,
+                    segment_after,
                     progress_interval: args.extraction.progress_interval(),
                     default_format: match args.result_format.as_str() {
                         "v1" => ResultFormat::V1,
@@ -323,7 +342,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                     ..Default::default()
                 },
             )
-            .with_table_format(Arc::new(fetcher_parquet::ParquetFormat::new())),
+            .with_table_format(Arc::new(fetcher_parquet::ParquetFormat::new()))
+            .with_queue(queue.clone()),
     );
 
     let state = AppState::new(

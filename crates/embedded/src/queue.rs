@@ -262,7 +262,10 @@ fn handle_with_retry<'a>(
                 return;
             }
             // The pipeline logs completions, failures and dropped messages itself.
-            Outcome::Completed { .. } | Outcome::Failed { .. } | Outcome::Dropped { .. } => {}
+            Outcome::Completed { .. }
+            | Outcome::Failed { .. }
+            | Outcome::Dropped { .. }
+            | Outcome::Continued { .. } => {}
             Outcome::Skipped(why) => info!(why, "message skipped"),
         }
         queue.finished();

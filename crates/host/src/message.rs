@@ -41,6 +41,13 @@ pub struct JobMessage {
     pub created_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_format: Option<ResultFormat>,
+    /// A continued job's message: the segment it runs (the job's checkpoint's number)…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<u32>,
+    /// …and that checkpoint's digest ([`crate::model::Checkpoint::digest`]), so a worker
+    /// resumes only from the checkpoint this message was signed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 /// Builds the signed message for `job`.
@@ -52,6 +59,8 @@ pub fn encode(job: &Job, signer: &MessageSigner, request_id: &str, now_unix: i64
         metadata: job.request.metadata.clone(),
         created_at: Some(job.created_at.to_string()),
         result_format: job.request.result_format,
+        segment: job.checkpoint.as_ref().map(|c| c.segment),
+        checkpoint: job.checkpoint.as_ref().map(|c| c.digest()),
     };
     // serde_json's map is sorted, and the struct's fields serialize in a fixed order.
     let value = serde_json::to_value(&msg).expect("job message is JSON");

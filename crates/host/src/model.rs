@@ -332,6 +332,47 @@ pub struct Job {
     /// queue, so the repair pass re-enqueues it at its next run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_dropped_at: Option<Timestamp>,
+    /// A job that needs more than one run: where its next segment resumes and what the
+    /// earlier ones wrote (docs/engine.md, "Continued runs").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<Checkpoint>,
+}
+
+/// What the segments of a continued job so far have done, written with the transition
+/// that ends a segment ([`Transition::Checkpoint`]); the next segment's message carries
+/// its number and digest, so a worker only resumes from the checkpoint that message was
+/// sent for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    /// Segments finished so far (the next one's number).
+    pub segment: u32,
+    /// Where the next segment resumes.
+    pub resume: fetcher_engine::ResumePoint,
+    /// Every part the segments sealed, in order.
+    pub parts: Vec<fetcher_engine::ResultPart>,
+    /// Rows and plaintext bytes written so far, and tables finished.
+    pub rows: u64,
+    pub bytes: u64,
+    pub tables_done: u64,
+    /// `configName → table → watermark` the incremental tables reached so far.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub watermarks: BTreeMap<String, BTreeMap<String, Watermark>>,
+    /// The job's claims when the checkpoint was written: the next segment's claim cap
+    /// counts from here.
+    pub claims: u32,
+    /// Milliseconds the segments so far ran.
+    pub elapsed_ms: u64,
+}
+
+impl Checkpoint {
+    /// Lowercase hex SHA-256 of the checkpoint's JSON: what a continuation message
+    /// carries, signed, so a checkpoint changed in the store is refused.
+    pub fn digest(&self) -> String {
+        use sha2::Digest;
+        let json = serde_json::to_vec(self).expect("a checkpoint is JSON");
+        crate::dedup::hex(&sha2::Sha256::digest(&json))
+    }
 }
 
 /// How far a running extraction is (docs/api.md, "Progress"): rows and bytes of the
@@ -381,6 +422,7 @@ impl Job {
             cancel_requested_at: None,
             enqueued_at: None,
             message_dropped_at: None,
+            checkpoint: None,
         }
     }
 
@@ -476,6 +518,15 @@ pub enum Transition<'a> {
     },
     /// `processing → pending`, giving the claim back.
     Release { token: u32, error: Option<&'a str> },
+    /// `processing → pending` at the end of a segment of a continued job, with the
+    /// checkpoint its next segment resumes from; its message is sent at `at`. `Conflict`
+    /// when a cancel was asked for (the worker cancels instead).
+    Checkpoint {
+        token: u32,
+        checkpoint: &'a Checkpoint,
+        progress: Progress,
+        at: Timestamp,
+    },
     /// Counts a failed publish of the pending event; quarantines it at `max`.
     NoteEventFailure { max: u32 },
     /// Removes the pending-event marker (the event is published).
@@ -525,6 +576,14 @@ impl Job {
                 at,
             } => self.fail(token, error, event, at).map(|()| false),
             Transition::Release { token, error } => self.release(token, error).map(|()| false),
+            Transition::Checkpoint {
+                token,
+                checkpoint,
+                progress,
+                at,
+            } => self
+                .end_segment(token, checkpoint, progress, at)
+                .map(|()| false),
             Transition::NoteEventFailure { max } => Ok(self.note_event_failure(max)),
             Transition::ClearPendingEvent => {
                 self.pending_event = None;
@@ -718,6 +777,32 @@ impl Job {
         }
         self.quarantined_event = self.pending_event.take();
         true
+    }
+
+    /// The claims of the current segment (all of them for a job that never continued):
+    /// what the claim cap counts.
+    pub fn segment_claims(&self) -> u32 {
+        self.attempts - self.checkpoint.as_ref().map_or(0, |c| c.claims)
+    }
+
+    /// Ends a segment: `processing → pending` with `checkpoint`, whose message is sent at
+    /// `at` (recorded like any enqueue).
+    pub fn end_segment(
+        &mut self,
+        token: u32,
+        checkpoint: &Checkpoint,
+        progress: Progress,
+        at: Timestamp,
+    ) -> crate::Result<()> {
+        self.check_claim(token)?;
+        self.check_not_canceling()?;
+        self.status = JobStatus::Pending;
+        self.lease_expires_at = None;
+        self.checkpoint = Some(checkpoint.clone());
+        self.progress = Some(progress);
+        self.enqueued_at = Some(at);
+        self.message_dropped_at = None;
+        Ok(())
     }
 
     /// `processing → pending`; `error` is why (a retryable failure), kept if it is the

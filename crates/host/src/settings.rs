@@ -15,6 +15,22 @@ use clap::{ArgAction, Command, FromArgMatches};
 /// Variables with this prefix belong to the test harness and are never settings.
 pub const TEST_PREFIX: &str = "FETCHER_TEST_";
 
+/// `FETCHER_TEST_SEGMENT_SECS` (test harness only, docs/operations.md): every segment of a
+/// long job stops this many seconds (a decimal) after it starts, so tests see jobs
+/// continued many times. A value that is not a positive number stops the start.
+pub fn test_segment_after() -> Result<Option<Duration>, String> {
+    const NAME: &str = "FETCHER_TEST_SEGMENT_SECS";
+    let Some(raw) = std::env::var_os(NAME) else {
+        return Ok(None);
+    };
+    let secs: f64 = raw
+        .to_str()
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|s: &f64| s.is_finite() && *s > 0.0)
+        .ok_or_else(|| format!("{NAME} must be a positive number of seconds"))?;
+    Ok(Some(Duration::from_secs_f64(secs)))
+}
+
 /// What an extraction may do, on every host.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ExtractionSettings {

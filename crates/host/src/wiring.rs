@@ -104,6 +104,7 @@ impl HostPorts {
             keys: self.keys.clone(),
             config,
             table_format: None,
+            queue: None,
         }
     }
 }

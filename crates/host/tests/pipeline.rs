@@ -230,6 +230,7 @@ async fn a_parquet_job_fails_cleanly_on_a_host_without_the_writer() {
     let w = World {
         pipeline: Pipeline {
             table_format: None,
+            queue: None,
             config: PipelineConfig {
                 max_attempts: 1,
                 ..Default::default()

@@ -144,9 +144,12 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
             retry_budget: max_message_age,
             max_message_age,
             progress_interval,
+            segment_after: fetcher_host::settings::test_segment_after()?,
             ..Default::default()
         },
     );
+    // Long jobs continue in another invocation (docs/operations.md, "Long jobs").
+    let pipeline = pipeline.with_queue(Arc::new(queue.clone()));
     #[cfg(feature = "parquet")]
     let pipeline = pipeline.with_table_format(Arc::new(fetcher_parquet::ParquetFormat::new()));
     Ok(Extractor {
@@ -277,6 +280,18 @@ impl Extractor {
             }
             Ok(Outcome::Skipped(why)) => {
                 info!(%message_id, reason = why, "message skipped");
+                true
+            }
+            Ok(Outcome::Continued { job_id, segment }) => {
+                info!(%message_id, %job_id, segment, "job continues in another invocation");
+                self.metrics(&[
+                    ("SegmentsContinued", "Count", 1.0),
+                    (
+                        "DurationMs",
+                        "Milliseconds",
+                        started.elapsed().as_millis() as f64,
+                    ),
+                ]);
                 true
             }
             Ok(Outcome::Dropped { reason, job_id }) => {

@@ -5,6 +5,7 @@
 use fetcher_engine::{Context, Timestamp};
 use tracing::warn;
 
+use super::segment::{CHECKPOINT_MISMATCH, Continuation, continuation};
 use super::{Outcome, Pipeline};
 use crate::error::ServiceError;
 use crate::message::Received;
@@ -19,13 +20,19 @@ impl Pipeline {
         deadline: Option<tokio::time::Instant>,
     ) -> Outcome {
         let Received {
-            tenant, message: m, ..
+            tenant,
+            message: m,
+            request_id,
         } = r;
         let job = match self.jobs.get(&tenant, &m.job_id).await {
             Ok(Some(j)) => j,
             Ok(None) => return Outcome::Skipped("job not found"),
             Err(e) => return Outcome::Retry(e),
         };
+        if matches!(job.status, JobStatus::Failed | JobStatus::Canceled) {
+            // A continued job that ended between segments (a cancel): its parts go.
+            self.discard_checkpoint(&job).await;
+        }
         if job.pending_event.is_some() {
             return match self.republish(&job).await {
                 Ok(()) => Outcome::Skipped("terminal event republished"),
@@ -34,6 +41,19 @@ impl Pipeline {
         }
         if job.status.is_terminal() {
             return Outcome::Skipped("job already terminal");
+        }
+        match continuation(&job, &m) {
+            Continuation::Current => {}
+            Continuation::Superseded => {
+                return Outcome::Skipped("message of an earlier segment");
+            }
+            Continuation::Mismatch => {
+                warn!(job_id = %job.id, "checkpoint does not match the continuation message; failing the job");
+                self.discard_checkpoint(&job).await;
+                return self
+                    .fail_unclaimed(&tenant, &job.id, &job.request.metadata, CHECKPOINT_MISMATCH)
+                    .await;
+            }
         }
         let (job, token) = match self
             .jobs
@@ -51,7 +71,7 @@ impl Pipeline {
         };
         // Claims are capped: a job whose workers keep dying (a crash, a kill at the
         // function's timeout) fails, with its event, instead of coming back forever.
-        if job.attempts > self.config.max_attempts {
+        if job.segment_claims() > self.config.max_attempts {
             let error = format!(
                 "job abandoned: no attempt of {} finished",
                 self.config.max_attempts
@@ -59,6 +79,7 @@ impl Pipeline {
             warn!(job_id = %job.id, attempts = job.attempts, "claim cap reached; failing the job");
             return self.fail_claimed(&job, token, &error).await;
         }
-        self.run_claimed(job, token, stop, deadline).await
+        self.run_claimed(job, token, &request_id, stop, deadline)
+            .await
     }
 }

@@ -93,6 +93,7 @@ impl Pipeline {
             Err(e) => return Outcome::Retry(e),
         }
         warn!(job_id = %job.id, error, "job failed");
+        self.discard_checkpoint(job).await;
         if let Err(e) = self
             .publish_and_clear(&job.tenant_id, &job.id, JobStatus::Failed, &event.payload)
             .await
@@ -122,6 +123,7 @@ impl Pipeline {
             Err(e) => return Outcome::Retry(e),
         }
         info!(job_id = %job.id, "job canceled");
+        self.discard_checkpoint(job).await;
         if let Err(e) = self
             .publish_and_clear(&job.tenant_id, &job.id, JobStatus::Canceled, &event.payload)
             .await

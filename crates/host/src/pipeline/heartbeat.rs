@@ -33,6 +33,12 @@ impl Pipeline {
             run.clone(),
         );
         let every = self.config.progress_interval.min(lease / 3);
+        // A continued job's figures count its earlier segments too.
+        let base = job
+            .checkpoint
+            .as_ref()
+            .map(|c| (c.rows, c.bytes, c.tables_done));
+        let total = super::segment::total_tables(job);
         let state = Arc::new(HeartbeatState::default());
         let seen = state.clone();
         let task = tokio::spawn(async move {
@@ -41,7 +47,13 @@ impl Pipeline {
                 let until = Timestamp::from_unix_nanos(
                     Timestamp::now().unix_nanos() + lease.as_nanos() as i128,
                 );
-                let now = Progress::read(progress.snapshot(), Timestamp::now());
+                let mut now = Progress::read(progress.snapshot(), Timestamp::now());
+                if let Some((rows, bytes, tables)) = base {
+                    now.rows += rows;
+                    now.bytes += bytes;
+                    now.tables_done += tables;
+                    now.tables_total = total;
+                }
                 match jobs.renew(&tenant, &id, token, until, Some(now)).await {
                     Ok(false) => {}
                     Ok(true) => {

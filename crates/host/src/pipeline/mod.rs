@@ -35,8 +35,10 @@ mod payload;
 mod receive;
 mod repair;
 mod run;
+mod segment;
 
 pub use payload::{canceled_event, completed_payload, failed_payload};
+pub use segment::CHECKPOINT_MISMATCH;
 
 /// Pipeline settings.
 #[derive(Debug, Clone)]
@@ -73,6 +75,13 @@ pub struct PipelineConfig {
     /// process after the result is stored and before the job is completed, as a kill -9
     /// there would. Never set in production.
     pub crash_before_complete: bool,
+    /// How long before the host's deadline for a run (a Lambda invocation's end) a
+    /// segment stops, seals its part and hands the job to the next one (at most half the
+    /// time left).
+    pub checkpoint_margin: std::time::Duration,
+    /// Test harness only (`FETCHER_TEST_SEGMENT_SECS`): every segment stops this long
+    /// after it starts, deadline or not, so tests see jobs continued many times.
+    pub segment_after: Option<std::time::Duration>,
 }
 
 impl Default for PipelineConfig {
@@ -87,6 +96,8 @@ impl Default for PipelineConfig {
             max_event_attempts: 50,
             progress_interval: Duration::from_secs(2),
             crash_before_complete: false,
+            checkpoint_margin: Duration::from_secs(60),
+            segment_after: None,
         }
     }
 }
@@ -103,6 +114,9 @@ pub enum Outcome {
     },
     /// The job failed for good (delete the message).
     Failed { job_id: String, error: String },
+    /// A segment of a long job ended at a checkpoint and the job's next segment was
+    /// sent (delete the message).
+    Continued { job_id: String, segment: u32 },
     /// Nothing to do: duplicate delivery, terminal job, unusable message (delete it).
     Skipped(&'static str),
     /// A message that does not verify (forged or corrupted), or an authentic one too old
@@ -180,6 +194,9 @@ pub struct Pipeline {
     /// The writer of Parquet results; `None` on a host built without it, which fails
     /// Parquet jobs (`validation` / [`PARQUET_UNSUPPORTED`]).
     pub table_format: Option<Arc<dyn TableFormat>>,
+    /// Where a long job's next segment is sent; `None`: jobs run in one go (a host
+    /// without a queue cannot continue them).
+    pub queue: Option<Arc<dyn JobQueue>>,
 }
 
 /// The failure of a Parquet job on a host without the Parquet writer.
@@ -190,6 +207,13 @@ impl Pipeline {
     /// `fetcher_parquet::ParquetFormat`; the host crate does not link Arrow itself).
     pub fn with_table_format(mut self, format: Arc<dyn TableFormat>) -> Self {
         self.table_format = Some(format);
+        self
+    }
+
+    /// The pipeline continuing long jobs in segments through `queue` (docs/engine.md,
+    /// "Continued runs").
+    pub fn with_queue(mut self, queue: Arc<dyn JobQueue>) -> Self {
+        self.queue = Some(queue);
         self
     }
 

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fetcher_engine::{
-    Context, ExecutionMode, ExtractionProgress, ExtractionRequest, IncrementalRead, TenantContext,
-    Timestamp,
+    Context, ExecutionMode, ExtractionProgress, ExtractionRequest, IncrementalRead, Segment,
+    TenantContext, Timestamp,
 };
 use tracing::{info, warn};
 
+use super::segment::SegmentRun;
 use super::{Outcome, PARQUET_UNSUPPORTED, Pipeline};
 use crate::error::{ErrorKind, Result, ServiceError};
 use crate::model::*;
@@ -23,10 +24,16 @@ impl Pipeline {
         &self,
         job: Job,
         token: u32,
+        request_id: &str,
         stop: &Context,
         deadline: Option<tokio::time::Instant>,
     ) -> Outcome {
         let started = Instant::now();
+        let format = job
+            .request
+            .result_format
+            .unwrap_or(self.config.default_format);
+        let segment = self.segment_of(&job, format, deadline);
         // The run's own context: the heartbeat cancels it when the lease is lost, and
         // the guard stops renewing however this function ends (a panic included).
         if job.cancel_requested_at.is_some() {
@@ -39,7 +46,7 @@ impl Pipeline {
         };
         let progress = Arc::new(ExtractionProgress::default());
         let heartbeat = self.heartbeat(&job, token, &run, progress.clone());
-        let extracted = self.extract(&job, &run, &progress).await;
+        let extracted = self.extract(&job, &run, &progress, &segment).await;
         let end = heartbeat.stop();
         if end.lost && extracted.is_err() {
             // Another worker holds the job now (this one stalled past its lease): what
@@ -71,7 +78,15 @@ impl Pipeline {
             };
         }
         match extracted {
-            Ok(result) => self.complete(&job, token, result, started.elapsed()).await,
+            Ok(Extracted::Done(result)) => {
+                let earlier = job.checkpoint.as_ref().map_or(0, |c| c.elapsed_ms);
+                let elapsed = started.elapsed() + std::time::Duration::from_millis(earlier);
+                self.complete(&job, token, result, elapsed).await
+            }
+            Ok(Extracted::Stopped(mut run)) => {
+                run.elapsed = started.elapsed();
+                self.continue_later(&job, token, request_id, run).await
+            }
             Err(e) if e.is_retryable() && self.may_retry(&job) => {
                 warn!(job_id = %job.id, attempt = job.attempts, error = %e.log_detail(), "extraction failed, will retry");
                 let text = sanitize(e.message());
@@ -105,17 +120,25 @@ impl Pipeline {
     /// Whether a retryable failure of `job` may be retried: attempts left and the job
     /// still inside its retry budget.
     pub(super) fn may_retry(&self, job: &Job) -> bool {
-        let age_nanos = Timestamp::now().unix_nanos() - job.created_at.unix_nanos();
-        job.attempts < self.config.max_attempts
+        // A continued job's budget runs from its latest checkpoint: a segment's transient
+        // failure hours into a long job is retried like a short job's.
+        let since = match &job.checkpoint {
+            Some(_) => job.last_enqueued_at(),
+            None => job.created_at,
+        };
+        let age_nanos = Timestamp::now().unix_nanos() - since.unix_nanos();
+        job.segment_claims() < self.config.max_attempts
             && age_nanos < self.config.retry_budget.as_nanos() as i128
     }
-    /// Plans and executes the job; returns where the sealed result is.
+    /// Plans and executes the job (one segment of it); returns where the sealed result
+    /// is, or where the segment stopped.
     pub(super) async fn extract(
         &self,
         job: &Job,
         stop: &Context,
         progress: &ExtractionProgress,
-    ) -> Result<JobResult> {
+        segment: &Segment,
+    ) -> Result<Extracted> {
         let ctx = stop.child();
         let tenant = TenantContext::new(&job.tenant_id)?.with_request_id(&job.id);
         let request = ExtractionRequest {
@@ -133,9 +156,42 @@ impl Pipeline {
         };
         let mut plan = self.engine.plan_extraction(&ctx, &tenant, &request).await?;
         plan.request_id.clone_from(&job.id);
-        let (out, mut result) = self.run_plan(job, &ctx, &mut plan, progress).await?;
-        result.watermarks = spans(&request, &out);
-        Ok(result)
+        if let Some(c) = &job.checkpoint
+            && plan.limits.max_result_bytes > 0
+        {
+            // The result's ceiling covers every segment.
+            plan.limits.max_result_bytes -= c.bytes as i64;
+            if plan.limits.max_result_bytes <= 0 {
+                return Err(fetcher_engine::EngineError::new(
+                    fetcher_engine::Category::LimitExceeded,
+                    fetcher_engine::error::msg::RESULT_TOO_LARGE,
+                )
+                .into());
+            }
+        }
+        let (out, result) = self
+            .run_plan(job, &ctx, &mut plan, progress, segment)
+            .await?;
+        // What the incremental tables reached: this segment's, else an earlier one's.
+        let mut reached = job
+            .checkpoint
+            .as_ref()
+            .map(|c| c.watermarks.clone())
+            .unwrap_or_default();
+        for (config, tables) in out.watermarks {
+            reached.entry(config).or_default().extend(tables);
+        }
+        if let Some(stopped) = out.stopped {
+            return Ok(Extracted::Stopped(SegmentRun {
+                stopped,
+                rows: out.row_counts.values().map(|n| (*n).max(0) as u64).sum(),
+                watermarks: reached,
+                elapsed: std::time::Duration::ZERO,
+            }));
+        }
+        let mut result = result.ok_or_else(|| ServiceError::internal("no result"))?;
+        result.watermarks = spans(&request, &reached);
+        Ok(Extracted::Done(result))
     }
 
     /// The incremental reads of `job`: each table read after its sync's watermark (read
@@ -173,48 +229,44 @@ impl Pipeline {
         Ok(reads)
     }
 
-    /// Executes `plan` in the job's format; the engine's result and the job's.
+    /// Executes `plan` (one segment of it) in the job's format; the engine's result and,
+    /// unless the segment stopped, the job's.
     async fn run_plan(
         &self,
         job: &Job,
         ctx: &Context,
         plan: &mut fetcher_engine::ExtractionPlan,
         progress: &ExtractionProgress,
-    ) -> Result<(fetcher_engine::ExtractionResult, JobResult)> {
+        segment: &Segment,
+    ) -> Result<(fetcher_engine::ExtractionResult, Option<JobResult>)> {
         let ctx = ctx.clone();
-        match job
+        let format = job
             .request
             .result_format
-            .unwrap_or(self.config.default_format)
-        {
-            ResultFormat::V2 => {
-                plan.mode = ExecutionMode::Store;
+            .unwrap_or(self.config.default_format);
+        match format {
+            ResultFormat::V2 | ResultFormat::Parquet => {
+                let files = match format {
+                    ResultFormat::Parquet => Some(
+                        self.table_format
+                            .clone()
+                            .ok_or_else(|| ServiceError::validation(PARQUET_UNSUPPORTED))?,
+                    ),
+                    _ => None,
+                };
                 let out = self
                     .engine
-                    .execute_extraction_observed(&ctx, plan, progress)
+                    .execute_segment(&ctx, plan, files, segment, progress)
                     .await?;
+                if out.stopped.is_some() {
+                    return Ok((out, None));
+                }
                 let r = out
                     .reference
                     .as_ref()
                     .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
-                let result = JobResult::sealed(r, ResultFormat::V2);
-                Ok((out, result))
-            }
-            ResultFormat::Parquet => {
-                let format = self
-                    .table_format
-                    .clone()
-                    .ok_or_else(|| ServiceError::validation(PARQUET_UNSUPPORTED))?;
-                let out = self
-                    .engine
-                    .execute_extraction_parts(&ctx, plan, format, progress)
-                    .await?;
-                let r = out
-                    .reference
-                    .as_ref()
-                    .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
-                let result = JobResult::sealed(r, ResultFormat::Parquet);
-                Ok((out, result))
+                let result = JobResult::sealed(r, format);
+                Ok((out, Some(result)))
             }
             ResultFormat::V1 => {
                 plan.mode = ExecutionMode::Direct;
@@ -238,7 +290,7 @@ impl Pipeline {
                 }
                 r.row_count = d.row_count;
                 let result = JobResult::sealed(&r, ResultFormat::V1);
-                Ok((out, result))
+                Ok((out, Some(result)))
             }
         }
     }
@@ -249,11 +301,17 @@ impl Pipeline {
 pub const SYNC_COLUMNS_CHANGED: &str =
     "incremental read does not match its sync's watermark columns; reset the sync";
 
+/// What a run did: the job's result, or the segment that stopped.
+pub(super) enum Extracted {
+    Done(JobResult),
+    Stopped(SegmentRun),
+}
+
 /// Each incremental table's span: from the watermark it was read after, to the one it
 /// reached (the same when it yielded no row).
 fn spans(
     request: &ExtractionRequest,
-    out: &fetcher_engine::ExtractionResult,
+    reached: &BTreeMap<String, BTreeMap<String, fetcher_engine::Watermark>>,
 ) -> BTreeMap<String, BTreeMap<String, WatermarkSpan>> {
     request
         .incremental
@@ -262,7 +320,7 @@ fn spans(
             let spans = tables
                 .iter()
                 .map(|(table, read)| {
-                    let reached = out.watermarks.get(config).and_then(|t| t.get(table));
+                    let reached = reached.get(config).and_then(|t| t.get(table));
                     let span = WatermarkSpan {
                         from_watermark: read.after.clone(),
                         to_watermark: reached.cloned().or_else(|| read.after.clone()),

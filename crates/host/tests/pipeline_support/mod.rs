@@ -87,6 +87,7 @@ pub async fn world() -> World {
             ..Default::default()
         },
         table_format: Some(Arc::new(fetcher_parquet::ParquetFormat::new())),
+        queue: None,
     };
     World {
         pipeline,

@@ -10,6 +10,7 @@ use crate::error::ErrorKind;
 use crate::model::*;
 use crate::ports::*;
 
+mod checkpoints;
 mod syncs;
 
 fn request(tag: &str) -> JobRequest {
@@ -490,6 +491,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
 
     cancel(store.as_ref(), &unique_tenant("jobs-cancel").tenant_id).await;
     enqueue_record(store.as_ref(), &unique_tenant("jobs-enqueue").tenant_id).await;
+    checkpoints::checkpoints(store.as_ref(), &unique_tenant("jobs-checkpoint").tenant_id).await;
     syncs::syncs(store, &unique_tenant("jobs-sync").tenant_id).await;
 }
 

@@ -1,0 +1,223 @@
+//! Jobs longer than one run (docs/engine.md, "Continued runs"; docs/operations.md,
+//! "Long jobs"): when a segment's time is up the engine stops at a resumable point; the
+//! pipeline records the checkpoint in the transition that ends the segment and sends the
+//! job a continuation message, signed with the checkpoint's number and digest. The next
+//! worker resumes only from the checkpoint its message was signed for.
+
+use std::time::Duration;
+
+use fetcher_crypto::{KeyPurpose, MessageSigner};
+use fetcher_engine::{Context, ResultPart, Segment, Stopped, Timestamp};
+use tracing::{info, warn};
+
+use super::{Outcome, Pipeline};
+use crate::error::ErrorKind;
+use crate::message::{self, JobMessage};
+use crate::model::*;
+
+/// What the checkpoint of a job says about the message that names it.
+pub(super) enum Continuation {
+    /// The message is the one the job waits for (or the job never continued).
+    Current,
+    /// A message of an earlier segment (a redelivery): nothing to do.
+    Superseded,
+    /// The message was signed for a checkpoint the job does not hold: the stored one was
+    /// changed or lost. The job cannot be resumed safely.
+    Mismatch,
+}
+
+/// The failure of a job whose checkpoint does not match its continuation message.
+pub const CHECKPOINT_MISMATCH: &str =
+    "the job's checkpoint does not match its continuation message; it cannot be resumed";
+
+/// Whether `m` is the message `job`'s checkpoint waits for.
+pub(super) fn continuation(job: &Job, m: &JobMessage) -> Continuation {
+    match (&job.checkpoint, m.segment) {
+        (None, None) => Continuation::Current,
+        (Some(c), Some(n)) if n == c.segment => {
+            if m.checkpoint.as_deref() == Some(c.digest().as_str()) {
+                Continuation::Current
+            } else {
+                Continuation::Mismatch
+            }
+        }
+        (Some(c), n) if n.is_none_or(|n| n < c.segment) => Continuation::Superseded,
+        _ => Continuation::Mismatch,
+    }
+}
+
+impl Pipeline {
+    /// The segment a claimed `job` runs: resumed from its checkpoint, stopping when its
+    /// time is up. Only v2 and Parquet jobs run in segments, and only on a host that can
+    /// send the continuation (a queue); `deadline` is the host's hard end for the run.
+    pub(super) fn segment_of(
+        &self,
+        job: &Job,
+        format: ResultFormat,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Segment {
+        let now = tokio::time::Instant::now();
+        let segmented = self.queue.is_some() && format != ResultFormat::V1;
+        let stop_at = match (segmented, self.config.segment_after, deadline) {
+            (false, _, _) => None,
+            (true, Some(after), _) => Some(now + after),
+            // Time to seal the part, write the checkpoint and send the message before the
+            // hard end; at most half of what is left.
+            (true, None, Some(end)) => {
+                let left = end.saturating_duration_since(now);
+                Some(end - self.config.checkpoint_margin.min(left / 2))
+            }
+            (true, None, None) => None,
+        };
+        Segment {
+            stop_at,
+            resume: job.checkpoint.as_ref().map(|c| c.resume.clone()),
+            earlier_parts: job
+                .checkpoint
+                .as_ref()
+                .map(|c| c.parts.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Ends a segment that stopped: the checkpoint, in the transition that gives the
+    /// claim back, then the continuation message.
+    pub(super) async fn continue_later(
+        &self,
+        job: &Job,
+        token: u32,
+        request_id: &str,
+        run: SegmentRun,
+    ) -> Outcome {
+        let earlier = job.checkpoint.as_ref();
+        let mut parts: Vec<ResultPart> = earlier.map(|c| c.parts.clone()).unwrap_or_default();
+        parts.extend(run.stopped.parts.iter().cloned());
+        let mut watermarks = earlier.map(|c| c.watermarks.clone()).unwrap_or_default();
+        for (config, tables) in run.watermarks {
+            watermarks.entry(config).or_default().extend(tables);
+        }
+        let checkpoint = Checkpoint {
+            segment: earlier.map_or(0, |c| c.segment) + 1,
+            tables_done: tables_before(job, &run.stopped.at),
+            resume: run.stopped.at.clone(),
+            rows: earlier.map_or(0, |c| c.rows) + run.rows,
+            bytes: earlier.map_or(0, |c| c.bytes)
+                + run
+                    .stopped
+                    .parts
+                    .iter()
+                    .map(|p| p.size_bytes.max(0) as u64)
+                    .sum::<u64>(),
+            parts,
+            watermarks,
+            claims: job.attempts,
+            elapsed_ms: earlier.map_or(0, |c| c.elapsed_ms) + run.elapsed.as_millis() as u64,
+        };
+        let at = Timestamp::now();
+        let progress = Progress {
+            rows: checkpoint.rows,
+            bytes: checkpoint.bytes,
+            tables_done: checkpoint.tables_done,
+            tables_total: total_tables(job),
+            updated_at: at,
+        };
+        let change = Transition::Checkpoint {
+            token,
+            checkpoint: &checkpoint,
+            progress,
+            at,
+        };
+        if let Err(e) = self.jobs.transition(&job.tenant_id, &job.id, change).await {
+            // This segment's parts are no one's now: a cancel asked for meanwhile (the
+            // job ends canceled, every part removed), or another worker took the job
+            // over and runs the segment again.
+            self.discard(&run.stopped.parts).await;
+            return match e.kind() {
+                ErrorKind::Conflict => match self.cancel_claimed(job, token).await {
+                    Outcome::Skipped(_) => Outcome::Skipped("claim lost before the checkpoint"),
+                    canceled => canceled,
+                },
+                _ => Outcome::Retry(e),
+            };
+        }
+        let mut next = job.clone();
+        next.checkpoint = Some(checkpoint);
+        let segment = next.checkpoint.as_ref().map_or(0, |c| c.segment);
+        match self.send_continuation(&next, request_id).await {
+            Ok(()) => {
+                info!(job_id = %job.id, segment, rows = progress.rows, "segment done; the job continues in the next");
+            }
+            Err(e) => {
+                // The job is pending with its checkpoint: the repair pass sends it again.
+                warn!(job_id = %job.id, segment, error = %e.log_detail(), "could not send the continuation; the repair pass will");
+            }
+        }
+        Outcome::Continued {
+            job_id: job.id.clone(),
+            segment,
+        }
+    }
+
+    async fn send_continuation(&self, job: &Job, request_id: &str) -> crate::Result<()> {
+        let queue = self
+            .queue
+            .as_ref()
+            .ok_or_else(|| crate::ServiceError::internal("no queue for continuations"))?;
+        let ring = self.keys.key_ring().await?;
+        let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac);
+        let m = message::encode(job, &signer, request_id, message::unix_now());
+        queue.enqueue(m).await
+    }
+
+    /// Removes a continued job's parts (it failed or was canceled: none of it is a
+    /// result). Best effort: a part left behind is logged.
+    pub(super) async fn discard_checkpoint(&self, job: &Job) {
+        if let Some(c) = &job.checkpoint {
+            self.discard(&c.parts).await;
+        }
+    }
+
+    pub(super) async fn discard(&self, parts: &[ResultPart]) {
+        let ctx = Context::background().with_timeout(Duration::from_secs(30));
+        for p in parts {
+            let deleted = ctx.run(self.objects.delete(&p.path)).await;
+            if !matches!(deleted, Ok(Ok(()))) {
+                warn!(path = %p.path, "could not remove a part of an unfinished job");
+            }
+        }
+    }
+}
+
+/// What a stopped segment did.
+pub(super) struct SegmentRun {
+    pub(super) stopped: Stopped,
+    pub(super) rows: u64,
+    pub(super) watermarks: std::collections::BTreeMap<
+        String,
+        std::collections::BTreeMap<String, fetcher_engine::Watermark>,
+    >,
+    pub(super) elapsed: Duration,
+}
+
+/// The job's tables, counted over every datasource.
+pub(super) fn total_tables(job: &Job) -> u64 {
+    job.request
+        .mapped_fields
+        .values()
+        .map(|t| t.len() as u64)
+        .sum()
+}
+
+/// How many of the job's tables come before `at` in plan order (datasources, then tables,
+/// by name): the tables finished when a segment stops there.
+fn tables_before(job: &Job, at: &fetcher_engine::ResumePoint) -> u64 {
+    job.request
+        .mapped_fields
+        .iter()
+        .map(|(config, tables)| match config.as_str().cmp(&at.config) {
+            std::cmp::Ordering::Less => tables.len() as u64,
+            std::cmp::Ordering::Equal => tables.keys().filter(|t| **t < at.table).count() as u64,
+            std::cmp::Ordering::Greater => 0,
+        })
+        .sum()
+}
