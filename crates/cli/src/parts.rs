@@ -1,12 +1,18 @@
-//! `fetcher result open <job|manifest> --output-dir DIR`: a Parquet job's files
-//! (docs/results.md, "Parquet results").
+//! Results in parts (docs/results.md, "Results in parts"): a Parquet job's files, and a
+//! long job's NDJSON in several objects, each listed by a sealed manifest.
 //!
 //! The manifest is opened and checked first (its HMAC when known, its job binding); then
-//! each part, found beside it (`<dir of the manifest>/<jobId>/part-NNNNN.parquet.v2`, the
-//! layout of `serve`'s result directory and of the S3 bucket), is opened against the
-//! HMAC the manifest lists and its plaintext SHA-256 compared with the listed one. A
-//! part is written to `<name>.partial` and renamed to `<config>.<table>.parquet` only
-//! once it verified, so a file with the final name is always a whole, authentic one.
+//! each part, found beside it in the layout of `serve`'s result directory and of the S3
+//! bucket (the first NDJSON part at `<jobId>.ndjson.v2`, the others in
+//! `<jobId>/part-NNNNN.<ext>.v2`), is opened against the HMAC the manifest lists and its
+//! plaintext SHA-256 compared with the listed one.
+//!
+//! * `fetcher result open <job|manifest> --output-dir DIR` writes a Parquet job's files:
+//!   each to `<name>.partial`, renamed to `<config>.<table>.parquet` (`-2`, `-3`, … for
+//!   a table in several parts) only once it verified, so a file with the final name is
+//!   always a whole, authentic one.
+//! * `fetcher result open <job|manifest>` streams an NDJSON job's parts to stdout, in
+//!   order: their concatenation is the job's result.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -22,22 +28,21 @@ use crate::result::{progress, stream_open};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Manifest {
-    format: String,
+pub(crate) struct Manifest {
+    pub(crate) format: String,
     job_id: String,
     parts: Vec<ResultPart>,
 }
 
-pub async fn open_parts(
+/// Opens and checks the manifest in `file`.
+pub(crate) async fn read_manifest(
     ring: &KeyRing,
-    manifest_file: &Path,
+    file: &Path,
     hmac: Option<&str>,
-    dir: &Path,
-    quiet: bool,
-) -> Result<()> {
-    let sealed = tokio::fs::read(manifest_file)
+) -> Result<Manifest> {
+    let sealed = tokio::fs::read(file)
         .await
-        .with_context(|| format!("opening {}", manifest_file.display()))?;
+        .with_context(|| format!("opening {}", file.display()))?;
     let mut opener = Opener::new_any_job(ring);
     if let Some(h) = hmac {
         opener = opener.expect_hmac(h);
@@ -54,37 +59,73 @@ pub async fn open_parts(
     if manifest.job_id != summary.job_id {
         bail!("the manifest names another job than it is sealed for");
     }
-    if manifest.format != "parquet" {
-        bail!("unknown part format {:?}", manifest.format);
+    Ok(manifest)
+}
+
+/// Whether `file` holds a manifest (by its name, as every host names it).
+pub(crate) fn is_manifest(file: &Path) -> bool {
+    file.to_string_lossy().ends_with(".manifest.json.v2")
+}
+
+/// Where `part` is on disk: beside the manifest, by the part's key under the results
+/// prefix (`<jobId>.ndjson.v2` or `<jobId>/part-NNNNN.<ext>.v2`); any other key is
+/// refused, so a manifest cannot point outside its job's objects.
+fn part_file(manifest_file: &Path, job_id: &str, part: &ResultPart) -> Result<PathBuf> {
+    let rel = part
+        .path
+        .rsplit_once("external-data/")
+        .map_or(part.path.as_str(), |(_, r)| r);
+    let parts: Vec<&str> = rel.split('/').collect();
+    let ok = match parts.as_slice() {
+        [single] => *single == format!("{job_id}.ndjson.v2"),
+        [dir, name] => *dir == job_id && name.starts_with("part-") && !name.contains(".."),
+        _ => false,
+    };
+    if !ok {
+        bail!("a part path in the manifest is malformed");
     }
-    let base = manifest_file
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join(&manifest.job_id);
+    Ok(manifest_file.parent().unwrap_or(Path::new(".")).join(rel))
+}
+
+pub async fn open_parts(
+    ring: &KeyRing,
+    manifest_file: &Path,
+    hmac: Option<&str>,
+    dir: &Path,
+    quiet: bool,
+) -> Result<()> {
+    let manifest = read_manifest(ring, manifest_file, hmac).await?;
+    if manifest.format != "parquet" {
+        bail!(
+            "a {} result opens to stdout: leave out --output-dir",
+            manifest.format
+        );
+    }
     tokio::fs::create_dir_all(dir)
         .await
         .with_context(|| format!("creating {}", dir.display()))?;
 
-    let total: u64 = manifest
-        .parts
-        .iter()
-        .map(|p| p.stored_bytes.max(p.size_bytes) as u64)
-        .sum();
-    let bar = progress(total, quiet);
+    let bar = progress(stored_total(&manifest), quiet);
     let mut names = BTreeSet::new();
     for part in &manifest.parts {
-        let object = part
-            .path
-            .rsplit('/')
-            .next()
-            .filter(|n| !n.is_empty() && *n != "..")
-            .context("a part path in the manifest is malformed")?;
-        let source = base.join(object);
+        let source = part_file(manifest_file, &manifest.job_id, part)?;
         let name = unique_name(&mut names, &part.config, &part.table);
         let target = dir.join(&name);
-        open_part(ring, &manifest.job_id, part, &source, &target, &bar)
-            .await
-            .with_context(|| format!("{} ({}.{})", source.display(), part.config, part.table))?;
+        let partial = PathBuf::from(format!("{}.partial", target.display()));
+        let mut out = tokio::fs::File::create(&partial).await?;
+        let opened = open_part(ring, &manifest.job_id, part, &source, &mut out, &bar).await;
+        out.flush().await?;
+        drop(out);
+        if let Err(e) = opened {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(e.context(format!(
+                "{} ({}.{})",
+                source.display(),
+                part.config,
+                part.table
+            )));
+        }
+        tokio::fs::rename(&partial, &target).await?;
         if !quiet {
             bar.println(format!("{} rows -> {}", part.row_count, target.display()));
         }
@@ -93,40 +134,58 @@ pub async fn open_parts(
     Ok(())
 }
 
-async fn open_part(
+/// An NDJSON result in parts, to `out` in order. Each part is verified as it streams
+/// (frames, then its HMAC and SHA-256 at its end): a part that fails stops the output
+/// with an error there.
+pub(crate) async fn open_ndjson_parts<W: tokio::io::AsyncWrite + Unpin>(
+    ring: &KeyRing,
+    manifest: &Manifest,
+    manifest_file: &Path,
+    out: &mut W,
+    quiet: bool,
+) -> Result<()> {
+    if manifest.format != "ndjson" {
+        bail!("unknown part format {:?}", manifest.format);
+    }
+    let bar = progress(stored_total(manifest), quiet);
+    for part in &manifest.parts {
+        let source = part_file(manifest_file, &manifest.job_id, part)?;
+        open_part(ring, &manifest.job_id, part, &source, out, &bar)
+            .await
+            .with_context(|| format!("{}", source.display()))?;
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+fn stored_total(manifest: &Manifest) -> u64 {
+    manifest
+        .parts
+        .iter()
+        .map(|p| p.stored_bytes.max(p.size_bytes) as u64)
+        .sum()
+}
+
+async fn open_part<W: tokio::io::AsyncWrite + Unpin>(
     ring: &KeyRing,
     job_id: &str,
     part: &ResultPart,
     source: &Path,
-    target: &Path,
+    out: &mut W,
     bar: &indicatif::ProgressBar,
 ) -> Result<()> {
     let mut file = tokio::fs::File::open(source).await.context("opening")?;
     let mut head = [0u8; 4];
     let n = file.read(&mut head).await?;
-    let partial = PathBuf::from(format!("{}.partial", target.display()));
-    let mut out = tokio::fs::File::create(&partial).await?;
     let mut hasher = Sha256::new();
     let opener = Opener::new(ring, job_id).expect_hmac(&part.hmac);
-    let opened = stream_open(opener, &head[..n], &mut file, &mut out, bar, |b| {
+    stream_open(opener, &head[..n], &mut file, out, bar, |b| {
         hasher.update(b)
     })
-    .await;
-    out.flush().await?;
-    drop(out);
-    let digest = fetcher_engine::hex(&hasher.finalize());
-    let verified = opened.and_then(|()| {
-        if digest == part.sha256 {
-            Ok(())
-        } else {
-            Err(anyhow::anyhow!("its SHA-256 differs from the manifest's"))
-        }
-    });
-    if let Err(e) = verified {
-        let _ = tokio::fs::remove_file(&partial).await;
-        return Err(e);
+    .await?;
+    if fetcher_engine::hex(&hasher.finalize()) != part.sha256 {
+        bail!("its SHA-256 differs from the manifest's");
     }
-    tokio::fs::rename(&partial, target).await?;
     Ok(())
 }
 

@@ -1,5 +1,6 @@
-//! `fetcher result open`: verify and decrypt a sealed result to stdout, or a Parquet
-//! job's files into a directory (`--output-dir`, docs/results.md, "Parquet results").
+//! `fetcher result open`: verify and decrypt a sealed result to stdout (a long job's
+//! NDJSON parts in order), or a Parquet job's files into a directory (`--output-dir`,
+//! docs/results.md, "Parquet results").
 //!
 //! v2 objects (NDJSON in authenticated frames) are opened as a stream: each frame is
 //! written out only after it authenticated, and a truncated, reordered or tampered
@@ -139,6 +140,19 @@ async fn open(args: OpenArgs) -> Result<()> {
     }
     if target.format == Some(ResultFormat::Parquet) {
         bail!("a parquet result is a set of files: pass --output-dir DIR");
+    }
+    if crate::parts::is_manifest(&target.file) {
+        // A long job's NDJSON in parts (docs/results.md, "Results in parts").
+        let manifest =
+            crate::parts::read_manifest(&ring, &target.file, target.hmac.as_deref()).await?;
+        if manifest.format == "parquet" {
+            bail!("a parquet result is a set of files: pass --output-dir DIR");
+        }
+        let mut stdout = tokio::io::stdout();
+        crate::parts::open_ndjson_parts(&ring, &manifest, &target.file, &mut stdout, args.quiet)
+            .await?;
+        stdout.flush().await?;
+        return Ok(());
     }
     let mut file = tokio::fs::File::open(&target.file)
         .await
