@@ -91,6 +91,43 @@ impl Watch {
         Watch { child, port }
     }
 
+    /// The functions' environment for the bootstrapped `r`: endpoints through the SDK chain,
+    /// as on AWS, each service at the one this lane uses (the LocalStack lane takes
+    /// DynamoDB from moto); a private test deployment (PostgreSQL and MariaDB on
+    /// 127.0.0.1, no authorizer in front of the function URL: the template sets neither,
+    /// both default to secure); then `extra`.
+    pub fn function_env(r: &Resources, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let endpoints = [
+            "DYNAMODB",
+            "S3",
+            "SQS",
+            "KMS",
+            "SECRETS_MANAGER",
+            "EVENTBRIDGE",
+        ]
+        .map(|s| (format!("AWS_ENDPOINT_URL_{s}"), service_endpoint(s)));
+        [
+            ("AWS_ENDPOINT_URL", endpoint()),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "test".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("FETCHER_TABLE", r.table.clone()),
+            ("FETCHER_BUCKET", r.bucket.clone()),
+            ("FETCHER_QUEUE_URL", r.queue_url.clone()),
+            ("FETCHER_MASTER_KEY_SECRET", r.secret_id.clone()),
+            ("FETCHER_EVENT_BUS", r.bus_name.clone()),
+            ("FETCHER_EVENT_SOURCE", r.event_source.clone()),
+            ("FETCHER_LOG", "info".into()),
+            ("FETCHER_ALLOW_PRIVATE_HOSTS", "true".into()),
+            ("FETCHER_ALLOW_UNAUTHENTICATED", "true".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .chain(endpoints)
+        .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+    }
+
     /// Invokes a function with a JSON event; returns its JSON answer.
     pub fn invoke(&self, function: &str, event: &Value) -> Value {
         let url = format!(

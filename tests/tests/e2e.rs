@@ -55,38 +55,7 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
         .await
         .expect("bootstrap");
     let queue_arn = format!("arn:aws:sqs:us-east-1:123456789012:{prefix}-jobs");
-    // The functions resolve endpoints through the SDK chain, as on AWS; each service gets
-    // the one this test uses (the LocalStack lane takes DynamoDB from moto).
-    let endpoints = [
-        "DYNAMODB",
-        "S3",
-        "SQS",
-        "KMS",
-        "SECRETS_MANAGER",
-        "EVENTBRIDGE",
-    ]
-    .map(|s| (format!("AWS_ENDPOINT_URL_{s}"), service_endpoint(s)));
-    let env: Vec<(String, String)> = [
-        ("AWS_ENDPOINT_URL", endpoint()),
-        ("AWS_ACCESS_KEY_ID", "test".into()),
-        ("AWS_SECRET_ACCESS_KEY", "test".into()),
-        ("AWS_REGION", "us-east-1".into()),
-        ("FETCHER_TABLE", r.table.clone()),
-        ("FETCHER_BUCKET", r.bucket.clone()),
-        ("FETCHER_QUEUE_URL", r.queue_url.clone()),
-        ("FETCHER_MASTER_KEY_SECRET", r.secret_id.clone()),
-        ("FETCHER_EVENT_BUS", r.bus_name.clone()),
-        ("FETCHER_EVENT_SOURCE", r.event_source.clone()),
-        ("FETCHER_LOG", "info".into()),
-        // A private test deployment: PostgreSQL on 127.0.0.1, no authorizer in front of
-        // the function URL (the template sets neither; both default to secure).
-        ("FETCHER_ALLOW_PRIVATE_HOSTS", "true".into()),
-        ("FETCHER_ALLOW_UNAUTHENTICATED", "true".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .chain(endpoints)
-    .collect();
+    let env = Watch::function_env(&r, &[]);
     let logs = log_dir();
     let w = Watch::start(&env, &logs.join("watch.log"));
     eprintln!(

@@ -80,7 +80,8 @@ pub struct PipelineConfig {
     /// time left).
     pub checkpoint_margin: std::time::Duration,
     /// Test harness only (`FETCHER_TEST_SEGMENT_SECS`): every segment stops this long
-    /// after it starts, deadline or not, so tests see jobs continued many times.
+    /// after it starts (or earlier, ahead of the deadline), so tests see jobs continued
+    /// many times.
     pub segment_after: Option<std::time::Duration>,
 }
 

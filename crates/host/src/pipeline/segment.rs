@@ -58,16 +58,18 @@ impl Pipeline {
     ) -> Segment {
         let now = tokio::time::Instant::now();
         let segmented = self.queue.is_some() && format != ResultFormat::V1;
-        let stop_at = match (segmented, self.config.segment_after, deadline) {
+        // Time to seal the part, write the checkpoint and send the message before the
+        // hard end; at most half of what is left.
+        let before_end = deadline.map(|end| {
+            let left = end.saturating_duration_since(now);
+            end - self.config.checkpoint_margin.min(left / 2)
+        });
+        let after = self.config.segment_after.map(|after| now + after);
+        let stop_at = match (segmented, after, before_end) {
             (false, _, _) => None,
-            (true, Some(after), _) => Some(now + after),
-            // Time to seal the part, write the checkpoint and send the message before the
-            // hard end; at most half of what is left.
-            (true, None, Some(end)) => {
-                let left = end.saturating_duration_since(now);
-                Some(end - self.config.checkpoint_margin.min(left / 2))
-            }
-            (true, None, None) => None,
+            // A set segment length never runs past the hard end.
+            (true, Some(a), Some(b)) => Some(a.min(b)),
+            (true, a, b) => a.or(b),
         };
         Segment {
             stop_at,
