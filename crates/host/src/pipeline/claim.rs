@@ -49,10 +49,15 @@ impl Pipeline {
             }
             Continuation::Mismatch => {
                 warn!(job_id = %job.id, "checkpoint does not match the continuation message; failing the job");
-                self.discard_checkpoint(&job).await;
-                return self
+                let outcome = self
                     .fail_unclaimed(&tenant, &job.id, &job.request.metadata, CHECKPOINT_MISMATCH)
                     .await;
+                // Only a job this message failed loses its parts (a running one keeps
+                // them: its worker holds the checkpoint they belong to).
+                if matches!(outcome, Outcome::Failed { .. }) {
+                    self.discard_checkpoint(&job).await;
+                }
+                return outcome;
             }
         }
         let (job, token) = match self

@@ -130,14 +130,17 @@ impl Pipeline {
             at,
         };
         if let Err(e) = self.jobs.transition(&job.tenant_id, &job.id, change).await {
-            // This segment's parts are no one's now: a cancel asked for meanwhile (the
-            // job ends canceled, every part removed), or another worker took the job
-            // over and runs the segment again.
-            self.discard(&run.stopped.parts).await;
+            // A cancel asked for meanwhile: the job ends canceled, every part removed.
+            // Otherwise the parts stay: another worker that took the job over (or the
+            // retry) runs this segment again from the same checkpoint and writes the
+            // same part keys, so removing them could remove its parts.
             return match e.kind() {
                 ErrorKind::Conflict => match self.cancel_claimed(job, token).await {
                     Outcome::Skipped(_) => Outcome::Skipped("claim lost before the checkpoint"),
-                    canceled => canceled,
+                    canceled => {
+                        self.discard(&run.stopped.parts).await;
+                        canceled
+                    }
                 },
                 _ => Outcome::Retry(e),
             };
