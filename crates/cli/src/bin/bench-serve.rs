@@ -25,6 +25,10 @@
 //! the same table through the same `serve` instead, in alternating turns: wall ratio,
 //! CPU seconds and peak RSS of both, and the stored sizes.
 //!
+//! `--segments SECS` runs the NDJSON job on a second `serve` whose segments stop after
+//! SECS seconds (a long job continued from its checkpoint, `FETCHER_TEST_SEGMENT_SECS`)
+//! against one uninterrupted run, alternating: wall and CPU ratios, peak RSS, parts.
+//!
 //! `--incremental` (PostgreSQL) indexes the cursor (`ts, id`), runs a sync's first
 //! (full) incremental job, then per pair moves 1% of the rows past the watermark (a fresh
 //! 1% each pair, `ts` bumped) and runs, in alternating order, a full job of the table and
@@ -231,7 +235,7 @@ fn children_cpu_seconds() -> f64 {
     t(u.ru_utime) + t(u.ru_stime)
 }
 
-fn start_serve(fetcher: &Path, data_dir: &Path, partitions: usize) -> Serve {
+fn start_serve(fetcher: &Path, data_dir: &Path, partitions: usize, env: &[(&str, &str)]) -> Serve {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -256,6 +260,7 @@ fn start_serve(fetcher: &Path, data_dir: &Path, partitions: usize) -> Serve {
         .arg(data_dir)
         .env("FETCHER_MASTER_KEY", KEY)
         .env("FETCHER_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .spawn()
         .expect("spawn fetcher serve");
@@ -277,6 +282,8 @@ struct OursRun {
     hmac: String,
     /// Rows the job read.
     rows: u64,
+    /// Parts of the result (0: one object).
+    parts: usize,
 }
 
 fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
@@ -324,8 +331,16 @@ fn run_body(serve: &Serve, data_dir: &Path, body: &Value) -> OursRun {
     let size = manifest + parts;
     // The result is not needed once measured (10M rows are 2 GB sealed).
     let _ = std::fs::remove_file(data_dir.join("results").join(path));
+    for part in job["resultParts"].as_array().into_iter().flatten() {
+        let _ = std::fs::remove_file(
+            data_dir
+                .join("results")
+                .join(part["path"].as_str().unwrap_or_default()),
+        );
+    }
     OursRun {
         rows: job["progress"]["rows"].as_u64().unwrap_or(0),
+        parts: job["resultParts"].as_array().map_or(0, Vec::len),
         wall,
         cpu,
         peak_mib: peak_rss_mib(pid),
@@ -368,7 +383,7 @@ fn main() {
         .iter()
         .map(|&p| {
             let data_dir = scratch.join(format!("data-p{p}"));
-            let serve = start_serve(&fetcher, &data_dir, p);
+            let serve = start_serve(&fetcher, &data_dir, p, &[]);
             let (status, v) = http(
                 serve.port,
                 "POST",
@@ -393,6 +408,30 @@ fn main() {
         let (_, serve, data_dir) = &serves[0];
         incremental_pairs(&db, serve, data_dir, rows, pairs);
         drop(serves);
+        let _ = std::fs::remove_dir_all(&scratch);
+        kind.drop(&db);
+        return;
+    }
+    let secs: f64 = arg("--segments", 0.0);
+    if secs > 0.0 {
+        let (_, serve, data_dir) = &serves[0];
+        let seg_dir = scratch.join("data-segments");
+        let secs = secs.to_string();
+        let segmented = start_serve(
+            &fetcher,
+            &seg_dir,
+            1,
+            &[("FETCHER_TEST_SEGMENT_SECS", secs.as_str())],
+        );
+        let (status, v) = http(
+            segmented.port,
+            "POST",
+            "/v1/management/connections",
+            Some(&kind.connection(&db)),
+        );
+        assert_eq!(status, 201, "{v}");
+        segment_pairs((serve, data_dir), (&segmented, &seg_dir), rows, pairs);
+        drop((serves, segmented));
         let _ = std::fs::remove_dir_all(&scratch);
         kind.drop(&db);
         return;
@@ -483,6 +522,54 @@ fn main() {
     drop(serves);
     let _ = std::fs::remove_dir_all(&scratch);
     kind.drop(&db);
+}
+
+/// `--segments SECS`: the same NDJSON job on a `serve` whose segments stop after SECS
+/// seconds (`FETCHER_TEST_SEGMENT_SECS`: the job is continued from its checkpoint many
+/// times, through the in-process queue) against one uninterrupted run on another,
+/// alternating: wall and CPU ratios, peak RSS of both, and the parts per job.
+fn segment_pairs(plain: (&Serve, &Path), segmented: (&Serve, &Path), rows: u64, pairs: usize) {
+    run_job(segmented.0, segmented.1, 0, "v2");
+    let (mut walls, mut cpus, mut whole, mut seg) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for pair in 0..pairs {
+        let run = 2000 + pair;
+        let (w, s) = if pair % 2 == 0 {
+            let w = run_job(plain.0, plain.1, run, "v2");
+            (w, run_job(segmented.0, segmented.1, run, "v2"))
+        } else {
+            let s = run_job(segmented.0, segmented.1, run, "v2");
+            (run_job(plain.0, plain.1, run, "v2"), s)
+        };
+        assert_eq!((w.rows, s.rows), (rows, rows), "every row, in both");
+        assert_eq!(w.parts, 0, "the uninterrupted run is one object");
+        let (wall, cpu) = (s.wall.as_secs_f64() / w.wall.as_secs_f64(), s.cpu / w.cpu);
+        println!(
+            "pair {}: segmented {:>7.2?} (cpu {:.2} s, peak {:.0} MiB, {} parts)  uninterrupted {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  ratio wall {wall:.3} cpu {cpu:.3}",
+            pair + 1,
+            s.wall,
+            s.cpu,
+            s.peak_mib,
+            s.parts,
+            w.wall,
+            w.cpu,
+            w.peak_mib
+        );
+        walls.push(wall);
+        cpus.push(cpu);
+        whole.push(w);
+        seg.push(s);
+    }
+    let peak = |runs: &[OursRun]| runs.iter().map(|r| r.peak_mib).fold(0.0, f64::max);
+    println!(
+        "median over {pairs} pairs: segmented/uninterrupted wall {:.3}, CPU {:.3}; parts per job {}..{}; peak RSS segmented {:.0} MiB (max), uninterrupted {:.0} MiB (max)",
+        median(walls),
+        median(cpus),
+        seg.iter().map(|r| r.parts).min().unwrap_or(0),
+        seg.iter().map(|r| r.parts).max().unwrap_or(0),
+        peak(&seg),
+        peak(&whole)
+    );
 }
 
 /// `--parquet`: Parquet jobs against NDJSON jobs of the same table, alternating.
