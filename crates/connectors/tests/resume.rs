@@ -20,34 +20,20 @@ use serde_json::{Value, json};
 /// Runs `plan` whole, then in segments each asked to stop at once; returns both results'
 /// bytes (the segments' parts joined in manifest order) and the number of segments.
 async fn whole_and_segmented(h: &Harness, plan: &ExtractionPlan) -> (Vec<u8>, Vec<u8>, usize) {
-    let ctx = Context::background();
-    let progress = ExtractionProgress::default();
     let whole = h
         .engine
-        .execute_segment(&ctx, plan, None, &Segment::default(), &progress)
+        .execute_segment(
+            &Context::background(),
+            plan,
+            None,
+            &Segment::default(),
+            &ExtractionProgress::default(),
+        )
         .await
         .unwrap();
     let whole = h.sink.get(&whole.reference.unwrap().path).unwrap();
-    let mut segment = Segment::default();
-    for n in 1..=200 {
-        segment.stop_at = Some(tokio::time::Instant::now());
-        let r = h
-            .engine
-            .execute_segment(&ctx, plan, None, &segment, &progress)
-            .await
-            .unwrap();
-        let Some(stopped) = r.stopped else {
-            let parts = r.reference.unwrap().parts;
-            let joined = parts
-                .iter()
-                .flat_map(|p| h.sink.get(&p.path).unwrap())
-                .collect();
-            return (whole, joined, n);
-        };
-        segment.resume = Some(stopped.at);
-        segment.earlier_parts.extend(stopped.parts);
-    }
-    panic!("no end after 200 segments");
+    let (joined, segments) = run_in_segments(h, plan, async || {}).await;
+    (whole, joined, segments)
 }
 
 async fn plan_of(h: &Harness, request: Value) -> ExtractionPlan {

@@ -12,9 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use fetcher_engine::{
-    Context, ExecutionMode, ExtractionPlan, ExtractionProgress, ExtractionRequest, Segment,
-};
+use fetcher_engine::{Context, ExecutionMode, ExtractionPlan, ExtractionRequest};
 use serde_json::json;
 
 /// Initial rows: even ids 2..=2·ROWS, version 0. The writer inserts odd ids.
@@ -98,37 +96,14 @@ async fn segmented_under_writes(h: &Harness, plan: &ExtractionPlan, writer: Writ
         })
     };
 
-    let ctx = Context::background();
-    let progress = ExtractionProgress::default();
-    let mut segment = Segment::default();
     let mut rng = 0xD1B5_4A32_D192_ED03u64;
-    let (joined, segments) = 'run: {
-        for n in 1..=400 {
-            segment.stop_at = Some(tokio::time::Instant::now());
-            let r = h
-                .engine
-                .execute_segment(&ctx, plan, None, &segment, &progress)
-                .await
-                .unwrap();
-            let Some(stopped) = r.stopped else {
-                let joined: Vec<u8> = r
-                    .reference
-                    .unwrap()
-                    .parts
-                    .iter()
-                    .flat_map(|p| h.sink.get(&p.path).unwrap())
-                    .collect();
-                break 'run (joined, n);
-            };
-            segment.resume = Some(stopped.at);
-            segment.earlier_parts.extend(stopped.parts);
-            let mut w = burst.lock().await;
-            for _ in 0..40 {
-                w.step(&mut rng, &written).await;
-            }
+    let (joined, segments) = run_in_segments(h, plan, async || {
+        let mut w = burst.lock().await;
+        for _ in 0..40 {
+            w.step(&mut rng, &written).await;
         }
-        panic!("no end after 400 segments");
-    };
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     background.await.unwrap();
 

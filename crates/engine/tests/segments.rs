@@ -194,6 +194,14 @@ async fn a_table_without_positions_is_read_whole_and_the_run_stops_after_it() {
     assert_eq!(joined, whole);
 }
 
+/// The error `segment` of `plan` ends with.
+async fn refused(h: &Harness, plan: &ExtractionPlan, segment: &Segment) -> EngineError {
+    h.engine
+        .execute_segment(&ctx(), plan, None, segment, &ExtractionProgress::default())
+        .await
+        .unwrap_err()
+}
+
 #[tokio::test]
 async fn out_of_time_in_a_table_that_cannot_stop_is_limit_exceeded_naming_it() {
     let big = TemplateBehaviour {
@@ -221,17 +229,7 @@ async fn out_of_time_in_a_table_that_cannot_stop_is_limit_exceeded_naming_it() {
         stop_at: Some(tokio::time::Instant::now()),
         ..Segment::default()
     };
-    let err = h
-        .engine
-        .execute_segment(
-            &ctx(),
-            &plan,
-            None,
-            &segment,
-            &ExtractionProgress::default(),
-        )
-        .await
-        .unwrap_err();
+    let err = refused(&h, &plan, &segment).await;
     assert_eq!(err.category(), Category::LimitExceeded, "{err}");
     assert!(
         err.message()
@@ -256,17 +254,7 @@ async fn a_resume_point_outside_the_plan_is_refused() {
             }),
             ..Segment::default()
         };
-        let err = h
-            .engine
-            .execute_segment(
-                &ctx(),
-                &plan,
-                None,
-                &segment,
-                &ExtractionProgress::default(),
-            )
-            .await
-            .unwrap_err();
+        let err = refused(&h, &plan, &segment).await;
         assert_eq!(err.category(), Category::Validation);
     }
 }

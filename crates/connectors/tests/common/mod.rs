@@ -271,6 +271,39 @@ impl Harness {
     }
 }
 
+/// Runs `plan` in segments (docs/engine.md, "Continued runs"), each asked to stop at
+/// once, calling `between` after every segment that stopped; returns the parts' bytes
+/// joined in manifest order and the number of segments.
+pub async fn run_in_segments(
+    h: &Harness,
+    plan: &fetcher_engine::ExtractionPlan,
+    mut between: impl AsyncFnMut(),
+) -> (Vec<u8>, usize) {
+    let ctx = fetcher_engine::Context::background();
+    let progress = fetcher_engine::ExtractionProgress::default();
+    let mut segment = fetcher_engine::Segment::default();
+    for n in 1..=400 {
+        segment.stop_at = Some(tokio::time::Instant::now());
+        let r = h
+            .engine
+            .execute_segment(&ctx, plan, None, &segment, &progress)
+            .await
+            .unwrap();
+        let Some(stopped) = r.stopped else {
+            let parts = r.reference.unwrap().parts;
+            let joined = parts
+                .iter()
+                .flat_map(|p| h.sink.get(&p.path).unwrap())
+                .collect();
+            return (joined, n);
+        };
+        segment.resume = Some(stopped.at);
+        segment.earlier_parts.extend(stopped.parts);
+        between().await;
+    }
+    panic!("no end after 400 segments");
+}
+
 /// NDJSON lines whose `table` is `table`, as parsed rows.
 pub fn rows_of(ndjson: &[u8], table: &str) -> Vec<serde_json::Value> {
     std::str::from_utf8(ndjson)

@@ -1,8 +1,10 @@
 //! Extraction execution (docs/engine.md, "Execution"): direct and store modes.
 //!
-//! One file (about 930 lines): both modes share the step tasks, the first-error record
-//! and the close-once guarantee below, which a split would scatter. The multi-object
-//! mode's producer, part writer and manifest are in [`parts`].
+//! This module holds what both modes share: the step tasks, the first-error record and
+//! the close-once guarantee below. How a step fails is in [`failure`], rows into batches
+//! in [`batch`], direct mode in [`direct`], store mode's scheduler and writer in
+//! [`store`], the multi-object mode's producer, part writer and manifest in [`parts`],
+//! and a segmented run's stop signal and resumed plan in [`segment`].
 //!
 //! Each plan step runs in its own task and owns its connector. The first failure is
 //! recorded once and cancels the run; every task is joined before returning, and every

@@ -8,6 +8,7 @@
 //! | 2. claim the job: a conditional `pending → processing` with a lease (a crashed run's expired lease is taken over; a terminal job makes the delivery a no-op) | `claim` |
 //! | 3. run the engine under the claim (store mode streams NDJSON through the v2 sealing writer into the object store in constant memory; Parquet parts; v1 when the job asks) and decide the outcome | `run`, with the lease `heartbeat` |
 //! | 4. record `completed` (path, sizes, rows, HMAC, digest) or `failed` (sanitised error) in the same write as the pending terminal event (the outbox marker); 5. publish `job.completed` / `job.failed` with the deterministic id `fetcher.job.<status>.<jobId>`, then clear the marker | `finish`, the payloads in `payload` |
+//! | a long job's segment that ran out of time: its checkpoint in the transition that returns the claim, then a signed continuation; the next message resumes only from that checkpoint (docs/operations.md, "Long jobs") | `segment` |
 //! | the repair pass: [`Pipeline::repair_events`] republishes markers a crash left behind, [`Pipeline::requeue_stranded`] re-sends lost messages | `repair` |
 //!
 //! Redelivered messages never produce a second result or event: terminal jobs are

@@ -1,9 +1,16 @@
-//! The job record and the terminal event, as the host ports store and move them.
+//! The job record and the terminal event, as the host ports store and move them; a
+//! sync's watermarks in [`sync`], a continued job's checkpoint in [`checkpoint`].
 
 use std::collections::BTreeMap;
 
-use fetcher_engine::{FieldSelection, IncrementalSpec, Timestamp, Watermark};
+use fetcher_engine::{FieldSelection, IncrementalSpec, Timestamp};
 use serde::{Deserialize, Serialize};
+
+mod checkpoint;
+mod sync;
+
+pub use checkpoint::Checkpoint;
+pub use sync::{SyncState, SyncedTable, WatermarkSpan};
 
 /// Job status (docs/api.md, "Job status"). Terminal states are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -140,102 +147,6 @@ pub struct JobResult {
     pub watermarks: BTreeMap<String, BTreeMap<String, WatermarkSpan>>,
 }
 
-/// Where an incremental table's read started and where it ended.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WatermarkSpan {
-    /// The watermark the job read after (`None`: from the start).
-    pub from_watermark: Option<Watermark>,
-    /// The highest `(cursor, key)` it read (the start again when it read no row).
-    pub to_watermark: Option<Watermark>,
-}
-
-/// A sync (docs/api.md, "Syncs"): a stream of incremental jobs and, per table, the
-/// watermark its last completed job reached. At most one of its jobs is active at a time.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SyncState {
-    pub id: String,
-    pub tenant_id: String,
-    /// `configName → table → watermark`.
-    #[serde(default)]
-    pub tables: BTreeMap<String, BTreeMap<String, SyncedTable>>,
-    /// The pending or processing job of the sync, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_job: Option<String>,
-}
-
-/// One table's watermark in a sync, and the job that reached it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SyncedTable {
-    pub watermark: Watermark,
-    pub job_id: String,
-    pub updated_at: Timestamp,
-}
-
-impl SyncState {
-    /// A sync with no watermark yet.
-    pub fn new(tenant: &str, id: &str) -> SyncState {
-        SyncState {
-            id: id.to_owned(),
-            tenant_id: tenant.to_owned(),
-            ..Default::default()
-        }
-    }
-
-    /// The watermark of `(config, table)`, if any.
-    pub fn watermark(&self, config: &str, table: &str) -> Option<&Watermark> {
-        self.tables.get(config)?.get(table).map(|t| &t.watermark)
-    }
-
-    /// What a job of this sync leaving the active states changes: it is no longer the
-    /// active job, and if it completed, every watermark it reached is the sync's now
-    /// (in the same write as its completion). A failed or canceled job changes no
-    /// watermark.
-    pub fn job_ended(&mut self, job: &Job) {
-        if self.active_job.as_deref() == Some(job.id.as_str()) {
-            self.active_job = None;
-        }
-        if job.status != JobStatus::Completed {
-            return;
-        }
-        let Some(result) = &job.result else { return };
-        let at = job.completed_at.unwrap_or(job.created_at);
-        for (config, tables) in &result.watermarks {
-            for (table, span) in tables {
-                if let Some(to) = &span.to_watermark {
-                    self.tables.entry(config.clone()).or_default().insert(
-                        table.clone(),
-                        SyncedTable {
-                            watermark: to.clone(),
-                            job_id: job.id.clone(),
-                            updated_at: at,
-                        },
-                    );
-                }
-            }
-        }
-    }
-
-    /// Forgets the watermarks of `tables` (`(config, table)`; empty: all): the next job
-    /// reads them from the start.
-    pub fn reset(&mut self, tables: &[(String, String)]) {
-        if tables.is_empty() {
-            self.tables.clear();
-            return;
-        }
-        for (config, table) in tables {
-            if let Some(t) = self.tables.get_mut(config) {
-                t.remove(table);
-                if t.is_empty() {
-                    self.tables.remove(config);
-                }
-            }
-        }
-    }
-}
-
 impl JobResult {
     /// The job's result from the sink's typed reference: HMAC from the integrity's
     /// signature, plaintext digest from its digest, key version from the protection.
@@ -336,43 +247,6 @@ pub struct Job {
     /// earlier ones wrote (docs/engine.md, "Continued runs").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<Checkpoint>,
-}
-
-/// What the segments of a continued job so far have done, written with the transition
-/// that ends a segment ([`Transition::Checkpoint`]); the next segment's message carries
-/// its number and digest, so a worker only resumes from the checkpoint that message was
-/// sent for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Checkpoint {
-    /// Segments finished so far (the next one's number).
-    pub segment: u32,
-    /// Where the next segment resumes.
-    pub resume: fetcher_engine::ResumePoint,
-    /// Every part the segments sealed, in order.
-    pub parts: Vec<fetcher_engine::ResultPart>,
-    /// Rows and plaintext bytes written so far, and tables finished.
-    pub rows: u64,
-    pub bytes: u64,
-    pub tables_done: u64,
-    /// `configName → table → watermark` the incremental tables reached so far.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub watermarks: BTreeMap<String, BTreeMap<String, Watermark>>,
-    /// The job's claims when the checkpoint was written: the next segment's claim cap
-    /// counts from here.
-    pub claims: u32,
-    /// Milliseconds the segments so far ran.
-    pub elapsed_ms: u64,
-}
-
-impl Checkpoint {
-    /// Lowercase hex SHA-256 of the checkpoint's JSON: what a continuation message
-    /// carries, signed, so a checkpoint changed in the store is refused.
-    pub fn digest(&self) -> String {
-        use sha2::Digest;
-        let json = serde_json::to_vec(self).expect("a checkpoint is JSON");
-        crate::dedup::hex(&sha2::Sha256::digest(&json))
-    }
 }
 
 /// How far a running extraction is (docs/api.md, "Progress"): rows and bytes of the

@@ -1,0 +1,105 @@
+//! Syncs (docs/api.md, "Syncs"): the watermarks a stream of incremental jobs reached, and
+//! the span each job read.
+
+use std::collections::BTreeMap;
+
+use fetcher_engine::{Timestamp, Watermark};
+use serde::{Deserialize, Serialize};
+
+use super::{Job, JobStatus};
+
+/// Where an incremental table's read started and where it ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatermarkSpan {
+    /// The watermark the job read after (`None`: from the start).
+    pub from_watermark: Option<Watermark>,
+    /// The highest `(cursor, key)` it read (the start again when it read no row).
+    pub to_watermark: Option<Watermark>,
+}
+
+/// A sync (docs/api.md, "Syncs"): a stream of incremental jobs and, per table, the
+/// watermark its last completed job reached. At most one of its jobs is active at a time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncState {
+    pub id: String,
+    pub tenant_id: String,
+    /// `configName → table → watermark`.
+    #[serde(default)]
+    pub tables: BTreeMap<String, BTreeMap<String, SyncedTable>>,
+    /// The pending or processing job of the sync, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_job: Option<String>,
+}
+
+/// One table's watermark in a sync, and the job that reached it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncedTable {
+    pub watermark: Watermark,
+    pub job_id: String,
+    pub updated_at: Timestamp,
+}
+
+impl SyncState {
+    /// A sync with no watermark yet.
+    pub fn new(tenant: &str, id: &str) -> SyncState {
+        SyncState {
+            id: id.to_owned(),
+            tenant_id: tenant.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    /// The watermark of `(config, table)`, if any.
+    pub fn watermark(&self, config: &str, table: &str) -> Option<&Watermark> {
+        self.tables.get(config)?.get(table).map(|t| &t.watermark)
+    }
+
+    /// What a job of this sync leaving the active states changes: it is no longer the
+    /// active job, and if it completed, every watermark it reached is the sync's now
+    /// (in the same write as its completion). A failed or canceled job changes no
+    /// watermark.
+    pub fn job_ended(&mut self, job: &Job) {
+        if self.active_job.as_deref() == Some(job.id.as_str()) {
+            self.active_job = None;
+        }
+        if job.status != JobStatus::Completed {
+            return;
+        }
+        let Some(result) = &job.result else { return };
+        let at = job.completed_at.unwrap_or(job.created_at);
+        for (config, tables) in &result.watermarks {
+            for (table, span) in tables {
+                if let Some(to) = &span.to_watermark {
+                    self.tables.entry(config.clone()).or_default().insert(
+                        table.clone(),
+                        SyncedTable {
+                            watermark: to.clone(),
+                            job_id: job.id.clone(),
+                            updated_at: at,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Forgets the watermarks of `tables` (`(config, table)`; empty: all): the next job
+    /// reads them from the start.
+    pub fn reset(&mut self, tables: &[(String, String)]) {
+        if tables.is_empty() {
+            self.tables.clear();
+            return;
+        }
+        for (config, table) in tables {
+            if let Some(t) = self.tables.get_mut(config) {
+                t.remove(table);
+                if t.is_empty() {
+                    self.tables.remove(config);
+                }
+            }
+        }
+    }
+}
