@@ -325,3 +325,94 @@ fn objects_of(root: &Path, job_id: &str) -> Vec<String> {
     }
     out
 }
+
+/// kill -9 of `serve` in the middle of a segment, then a restart on the same data
+/// directory: the job is taken over from its last checkpoint (the killed segment runs
+/// again), its parts are still one run's bytes, and nothing else of the job is left:
+/// no half-written file, no part the manifest does not list.
+#[test]
+fn a_serve_killed_mid_segment_finishes_the_job_exactly_after_restart() {
+    const ROWS: u64 = 600_000;
+    let pg = PgDb::create("fetcher_long_kill");
+    psql(
+        &pg.0,
+        &format!(
+            "CREATE TABLE big (id bigint PRIMARY KEY, t text NOT NULL, n numeric(18,4) NOT NULL); \
+             INSERT INTO big SELECT g, 'name-' || g, (g * 1.2345)::numeric(18,4) FROM generate_series(1, {ROWS}) g"
+        ),
+    );
+    let body = |run: &str| {
+        json!({"dataRequest": {"mappedFields": {"ledger": {"big": ["id", "t", "n"]}}},
+               "metadata": {"source": "reporter", "run": run}})
+    };
+    let connection = json!({"configName": "ledger", "type": "POSTGRESQL", "host": "127.0.0.1",
+        "port": 5432, "databaseName": pg.0, "userName": "postgres", "password": "unused"});
+    let register = |s: &Server| {
+        let (status, v) = s.request(
+            "POST",
+            "/v1/management/connections",
+            Some(&connection),
+            &[("X-Product-Name", "reporter")],
+        );
+        assert_eq!(status, 201, "{v}");
+    };
+
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = Server::start(plain_dir.path(), &[]);
+    register(&plain);
+    let whole_id = submit(&plain, &body("whole"));
+    let done = plain.wait_job(&whole_id, Duration::from_secs(300));
+    assert_eq!(done["status"], "completed", "{done}");
+    let whole = ndjson(plain_dir.path(), &whole_id);
+    drop(plain);
+
+    let dir = tempfile::tempdir().unwrap();
+    let segments = [("FETCHER_TEST_SEGMENT_SECS", "0.5")];
+    let args = ["--workers", "1"];
+    let mut server = Server::start_with(dir.path(), &args, None, &segments);
+    register(&server);
+    let id = submit(&server, &body("killed"));
+    // Mid-job and mid-segment: a checkpoint exists and rows beyond it are being read.
+    let started = Instant::now();
+    loop {
+        let (_, v) = server.request("GET", &format!("/v1/fetcher/{id}"), None, &[]);
+        let rows = v["progress"]["rows"].as_u64().unwrap_or(0);
+        if v["status"] == "processing" && rows > ROWS / 3 {
+            break;
+        }
+        assert_ne!(v["status"], "completed", "finished before the kill: {v}");
+        assert!(started.elapsed() < Duration::from_secs(120), "{v}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.kill();
+
+    let restarted = Instant::now();
+    let server = Server::start_with(dir.path(), &args, None, &segments);
+    let done = server.wait_job(&id, Duration::from_secs(240));
+    eprintln!("completed {:?} after the restart", restarted.elapsed());
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["progress"]["rows"], ROWS, "{done}");
+    let joined = ndjson(dir.path(), &id);
+    assert!(
+        joined == whole,
+        "not one run's bytes ({} vs {} bytes)",
+        joined.len(),
+        whole.len()
+    );
+    let results = dir.path().join("results");
+    let mut listed: Vec<String> = done["resultParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap().to_owned())
+        .chain([done["resultPath"].as_str().unwrap().to_owned()])
+        .map(|p| results.join(p).to_string_lossy().into_owned())
+        .collect();
+    let mut stored = objects_of(&results, &id);
+    listed.sort();
+    stored.sort();
+    assert_eq!(
+        stored, listed,
+        "every object of the job is the manifest or a listed part"
+    );
+}
