@@ -26,6 +26,11 @@ pub mod msg {
     pub const FILTER_ARITY: &str = "filter operator has the wrong number of values";
     pub const FILTER_VALUE_TYPE: &str = "filter value has the wrong type for its column";
     pub const FILTER_COLUMN_TYPE: &str = "filters are not supported on this column type";
+    pub const FILTER_VALUE_NUL: &str =
+        "filter value contains a NUL character, which this datasource cannot hold";
+    /// A data exception (SQLSTATE class 22) the database raised for a value of the query:
+    /// bad input, so no retry can help.
+    pub const VALUE_REFUSED: &str = "the datasource refused a value of the query";
     pub const SQLITE_PATH: &str = "sqlite datasource needs a database file path";
 }
 
@@ -84,8 +89,18 @@ pub fn connect_failed(cause: sqlx::Error) -> EngineError {
     EngineError::wrap(Category::Connect, msg::CONNECT_FAILED, cause)
 }
 
+/// A failed query: `unavailable` (a retry may help), unless the database refused a value
+/// (SQLSTATE class 22, data exception, on PostgreSQL and MySQL/MariaDB): then
+/// `validation`, so the job fails at once instead of holding a worker through retries.
 pub fn query_failed(cause: sqlx::Error) -> EngineError {
+    if is_data_exception(&cause) {
+        return EngineError::wrap(Category::Validation, msg::VALUE_REFUSED, cause);
+    }
     EngineError::wrap(Category::Unavailable, msg::QUERY_FAILED, cause)
+}
+
+fn is_data_exception(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("22")))
 }
 
 pub fn discover_failed(cause: sqlx::Error) -> EngineError {

@@ -168,6 +168,7 @@ pub fn build_where(
                         (Kind::Uuid, _) => col.clone(),
                         _ => return Err(validation(msg::FILTER_VALUE_TYPE)),
                     };
+                    no_nul(dialect, pattern)?;
                     let p = b.param(Bind::Text(pattern.clone()), None);
                     parts.push(format!("{target} LIKE {p}"));
                 }
@@ -257,7 +258,11 @@ pub(crate) fn typed(b: &mut Builder<'_>, kind: Kind, v: &J) -> Result<String> {
         Kind::Int | Kind::UInt => match v {
             J::Bool(x) if b.bool_like => b.param(Bind::I64(i64::from(*x)), None),
             J::Number(n) if n.as_i64().is_some() => b.param(Bind::I64(n.as_i64().unwrap()), None),
-            J::Number(n) if n.as_u64().is_some() => b.param(Bind::U64(n.as_u64().unwrap()), None),
+            // PostgreSQL has no unsigned integers: beyond i64 the value is compared as
+            // numeric (a bigint column then matches no such value), as it is written.
+            J::Number(n) if n.as_u64().is_some() && dialect != Dialect::Postgres => {
+                b.param(Bind::U64(n.as_u64().unwrap()), None)
+            }
             _ => decimal_param(b, number_text(v).ok_or_else(bad)?),
         },
         Kind::Decimal => decimal_param(b, number_text(v).ok_or_else(bad)?),
@@ -275,7 +280,10 @@ pub(crate) fn typed(b: &mut Builder<'_>, kind: Kind, v: &J) -> Result<String> {
             _ => return Err(bad()),
         },
         Kind::Text => match v {
-            J::String(s) => b.param(Bind::Text(s.clone()), None),
+            J::String(s) => {
+                no_nul(dialect, s)?;
+                b.param(Bind::Text(s.clone()), None)
+            }
             _ => return Err(bad()),
         },
         Kind::Uuid => match v {
@@ -330,6 +338,15 @@ pub(crate) fn typed(b: &mut Builder<'_>, kind: Kind, v: &J) -> Result<String> {
         }
         Kind::Json | Kind::Bytes | Kind::Other => return Err(validation(msg::FILTER_COLUMN_TYPE)),
     })
+}
+
+/// PostgreSQL text cannot hold NUL: such a value is refused before any query, as bad
+/// input (docs/filters.md), instead of failing at the database.
+fn no_nul(dialect: Dialect, s: &str) -> Result<()> {
+    if dialect == Dialect::Postgres && s.contains('\0') {
+        return Err(validation(msg::FILTER_VALUE_NUL));
+    }
+    Ok(())
 }
 
 fn decimal_param(b: &mut Builder<'_>, text: String) -> String {
@@ -449,6 +466,10 @@ pub fn parse_datetime(s: &str) -> Option<FilterDateTime> {
             2 => (num(o, 2)?, 0),
             _ => return None,
         };
+        // Offsets run to ±15:59 (PostgreSQL's range; real zones stay within ±14:00).
+        if oh > 15 || om > 59 {
+            return None;
+        }
         (t, Some(sign * (oh * 60 + om) as i32))
     } else {
         (rest, None)

@@ -146,3 +146,94 @@ async fn postgres_jobs_accept_public_qualified_tables() {
     assert_eq!(err.category(), fetcher_engine::Category::Validation);
     db.drop_db().await;
 }
+
+/// Filter values PostgreSQL cannot take are bad input, refused as `validation` (a job
+/// fails at once, no retry holds a worker): a NUL in a string, an offset past ±15:59.
+/// An integer beyond 2^63 is no error: it is compared as the number it is, so a bigint
+/// column matches it with `lt` and never with `eq`. A data exception the database raises
+/// anyway (SQLSTATE class 22) is `validation` too, on PostgreSQL and MariaDB.
+#[tokio::test]
+async fn values_the_database_cannot_take_are_validation_not_unavailable() {
+    let db = PgDb::create(
+        "CREATE TABLE labels (id bigint PRIMARY KEY, label text, at timestamptz);
+         INSERT INTO labels VALUES (1, 'a', '2026-01-01T00:00:00Z'), (2, 'b', '2026-01-02T00:00:00Z');",
+    )
+    .await;
+    let h = harness(&[db.descriptor("pg")]).await;
+    let job = |filter: Value| {
+        h.store_ndjson(json!({
+            "mappedFields": {"pg": {"labels": ["id"]}},
+            "filters": {"pg": {"labels": filter}},
+        }))
+    };
+    for filter in [
+        json!({"label": {"eq": ["a\u{0}b"]}}),
+        json!({"label": {"like": ["%\u{0}%"]}}),
+        json!({"at": {"gt": ["2026-01-01T00:00:00+99:00"]}}),
+        json!({"at": {"gt": ["2026-01-01T00:00:00-16:00"]}}),
+    ] {
+        let err = job(filter.clone()).await.expect_err(&filter.to_string());
+        assert_eq!(
+            err.category(),
+            fetcher_engine::Category::Validation,
+            "{filter}: {err}"
+        );
+    }
+    let ids = |out: Vec<u8>| -> Vec<i64> {
+        rows_of(&out, "labels")
+            .iter()
+            .map(|r| r["id"].as_i64().unwrap())
+            .collect()
+    };
+    let big = json!(9_223_372_036_854_775_808u64);
+    assert_eq!(
+        ids(job(json!({"id": {"lt": [big]}})).await.unwrap()),
+        [1, 2]
+    );
+    assert!(ids(job(json!({"id": {"eq": [big]}})).await.unwrap()).is_empty());
+    // The offset at the edge of the range is a value like any other.
+    let edge = json!({"at": {"gt": ["2026-01-01T00:00:00+15:59"]}});
+    assert_eq!(ids(job(edge).await.unwrap()), [1, 2]);
+
+    // The database's own data exceptions.
+    let mut pg = pg_admin(&db.name).await;
+    let e = sqlx::query("SELECT 1 / 0")
+        .execute(&mut pg)
+        .await
+        .unwrap_err();
+    let err = fetcher_connectors::error::query_failed(e);
+    assert_eq!(
+        err.category(),
+        fetcher_engine::Category::Validation,
+        "{err}"
+    );
+    let e = sqlx::query("SELECT 'x'::int")
+        .execute(&mut pg)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        fetcher_connectors::error::query_failed(e).category(),
+        fetcher_engine::Category::Validation
+    );
+    drop(pg);
+    let mut my = my_admin(None).await;
+    let e = sqlx::query("SELECT 18446744073709551615 + 1")
+        .execute(&mut my)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        fetcher_connectors::error::query_failed(e).category(),
+        fetcher_engine::Category::Validation
+    );
+    // What is no data exception stays retryable.
+    let e = sqlx::query("SELECT * FROM no_such_table")
+        .execute(&mut my)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        fetcher_connectors::error::query_failed(e).category(),
+        fetcher_engine::Category::Unavailable
+    );
+    drop(my);
+    db.drop_db().await;
+}
