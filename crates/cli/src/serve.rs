@@ -83,6 +83,12 @@ pub struct ServeArgs {
     /// 15 s).
     #[arg(long, default_value_t = 60, env = "FETCHER_RETRY_BUDGET")]
     pub retry_budget: u64,
+    /// Seconds a worker's claim on a job lasts without a renewal (heartbeats renew it
+    /// while the job runs): how long a job whose worker died waits before another takes
+    /// it over. A restart on the same data directory takes the previous process's jobs
+    /// back at once, whatever this says.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(5..=3600), env = "FETCHER_LEASE_SECS")]
+    pub lease_secs: u64,
     /// Seconds in-flight jobs may take to finish on shutdown; then they are abandoned
     /// and handed back (`pending`) for the next start.
     #[arg(long, default_value_t = 60, env = "FETCHER_SHUTDOWN_GRACE")]
@@ -197,6 +203,30 @@ pub fn authenticator(args: &ServeArgs) -> Result<Arc<dyn http::Authenticator>> {
 /// The data directory holds ciphertext and metadata: owner-only. Everything this process
 /// creates from here on is too (umask 077: SQLite's own files, results, temporary
 /// objects, the event log), and an existing directory or database is tightened.
+/// Takes the data directory's lock (`serve.lock`, an exclusive `flock`), or stops: two
+/// processes on one store would take each other's jobs over.
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
+    let path = dir.join("serve.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: flock on a descriptor this function owns; the lock lives as long as it.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            anyhow::bail!(
+                "another fetcher serve is using the data directory {}: stop it, or give this one its own --data-dir",
+                dir.display()
+            );
+        }
+    }
+    Ok(file)
+}
+
 fn private_data_dir(dir: &std::path::Path) -> Result<()> {
     #[cfg(unix)]
     {
@@ -253,6 +283,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     // Settings first: a bad one stops the process before anything is created.
     let authenticator = authenticator(&args)?;
     private_data_dir(&args.data_dir)?;
+    // Held until the process ends: no other serve can use this data directory, so every
+    // lease its store holds at start belongs to a process that is gone.
+    let _data_dir_lock = lock_data_dir(&args.data_dir)?;
     let ring = Arc::new(key_ring(&args).await?);
     let keys: Arc<dyn KeyProvider> = Arc::new(StaticKeyProvider(ring.clone()));
 
@@ -327,9 +360,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             .pipeline(
                 engine.clone(),
                 events,
-                // Short leases: after a crash the next start takes orphaned jobs over quickly.
                 PipelineConfig {
-                    lease: Duration::from_secs(30),
+                    lease: Duration::from_secs(args.lease_secs),
                     retry_budget: Duration::from_secs(args.retry_budget),
                     crash_before_complete,
                     segment_after,
@@ -383,6 +415,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         config: WorkerConfig {
             concurrency: args.workers.max(1),
             shutdown_grace: Duration::from_secs(args.shutdown_grace),
+            // This process holds the data directory's lock (above).
+            reclaim_leases: true,
             ..Default::default()
         },
     };

@@ -327,8 +327,9 @@ fn objects_of(root: &Path, job_id: &str) -> Vec<String> {
 }
 
 /// kill -9 of `serve` in the middle of a segment, then a restart on the same data
-/// directory: the job is taken over from its last checkpoint (the killed segment runs
-/// again), its parts are still one run's bytes, and nothing else of the job is left:
+/// directory: the restart takes the job back at once (the directory is locked to one
+/// serve, so the dead process's lease need not be waited out) and runs it on from its
+/// last checkpoint (the killed segment runs again); its parts are still one run's bytes, and nothing else of the job is left:
 /// no half-written file, no part the manifest does not list.
 #[test]
 fn a_serve_killed_mid_segment_finishes_the_job_exactly_after_restart() {
@@ -384,12 +385,32 @@ fn a_serve_killed_mid_segment_finishes_the_job_exactly_after_restart() {
         assert!(started.elapsed() < Duration::from_secs(120), "{v}");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The data directory is this serve's alone: a second one stops at start.
+    let second = Command::new(env!("CARGO_BIN_EXE_fetcher"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .env("FETCHER_MASTER_KEY", KEY)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains("another fetcher serve is using the data directory"),
+        "{err}"
+    );
     server.kill();
 
+    // The restart takes the dead process's claim back at once: no 30 s lease to wait out.
     let restarted = Instant::now();
     let server = Server::start_with(dir.path(), &args, None, &segments);
     let done = server.wait_job(&id, Duration::from_secs(240));
     eprintln!("completed {:?} after the restart", restarted.elapsed());
+    assert!(
+        restarted.elapsed() < Duration::from_secs(25),
+        "waited out the lease: {:?}",
+        restarted.elapsed()
+    );
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["progress"]["rows"], ROWS, "{done}");
     let joined = ndjson(dir.path(), &id);

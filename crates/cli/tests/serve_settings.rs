@@ -369,3 +369,13 @@ fn oversized_request_heads_get_the_documented_error_body() {
     let (status, _) = server.request("GET", "/health", None, &refs);
     assert_eq!(status, 200, "300 header lines are fine");
 }
+
+#[test]
+fn the_lease_is_a_setting_within_bounds() {
+    for bad in ["2", "3601", "soon"] {
+        let err = refused(&["--lease-secs", bad], &[]);
+        assert!(err.contains("lease-secs"), "{bad}: {err}");
+    }
+    let err = refused(&[], &[("FETCHER_LEASE_SECS", "0")]);
+    assert!(err.contains("lease-secs"), "{err}");
+}

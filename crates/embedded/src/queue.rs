@@ -17,8 +17,8 @@ use tracing::{info, warn};
 
 use fetcher_host::error::{Result, ServiceError};
 use fetcher_host::message;
-use fetcher_host::model::QueueMessage;
 use fetcher_host::model::Transition;
+use fetcher_host::model::{JobStatus, QueueMessage};
 use fetcher_host::pipeline::{Outcome, Pipeline, StrandedRules};
 use fetcher_host::ports::JobQueue;
 
@@ -110,6 +110,10 @@ pub struct WorkerConfig {
     /// How long shutdown waits for in-flight jobs before abandoning them (their leases
     /// then expire and the next start re-runs them).
     pub shutdown_grace: Duration,
+    /// Whether no other process can hold a lease in this store (`serve` holds its data
+    /// directory's lock): then startup recovery takes every processing job back at once
+    /// instead of waiting out the dead process's leases.
+    pub reclaim_leases: bool,
 }
 
 impl Default for WorkerConfig {
@@ -120,6 +124,7 @@ impl Default for WorkerConfig {
             max_retry_delay: Duration::from_secs(15),
             repair_interval: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(60),
+            reclaim_leases: false,
         }
     }
 }
@@ -143,6 +148,25 @@ impl Worker {
         );
         let jobs = self.pipeline.jobs.list_pending(horizon, 10_000).await?;
         for job in &jobs {
+            if self.config.reclaim_leases && job.status == JobStatus::Processing {
+                // Its worker was this store's previous process: the claim goes back
+                // (a canceled job's is refused, and the cancel ends it when it is taken).
+                let back = Transition::Release {
+                    token: job.attempts,
+                    error: None,
+                };
+                match self
+                    .pipeline
+                    .jobs
+                    .transition(&job.tenant_id, &job.id, back)
+                    .await
+                {
+                    Ok(_) => info!(job_id = %job.id, "took back the claim of a previous process"),
+                    Err(e) => {
+                        warn!(job_id = %job.id, error = %e.log_detail(), "could not take back a previous process's claim")
+                    }
+                }
+            }
             self.queue
                 .enqueue(message::encode(job, &signer, "", message::unix_now()))
                 .await?;
