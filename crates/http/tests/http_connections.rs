@@ -132,7 +132,9 @@ async fn patch_flow() {
             Method::PATCH,
             &url,
             &[],
-            Some(json!({"configName": "patched-v2", "port": 5433, "productName": "ignored"})),
+            Some(
+                json!({"configName": "patched-v2", "port": 5433, "productName": "ignored", "password": PASSWORD}),
+            ),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
@@ -502,9 +504,14 @@ async fn unassigned_and_assign() {
             .is_empty()
     );
     assert_eq!(
-        h.call(Method::PATCH, &url, &[], Some(json!({"port": 3307})))
-            .await
-            .status,
+        h.call(
+            Method::PATCH,
+            &url,
+            &[],
+            Some(json!({"port": 3307, "password": PASSWORD}))
+        )
+        .await
+        .status,
         StatusCode::OK
     );
 }
@@ -596,4 +603,52 @@ async fn metadata_and_connection_count_are_capped() {
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+}
+
+/// The stored password goes only to the server it was given for: a PATCH that moves the
+/// connection (host or port) or changes its TLS settings without the password is a 400
+/// naming the password, and changes nothing; with the password, or without a move, it
+/// goes through.
+#[tokio::test]
+async fn moving_a_connection_requires_its_password_again() {
+    let h = harness();
+    let c = h.create("p", connection("movable")).await;
+    let url = format!("{BASE}/{}", c["id"].as_str().unwrap());
+    for body in [
+        json!({"host": "db2.example.com"}),
+        json!({"port": 6543}),
+        json!({"host": "db2.example.com", "userName": "other"}),
+        json!({"ssl": {"mode": "verify-full", "ca": "-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n"}}),
+    ] {
+        let r = h.call(Method::PATCH, &url, &[], Some(body.clone())).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0402")),
+            "{body}: {}",
+            r.text
+        );
+        assert!(
+            r.text
+                .contains("password is required when host, port or TLS settings change"),
+            "{}",
+            r.text
+        );
+    }
+    let got = h.get(&url).await.json();
+    assert_eq!(
+        (&got["host"], &got["port"]),
+        (&c["host"], &c["port"]),
+        "nothing changed"
+    );
+    // The same host and port again, or other fields, need no password.
+    let same = json!({"host": c["host"], "port": c["port"], "databaseName": "elsewhere"});
+    let r = h.call(Method::PATCH, &url, &[], Some(same)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let moved = json!({"host": "db2.example.com", "port": 6543, "password": PASSWORD});
+    let r = h.call(Method::PATCH, &url, &[], Some(moved)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        (r.json()["host"].as_str(), r.json()["port"].as_i64()),
+        (Some("db2.example.com"), Some(6543))
+    );
 }

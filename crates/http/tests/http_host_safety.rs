@@ -42,7 +42,7 @@ async fn admitted_private_networks_reach_the_guard_in_multi_tenant_mode() {
             Method::PATCH,
             &url,
             &hdr,
-            Some(json!({"host": "10.20.9.9"})),
+            Some(json!({"host": "10.20.9.9", "password": PASSWORD})),
         )
         .await;
     assert_eq!(moved.status, StatusCode::OK, "{}", moved.text);

@@ -317,6 +317,7 @@ pub async fn update_connection(
         return Err(ApiError::forbidden_host());
     }
     model_rules(&r)?;
+    credentials_follow_the_server(&b, &current.host, current.port)?;
     if r.config_name != current.config_name {
         match st
             .engine()

@@ -198,6 +198,30 @@ pub(super) fn ctx() -> Context {
     Context::background()
 }
 
+/// The stored password was given for one server: a `PATCH` that points the connection
+/// at another (a new host or port) or changes its TLS settings must give the password
+/// again (docs/api.md, "Connections"), so a later test or job never sends it elsewhere.
+pub(super) fn credentials_follow_the_server(
+    b: &ConnectionBody,
+    host: &str,
+    port: u16,
+) -> Result<(), ApiError> {
+    let new_host = b.host.as_ref().is_some_and(|h| h.trim() != host);
+    let new_port = b.port.is_some_and(|p| u16::try_from(p).ok() != Some(port));
+    let tls = b.ssl.as_ref().is_some_and(|s| s.mode.is_some());
+    if (new_host || new_port || tls) && b.password.is_none() {
+        let mut missing = Fields::new();
+        missing.insert(
+            "password".into(),
+            "password is required when host, port or TLS settings change".into(),
+        );
+        return Err(
+            ApiError::field_buckets(missing, Fields::new(), false).expect("one missing field")
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
