@@ -7,6 +7,7 @@
 //! | `fetcher keys generate` | [`keys`]: print a new master key |
 
 pub mod demo;
+pub mod host_guard;
 pub mod http_server;
 pub mod keys;
 pub mod parts;

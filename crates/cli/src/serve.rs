@@ -48,6 +48,16 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080", env = "FETCHER_LISTEN")]
     pub listen: SocketAddr,
+    /// Host names this server answers for besides IP addresses and `localhost`
+    /// (comma-separated, no port): a request whose `Host` is any other name is 421, so a
+    /// web page cannot reach the API through DNS rebinding.
+    #[arg(long, value_delimiter = ',', env = "FETCHER_ALLOWED_HOSTS")]
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins allowed to call the API cross-origin (CORS; comma-separated
+    /// `scheme://host[:port]`). Default: none, so no web page of another origin can
+    /// read an answer.
+    #[arg(long, value_delimiter = ',', env = "FETCHER_CORS_ORIGINS")]
+    pub cors_origins: Vec<String>,
     /// HS256 secret for verifying JWTs (at least 32 bytes). Prefer
     /// --jwt-hs256-secret-file: a command-line value shows in `ps`.
     #[arg(long, env = "FETCHER_JWT_HS256_SECRET", hide_env_values = true)]
@@ -203,6 +213,29 @@ pub fn authenticator(args: &ServeArgs) -> Result<Arc<dyn http::Authenticator>> {
 /// The data directory holds ciphertext and metadata: owner-only. Everything this process
 /// creates from here on is too (umask 077: SQLite's own files, results, temporary
 /// objects, the event log), and an existing directory or database is tightened.
+/// `--cors-origins` as header values: each exactly `http(s)://host[:port]`, or the start
+/// stops.
+fn cors_origins(raw: &[String]) -> Result<Vec<axum::http::HeaderValue>> {
+    raw.iter()
+        .map(|o| o.trim())
+        .filter(|o| !o.is_empty())
+        .map(|o| {
+            let uri: axum::http::Uri = o
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--cors-origins: {o:?} is not an origin"))?;
+            let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+            let bare = uri.path_and_query().is_none_or(|p| p.as_str() == "/") && !o.ends_with('/');
+            if o == "*" || !scheme_ok || uri.host().is_none() || !bare {
+                anyhow::bail!(
+                    "--cors-origins: {o:?} is not an origin (scheme://host[:port], no path, no *)"
+                );
+            }
+            axum::http::HeaderValue::from_str(o)
+                .map_err(|_| anyhow::anyhow!("--cors-origins: {o:?} is not an origin"))
+        })
+        .collect()
+}
+
 /// Takes the data directory's lock (`serve.lock`, an exclusive `flock`), or stops: two
 /// processes on one store would take each other's jobs over.
 fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
@@ -282,6 +315,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     init_logging(args.log_json);
     // Settings first: a bad one stops the process before anything is created.
     let authenticator = authenticator(&args)?;
+    let allowed_hosts = crate::host_guard::AllowedHosts::new(&args.allowed_hosts)?;
+    let cors_origins = cors_origins(&args.cors_origins)?;
     private_data_dir(&args.data_dir)?;
     // Held until the process ends: no other serve can use this data directory, so every
     // lease its store holds at start belongs to a process that is gone.
@@ -395,10 +430,14 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             sqlite_files: sqlite_files.clone(),
             max_connections_per_tenant: args.max_connections_per_tenant,
             version: env!("CARGO_PKG_VERSION").into(),
+            cors_origins,
             ..ApiConfig::default()
         },
     );
-    let router = http::router(state.clone());
+    let router = http::router(state.clone()).layer(axum::middleware::from_fn_with_state(
+        allowed_hosts,
+        crate::host_guard::check_host,
+    ));
 
     if args.demo {
         let SqliteFiles::Under(root) = &sqlite_files else {

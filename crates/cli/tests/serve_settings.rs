@@ -379,3 +379,87 @@ fn the_lease_is_a_setting_within_bounds() {
     let err = refused(&[], &[("FETCHER_LEASE_SECS", "0")]);
     assert!(err.contains("lease-secs"), "{err}");
 }
+
+/// One raw HTTP/1.1 request with the given `Host` and extra header lines; the status and
+/// the response head (lowercased).
+fn raw_request(port: u16, method: &str, host: &str, extra: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}\r\n"
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    let head = text.split("\r\n\r\n").next().unwrap_or_default().to_owned();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head)
+}
+
+#[test]
+fn serve_answers_only_its_own_host_names_and_no_foreign_origin() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = Server::start(&dir.path().join("plain"), &[]);
+    let p = plain.port;
+    // DNS rebinding: a name that is not ours is refused before routing.
+    for (host, want) in [
+        (format!("evil.example:{p}"), 421),
+        (format!("127.0.0.1.evil.example:{p}"), 421),
+        (format!("127.0.0.1:{p}"), 200),
+        (format!("localhost:{p}"), 200),
+        (format!("[::1]:{p}"), 200),
+    ] {
+        assert_eq!(raw_request(p, "GET", &host, "").0, want, "{host}");
+    }
+    // No CORS by default: a preflight gets no allow-origin.
+    let preflight = "Origin: https://app.example\r\nAccess-Control-Request-Method: POST\r\n";
+    let (_, head) = raw_request(p, "OPTIONS", &format!("127.0.0.1:{p}"), preflight);
+    assert!(!head.contains("access-control-allow-origin"), "{head}");
+    drop(plain);
+
+    let configured = Server::start(
+        &dir.path().join("configured"),
+        &[
+            "--allowed-hosts",
+            "fetcher.internal",
+            "--cors-origins",
+            "https://app.example",
+        ],
+    );
+    let p = configured.port;
+    assert_eq!(
+        raw_request(p, "GET", &format!("fetcher.internal:{p}"), "").0,
+        200
+    );
+    assert_eq!(
+        raw_request(p, "GET", &format!("evil.example:{p}"), "").0,
+        421
+    );
+    let (_, head) = raw_request(p, "OPTIONS", &format!("127.0.0.1:{p}"), preflight);
+    assert!(
+        head.contains("access-control-allow-origin: https://app.example"),
+        "{head}"
+    );
+    let other = "Origin: https://evil.example\r\nAccess-Control-Request-Method: POST\r\n";
+    let (_, head) = raw_request(p, "OPTIONS", &format!("127.0.0.1:{p}"), other);
+    assert!(!head.contains("access-control-allow-origin"), "{head}");
+    drop(configured);
+
+    for (flag, bad) in [
+        ("--cors-origins", "*"),
+        ("--cors-origins", "https://app.example/path"),
+        ("--cors-origins", "app.example"),
+        ("--allowed-hosts", "http://x.example"),
+        ("--allowed-hosts", "x.example:80"),
+    ] {
+        let err = refused(&[flag, bad], &[]);
+        assert!(err.contains(flag), "{flag} {bad}: {err}");
+    }
+}

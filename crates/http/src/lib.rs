@@ -149,11 +149,17 @@ pub struct ApiConfig {
     /// Default per-probe timeout of `/readyz` (2 s).
     pub readiness_timeout: Duration,
     pub jobs: JobSettings,
+    /// Browser origins allowed to call the API cross-origin (CORS), exact
+    /// `scheme://host[:port]` values. Empty (the default): no CORS headers at all, so no
+    /// web page of another origin can read an answer (docs/operations.md, "serve
+    /// settings").
+    pub cors_origins: Vec<axum::http::HeaderValue>,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
+            cors_origins: Vec::new(),
             multi_tenant: false,
             sqlite_files: fetcher_connectors::SqliteFiles::Nowhere,
             require_auth: false,
@@ -376,6 +382,7 @@ pub fn router(state: AppState) -> Router {
     ));
     let (probe, _) = probe_routes().split_for_parts();
     let limit = state.config().body_limit;
+    let cors = cors(&state.config().cors_origins);
     business
         .merge(probe)
         .fallback(not_found)
@@ -387,11 +394,33 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(request_span))
         .layer(axum::middleware::from_fn(header_limit))
         .layer(DefaultBodyLimit::max(limit))
-        .layer(tower_http::cors::CorsLayer::permissive())
+        .layer(cors)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             ApiError::internal().into_response()
         }))
         .with_state(state)
+}
+
+/// CORS for exactly `origins` (none: no CORS headers, the browser's same-origin rule
+/// stands), with the methods and headers the API takes.
+fn cors(
+    origins: &[axum::http::HeaderValue],
+) -> tower::util::Either<tower_http::cors::CorsLayer, tower::layer::util::Identity> {
+    use axum::http::{Method, header};
+    if origins.is_empty() {
+        return tower::util::Either::Right(tower::layer::util::Identity::new());
+    }
+    tower::util::Either::Left(
+        tower_http::cors::CorsLayer::new()
+            .allow_origin(origins.to_vec())
+            .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::HeaderName::from_static("x-product-name"),
+                header::HeaderName::from_static("x-request-id"),
+            ]),
+    )
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {

@@ -72,7 +72,7 @@ async fn framework_errors() {
             "{uri}"
         );
     }
-    // Business routes echo a (sanitised) request id; CORS preflight is answered.
+    // Business routes echo a (sanitised) request id; no CORS unless origins are allowed.
     let r = h
         .call(
             Method::GET,
@@ -93,8 +93,34 @@ async fn framework_errors() {
             "",
         )
         .await;
-    assert!(r.status.is_success());
-    assert!(r.headers.contains_key("access-control-allow-origin"));
+    assert!(!r.headers.contains_key("access-control-allow-origin"));
+    let allowed = harness_with(Options {
+        config: ApiConfig {
+            cors_origins: vec![axum::http::HeaderValue::from_static("https://app.example")],
+            ..Default::default()
+        },
+        ..Options::default()
+    });
+    for (origin, answered) in [("https://app.example", true), ("https://x.example", false)] {
+        let r = allowed
+            .raw(
+                Method::OPTIONS,
+                "/v1/fetcher",
+                &[
+                    ("origin", origin),
+                    ("access-control-request-method", "POST"),
+                ],
+                "",
+            )
+            .await;
+        assert_eq!(
+            r.headers
+                .get("access-control-allow-origin")
+                .map(|v| v.to_str().unwrap()),
+            answered.then_some(origin),
+            "{origin}"
+        );
+    }
 }
 
 struct Probe(&'static str, Result<(), &'static str>, std::time::Duration);
