@@ -169,9 +169,8 @@ async fn a_job_over_big_tables_continues_across_invocations_exactly() {
     let logs = log_dir();
 
     // The functions under `cargo lambda watch`, segments forced to a second. (The
-    // emulator sends a deadline already past, so each invocation also gets the handler's
-    // one-second floor and stops half-way through it: a segment length set by the test
-    // never runs past a deadline.)
+    // emulator sends a deadline long past, which the handler takes for none: the
+    // segments' length is the test's.)
     let w = Watch::start(
         &Watch::function_env(
             &r,

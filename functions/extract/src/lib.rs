@@ -40,7 +40,10 @@ pub const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_secs(
 
 /// The extraction deadline of an invocation whose end is `deadline_ms` (the runtime's
 /// `Lambda-Runtime-Deadline-Ms`, milliseconds since the Unix epoch): that end less
-/// [`DEADLINE_MARGIN`], at least a second from now. `None` without a deadline.
+/// [`DEADLINE_MARGIN`], at least a second from now. `None` without a deadline, and for
+/// one already past when the invocation arrives: Lambda's is always ahead, so that is an
+/// emulator's placeholder (`cargo lambda watch` sends a fixed 600000, in 1970), and the
+/// platform's own timeout still ends the invocation.
 /// Makes glibc keep one malloc arena for the whole process; call it first in `main`,
 /// before any thread starts. glibc gives each allocating thread an arena of its own, and
 /// the extraction's stages (read, encode, seal) hand buffers between threads, so freed
@@ -62,7 +65,7 @@ pub fn run_deadline(deadline_ms: u64) -> Option<tokio::time::Instant> {
     let end = std::time::UNIX_EPOCH + std::time::Duration::from_millis(deadline_ms);
     let left = end
         .duration_since(std::time::SystemTime::now())
-        .unwrap_or_default()
+        .ok()?
         .saturating_sub(DEADLINE_MARGIN)
         .max(std::time::Duration::from_secs(1));
     Some(tokio::time::Instant::now() + left)
@@ -420,6 +423,10 @@ mod tests {
     #[tokio::test]
     async fn the_run_deadline_is_the_invocations_end_less_the_margin() {
         assert!(run_deadline(0).is_none(), "no deadline, no bound");
+        assert!(
+            run_deadline(600_000).is_none(),
+            "an emulator's placeholder, long past"
+        );
         let left = run_deadline(ms_from_now(Duration::from_secs(900)))
             .unwrap()
             .duration_since(tokio::time::Instant::now());
