@@ -64,17 +64,24 @@ impl Drop for MyDb {
     }
 }
 
-fn register(server: &Server, pg: &PgDb, my: &MyDb) {
-    for body in [
-        json!({"configName": "ledger", "type": "POSTGRESQL", "host": "127.0.0.1", "port": 5432,
-               "databaseName": pg.0, "userName": "postgres", "password": "unused"}),
-        json!({"configName": "shop", "type": "MYSQL", "host": "127.0.0.1", "port": 3306,
-               "databaseName": my.0, "userName": "fetcher_long", "password": MY_PASSWORD}),
-    ] {
+/// The PostgreSQL connection `ledger` to `pg`.
+fn ledger(pg: &PgDb) -> Value {
+    json!({"configName": "ledger", "type": "POSTGRESQL", "host": "127.0.0.1", "port": 5432,
+           "databaseName": pg.0, "userName": "postgres", "password": "unused"})
+}
+
+/// The MariaDB connection `shop` to `my`.
+fn shop(my: &MyDb) -> Value {
+    json!({"configName": "shop", "type": "MYSQL", "host": "127.0.0.1", "port": 3306,
+           "databaseName": my.0, "userName": "fetcher_long", "password": MY_PASSWORD})
+}
+
+fn register(server: &Server, connections: &[Value]) {
+    for body in connections {
         let (status, created) = server.request(
             "POST",
             "/v1/management/connections",
-            Some(&body),
+            Some(body),
             &[("X-Product-Name", "reporter")],
         );
         assert_eq!(status, 201, "{created}");
@@ -200,7 +207,7 @@ fn a_job_over_big_tables_continues_across_segments_exactly() {
     // One uninterrupted run of each format.
     let plain_dir = tempfile::tempdir().unwrap();
     let plain = Server::start(plain_dir.path(), &["--max-result-bytes", "0"]);
-    register(&plain, &pg, &my);
+    register(&plain, &[ledger(&pg), shop(&my)]);
     let whole_id = submit(&plain, &job("v2", "whole"));
     let whole_pq_id = submit(&plain, &job("parquet", "whole"));
     let done = plain.wait_job(&whole_id, Duration::from_secs(600));
@@ -225,7 +232,7 @@ fn a_job_over_big_tables_continues_across_segments_exactly() {
         None,
         &[("FETCHER_TEST_SEGMENT_SECS", "1")],
     );
-    register(&server, &pg, &my);
+    register(&server, &[ledger(&pg), shop(&my)]);
     let id = submit(&server, &job("v2", "segmented"));
     // Progress counts every segment: it only grows, and names both tables.
     let started = Instant::now();
@@ -346,21 +353,9 @@ fn a_serve_killed_mid_segment_finishes_the_job_exactly_after_restart() {
         json!({"dataRequest": {"mappedFields": {"ledger": {"big": ["id", "t", "n"]}}},
                "metadata": {"source": "reporter", "run": run}})
     };
-    let connection = json!({"configName": "ledger", "type": "POSTGRESQL", "host": "127.0.0.1",
-        "port": 5432, "databaseName": pg.0, "userName": "postgres", "password": "unused"});
-    let register = |s: &Server| {
-        let (status, v) = s.request(
-            "POST",
-            "/v1/management/connections",
-            Some(&connection),
-            &[("X-Product-Name", "reporter")],
-        );
-        assert_eq!(status, 201, "{v}");
-    };
-
     let plain_dir = tempfile::tempdir().unwrap();
     let plain = Server::start(plain_dir.path(), &[]);
-    register(&plain);
+    register(&plain, &[ledger(&pg)]);
     let whole_id = submit(&plain, &body("whole"));
     let done = plain.wait_job(&whole_id, Duration::from_secs(300));
     assert_eq!(done["status"], "completed", "{done}");
@@ -371,7 +366,7 @@ fn a_serve_killed_mid_segment_finishes_the_job_exactly_after_restart() {
     let segments = [("FETCHER_TEST_SEGMENT_SECS", "0.5")];
     let args = ["--workers", "1"];
     let mut server = Server::start_with(dir.path(), &args, None, &segments);
-    register(&server);
+    register(&server, &[ledger(&pg)]);
     let id = submit(&server, &body("killed"));
     // Mid-job and mid-segment: a checkpoint exists and rows beyond it are being read.
     let started = Instant::now();

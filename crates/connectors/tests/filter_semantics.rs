@@ -195,45 +195,31 @@ async fn values_the_database_cannot_take_are_validation_not_unavailable() {
     let edge = json!({"at": {"gt": ["2026-01-01T00:00:00+15:59"]}});
     assert_eq!(ids(job(edge).await.unwrap()), [1, 2]);
 
-    // The database's own data exceptions.
+    // The database's own data exceptions; what is no data exception stays retryable.
+    let category = |e: sqlx::Error| fetcher_connectors::error::query_failed(e).category();
     let mut pg = pg_admin(&db.name).await;
-    let e = sqlx::query("SELECT 1 / 0")
-        .execute(&mut pg)
-        .await
-        .unwrap_err();
-    let err = fetcher_connectors::error::query_failed(e);
-    assert_eq!(
-        err.category(),
-        fetcher_engine::Category::Validation,
-        "{err}"
-    );
-    let e = sqlx::query("SELECT 'x'::int")
-        .execute(&mut pg)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        fetcher_connectors::error::query_failed(e).category(),
-        fetcher_engine::Category::Validation
-    );
+    for (sql, want) in [
+        ("SELECT 1 / 0", fetcher_engine::Category::Validation),
+        ("SELECT 'x'::int", fetcher_engine::Category::Validation),
+    ] {
+        let e = sqlx::query(sql).execute(&mut pg).await.unwrap_err();
+        assert_eq!(category(e), want, "{sql}");
+    }
     drop(pg);
     let mut my = my_admin(None).await;
-    let e = sqlx::query("SELECT 18446744073709551615 + 1")
-        .execute(&mut my)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        fetcher_connectors::error::query_failed(e).category(),
-        fetcher_engine::Category::Validation
-    );
-    // What is no data exception stays retryable.
-    let e = sqlx::query("SELECT * FROM no_such_table")
-        .execute(&mut my)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        fetcher_connectors::error::query_failed(e).category(),
-        fetcher_engine::Category::Unavailable
-    );
+    for (sql, want) in [
+        (
+            "SELECT 18446744073709551615 + 1",
+            fetcher_engine::Category::Validation,
+        ),
+        (
+            "SELECT * FROM no_such_table",
+            fetcher_engine::Category::Unavailable,
+        ),
+    ] {
+        let e = sqlx::query(sql).execute(&mut my).await.unwrap_err();
+        assert_eq!(category(e), want, "{sql}");
+    }
     drop(my);
     db.drop_db().await;
 }

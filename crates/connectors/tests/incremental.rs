@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use fetcher_engine::{Context, ExecutionMode, ExtractionRequest, Watermark};
+use fetcher_engine::{Context, ExtractionRequest, Watermark};
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
 
@@ -195,6 +195,16 @@ async fn job(
     after: Option<&Watermark>,
     lookback: Option<&str>,
 ) -> (Vec<Value>, Option<Watermark>) {
+    filtered_job(h, after, lookback, None).await
+}
+
+/// [`job`] with the job's `filters` for `t`.
+async fn filtered_job(
+    h: &Harness,
+    after: Option<&Watermark>,
+    lookback: Option<&str>,
+    filters: Option<Value>,
+) -> (Vec<Value>, Option<Watermark>) {
     let mut read = json!({"cursor": "updated_at", "key": ["id"]});
     if let Some(w) = after {
         read["after"] = serde_json::to_value(w).unwrap();
@@ -202,19 +212,19 @@ async fn job(
     if let Some(l) = lookback {
         read["lookback"] = json!(l);
     }
-    let request: ExtractionRequest = serde_json::from_value(json!({
+    let mut request = json!({
         "mappedFields": {"src": {"t": ["id", "v"]}},
         "incremental": {"src": {"t": read}},
-    }))
-    .unwrap();
-    let ctx = Context::background();
-    let mut plan = h
+    });
+    if let Some(f) = filters {
+        request["filters"] = json!({"src": {"t": f}});
+    }
+    let plan = store_plan(h, request).await;
+    let out = h
         .engine
-        .plan_extraction(&ctx, &tenant(), &request)
+        .execute_extraction(&Context::background(), &plan)
         .await
         .unwrap();
-    plan.mode = ExecutionMode::Store;
-    let out = h.engine.execute_extraction(&ctx, &plan).await.unwrap();
     let path = out.reference.expect("store mode").path;
     let rows = rows_of(&h.sink.get(&path).expect("stored object"), "t");
     let reached = out
@@ -444,34 +454,11 @@ async fn filters_combine_with_the_cursor_condition() {
         for id in 1..=40 {
             w.exec(&put(id)).await;
         }
-        let ctx = Context::background();
-        let run = |after: Option<Watermark>| {
-            let mut read = json!({"cursor": "updated_at", "key": ["id"]});
-            if let Some(w) = after {
-                read["after"] = serde_json::to_value(w).unwrap();
-            }
-            let request: ExtractionRequest = serde_json::from_value(json!({
-                "mappedFields": {"src": {"t": ["id", "v"]}},
-                "filters": {"src": {"t": {"v": {"eq": ["keep"]}}}},
-                "incremental": {"src": {"t": read}},
-            }))
-            .unwrap();
-            let (h, ctx) = (&h, &ctx);
-            async move {
-                let mut plan = h
-                    .engine
-                    .plan_extraction(ctx, &tenant(), &request)
-                    .await
-                    .unwrap();
-                plan.mode = ExecutionMode::Store;
-                let out = h.engine.execute_extraction(ctx, &plan).await.unwrap();
-                let path = out.reference.expect("store mode").path;
-                let ids: Vec<i64> = rows_of(&h.sink.get(&path).unwrap(), "t")
-                    .iter()
-                    .map(|r| r["id"].as_i64().unwrap())
-                    .collect();
-                (ids, out.watermarks["src"]["t"].clone())
-            }
+        let keep = json!({"v": {"eq": ["keep"]}});
+        let run = async |after: Option<Watermark>| {
+            let (rows, mark) = filtered_job(&h, after.as_ref(), None, Some(keep.clone())).await;
+            let ids: Vec<i64> = rows.iter().map(|r| r["id"].as_i64().unwrap()).collect();
+            (ids, mark.unwrap())
         };
         let (ids, mark) = run(None).await;
         assert_eq!(ids, (1..=13).map(|i| i * 3).collect::<Vec<_>>(), "{kind}");

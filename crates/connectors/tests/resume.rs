@@ -12,9 +12,7 @@ use std::sync::Arc;
 
 use common::*;
 use fetcher_connectors::{Dialect, HostPolicy, SqlConnectorFactory, StaticCredentials};
-use fetcher_engine::{
-    Context, ExecutionMode, ExtractionPlan, ExtractionProgress, ExtractionRequest, Segment,
-};
+use fetcher_engine::{Context, ExtractionPlan, ExtractionProgress, Segment};
 use serde_json::{Value, json};
 
 /// Runs `plan` whole, then in segments each asked to stop at once; returns both results'
@@ -34,17 +32,6 @@ async fn whole_and_segmented(h: &Harness, plan: &ExtractionPlan) -> (Vec<u8>, Ve
     let whole = h.sink.get(&whole.reference.unwrap().path).unwrap();
     let (joined, segments) = run_in_segments(h, plan, async || {}).await;
     (whole, joined, segments)
-}
-
-async fn plan_of(h: &Harness, request: Value) -> ExtractionPlan {
-    let request: ExtractionRequest = serde_json::from_value(request).unwrap();
-    let mut plan = h
-        .engine
-        .plan_extraction(&Context::background(), &tenant(), &request)
-        .await
-        .unwrap();
-    plan.mode = ExecutionMode::Store;
-    plan
 }
 
 /// The tables every dialect gets (`{ts}`: the dialect's timestamp type, `{uuid}` its UUID
@@ -138,7 +125,7 @@ async fn postgres_segments_join_to_one_run_on_copy_query_and_partitioned_reads()
     let db = PgDb::create(&sql).await;
     for (copy, partitions) in [(true, 1), (false, 1), (true, 3)] {
         let h = pg_harness(pg_factory(copy, partitions), &db.descriptor("src")).await;
-        let plan = plan_of(&h, request()).await;
+        let plan = store_plan(&h, request()).await;
         let (whole, joined, segments) = whole_and_segmented(&h, &plan).await;
         assert!(
             segments >= MIN_SEGMENTS,
@@ -169,7 +156,7 @@ async fn mariadb_segments_join_to_one_run() {
     let refs: Vec<&str> = statements.iter().map(String::as_str).collect();
     let db = MyDb::create(&refs).await;
     let h = harness(&[db.descriptor("src")]).await;
-    let plan = plan_of(&h, request()).await;
+    let plan = store_plan(&h, request()).await;
     let (whole, joined, segments) = whole_and_segmented(&h, &plan).await;
     assert!(segments >= MIN_SEGMENTS, "{segments} segments");
     assert_eq!(
@@ -191,7 +178,7 @@ async fn sqlite_segments_join_to_one_run() {
     }
     let db = LiteDb::create(&sql).await;
     let h = harness(&[db.descriptor("src")]).await;
-    let plan = plan_of(&h, request()).await;
+    let plan = store_plan(&h, request()).await;
     let (whole, joined, segments) = whole_and_segmented(&h, &plan).await;
     assert!(segments >= MIN_SEGMENTS, "{segments} segments");
     assert_eq!(
@@ -210,7 +197,7 @@ async fn an_incremental_table_resumes_on_its_cursor_and_key() {
     )
     .await;
     let h = pg_harness(pg_factory(true, 1), &db.descriptor("src")).await;
-    let plan = plan_of(
+    let plan = store_plan(
         &h,
         json!({"mappedFields": {"src": {"t": ["v"]}},
                "incremental": {"src": {"t": {"cursor": "updated_at", "key": ["id"]}}}}),

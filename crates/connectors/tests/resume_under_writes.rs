@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use fetcher_engine::{Context, ExecutionMode, ExtractionPlan, ExtractionRequest};
+use fetcher_engine::ExtractionPlan;
 use serde_json::json;
 
 /// Initial rows: even ids 2..=2·ROWS, version 0. The writer inserts odd ids.
@@ -159,17 +159,8 @@ async fn segmented_under_writes(h: &Harness, plan: &ExtractionPlan, writer: Writ
     segments
 }
 
-async fn plan_of(h: &Harness) -> ExtractionPlan {
-    let request: ExtractionRequest =
-        serde_json::from_value(json!({"mappedFields": {"src": {"cw": ["id", "v", "note"]}}}))
-            .unwrap();
-    let mut plan = h
-        .engine
-        .plan_extraction(&Context::background(), &tenant(), &request)
-        .await
-        .unwrap();
-    plan.mode = ExecutionMode::Store;
-    plan
+fn request() -> serde_json::Value {
+    json!({"mappedFields": {"src": {"cw": ["id", "v", "note"]}}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +180,7 @@ async fn postgres_continued_run_under_concurrent_writes() {
         &db.descriptor("src"),
     )
     .await;
-    let plan = plan_of(&h).await;
+    let plan = store_plan(&h, request()).await;
     let writer = Writer::Pg(pg_admin(&db.name).await);
     let segments = segmented_under_writes(&h, &plan, writer).await;
     assert!(segments >= 10, "{segments} segments");
@@ -212,7 +203,7 @@ async fn mariadb_continued_run_under_concurrent_writes() {
     let refs: Vec<&str> = statements.iter().map(String::as_str).collect();
     let db = MyDb::create(&refs).await;
     let h = harness(&[db.descriptor("src")]).await;
-    let plan = plan_of(&h).await;
+    let plan = store_plan(&h, request()).await;
     let writer = Writer::My(my_admin(Some(&db.name)).await);
     let segments = segmented_under_writes(&h, &plan, writer).await;
     assert!(segments >= 10, "{segments} segments");

@@ -271,6 +271,18 @@ impl Harness {
     }
 }
 
+/// `request` planned for `h`'s engine, in store mode (NDJSON through the sink).
+pub async fn store_plan(h: &Harness, request: serde_json::Value) -> fetcher_engine::ExtractionPlan {
+    let request: fetcher_engine::ExtractionRequest = serde_json::from_value(request).unwrap();
+    let mut plan = h
+        .engine
+        .plan_extraction(&fetcher_engine::Context::background(), &tenant(), &request)
+        .await
+        .unwrap();
+    plan.mode = fetcher_engine::ExecutionMode::Store;
+    plan
+}
+
 /// Runs `plan` in segments (docs/engine.md, "Continued runs"), each asked to stop at
 /// once, calling `between` after every segment that stopped; returns the parts' bytes
 /// joined in manifest order and the number of segments.
