@@ -323,6 +323,12 @@ impl HostPolicy {
         &self.private
     }
 
+    /// Replaces the DNS timeout (tests).
+    pub fn with_dns_timeout(mut self, timeout: Duration) -> Self {
+        self.dns_timeout = timeout;
+        self
+    }
+
     /// Replaces the resolver (tests).
     pub fn with_resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
         self.resolver = resolver;
@@ -368,6 +374,12 @@ impl HostPolicy {
             return Ok(configured);
         }
         if !self.applies_to(d) {
+            // Unguarded, the driver dials the name itself; resolving it first turns a
+            // host with no address into its own reason instead of a bare connect failure.
+            let host = d.host.trim();
+            if host.parse::<IpAddr>().is_err() {
+                self.resolve(ctx, host).await?;
+            }
             return Ok(configured);
         }
         self.precheck(d)?;
@@ -382,20 +394,7 @@ impl HostPolicy {
             }
             Literal::Name(n) => n,
         };
-        let lookup = tokio::time::timeout(self.dns_timeout, self.resolver.lookup(&name));
-        let addrs = match ctx.run(lookup).await {
-            Err(done) => return Err(error::from_done(done)),
-            Ok(Err(_elapsed)) => {
-                return Err(EngineError::new(Category::Connect, msg::DNS_FAILED));
-            }
-            Ok(Ok(Err(e))) => {
-                return Err(EngineError::wrap(Category::Connect, msg::DNS_FAILED, e));
-            }
-            Ok(Ok(Ok(a))) => a,
-        };
-        if addrs.is_empty() {
-            return Err(EngineError::new(Category::Connect, msg::DNS_FAILED));
-        }
+        let addrs = self.resolve(ctx, &name).await?;
         if addrs.iter().any(|ip| self.private.refuses(*ip)) {
             return Err(error::forbidden_host());
         }
@@ -404,6 +403,25 @@ impl HostPolicy {
             tls_name: name,
             pinned: true,
         })
+    }
+}
+
+impl HostPolicy {
+    /// `name`'s addresses (never empty). A resolver that answers with an error or with
+    /// nothing is [`fetcher_engine::Reason::HostNotResolved`]; one that does not answer
+    /// within the DNS timeout is a plain connect failure (it may be the resolver's outage).
+    async fn resolve(&self, ctx: &Context, name: &str) -> Result<Vec<IpAddr>> {
+        use fetcher_engine::error::msg::HOST_NOT_RESOLVED;
+        let lookup = tokio::time::timeout(self.dns_timeout, self.resolver.lookup(name));
+        match ctx.run(lookup).await {
+            Err(done) => Err(error::from_done(done)),
+            Ok(Err(_elapsed)) => Err(EngineError::new(Category::Connect, msg::DNS_FAILED)),
+            Ok(Ok(Err(e))) => Err(EngineError::wrap(Category::Connect, HOST_NOT_RESOLVED, e)),
+            Ok(Ok(Ok(a))) if a.is_empty() => {
+                Err(EngineError::new(Category::Connect, HOST_NOT_RESOLVED))
+            }
+            Ok(Ok(Ok(a))) => Ok(a),
+        }
     }
 }
 

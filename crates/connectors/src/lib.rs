@@ -69,7 +69,8 @@
 //! Driver errors are kept only as the hidden cause (`EngineError::wrap`); messages never
 //! carry driver text, DSNs, passwords, hosts or row values, and nothing is logged.
 //! Connect failures (also wrong passwords, TLS refusals, DNS failures) are `connect` /
-//! `failed to connect to datasource` (DNS: `failed to resolve datasource host`), also from
+//! `failed to connect to datasource` (DNS: `datasource host could not be resolved`, reason
+//! `HostNotResolved`, or `failed to resolve datasource host` when the resolver does not answer), also from
 //! `discover_schema`. Bad requests (unknown table/column, bad filter) are `validation`.
 //! Host-safety rejections are `validation` / `FET-0414 - Host is not a valid external
 //! database endpoint` with cause [`ForbiddenHost`]; invalid TLS modes `validation` /

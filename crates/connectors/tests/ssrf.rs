@@ -295,7 +295,8 @@ async fn names_resolve_once_are_checked_and_pinned() {
         .await
         .unwrap_err();
     assert_eq!(e.category(), Category::Connect);
-    assert_eq!(e.message(), "failed to resolve datasource host");
+    assert_eq!(e.message(), "datasource host could not be resolved");
+    assert_eq!(e.reason(), Some(fetcher_engine::Reason::HostNotResolved));
     // Exemptions: internal connections and single-tenant mode.
     let mut internal = external("127.0.0.1");
     internal.key_version.clear();
@@ -305,6 +306,32 @@ async fn names_resolve_once_are_checked_and_pinned() {
         .await
         .unwrap();
     assert_eq!((t.address.as_str(), t.pinned), ("localhost", false));
+    // Unguarded (single-tenant), a name with no address has the same reason (#30): the
+    // API answers it as a host to fix, not as a server error.
+    let e = HostPolicy::single_tenant()
+        .with_resolver(Arc::new(FakeDns::default()))
+        .target(&ctx, &external("nowhere.invalid"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), Some(fetcher_engine::Reason::HostNotResolved));
+    // A resolver that does not answer in time is an outage, not a wrong host.
+    let slow = HostPolicy::single_tenant()
+        .with_resolver(Arc::new(SlowDns))
+        .with_dns_timeout(std::time::Duration::from_millis(50));
+    let e = slow
+        .target(&ctx, &external("slow.example.com"))
+        .await
+        .unwrap_err();
+    assert_eq!((e.category(), e.reason()), (Category::Connect, None));
+}
+
+/// A resolver that never answers.
+struct SlowDns;
+
+impl Resolver for SlowDns {
+    fn lookup<'a>(&'a self, _: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// Counts credential reveals, to prove host checks come first.

@@ -480,7 +480,12 @@ impl Engine {
             let mut connector = self.build_connector(ctx, tenant, &descriptor).await?;
             let tested = connector.test_connection(ctx).await;
             let _ = connector.close(ctx).await;
-            tested.map_err(|_| EngineError::new(Category::Connect, msg::CONNECT_FAILED))?;
+            // The connector's text stays hidden; a host with no address keeps its reason,
+            // so the caller can say what to fix.
+            tested.map_err(|e| match e.reason() {
+                Some(crate::Reason::HostNotResolved) => e,
+                _ => EngineError::new(Category::Connect, msg::CONNECT_FAILED),
+            })?;
             Ok(ConnectionTestResult {
                 success: true,
                 config_name: descriptor.config_name,

@@ -98,6 +98,9 @@ pub enum Reason {
     ConnectionExists,
     /// `conflict`: jobs that read the connection are running.
     ActiveExecutions,
+    /// `connect`: the connection's host name has no address (the resolver answered, with
+    /// nothing); a mistyped host, not an outage.
+    HostNotResolved,
 }
 
 /// An engine failure: category + fixed message, with an optional hidden cause.
@@ -145,6 +148,7 @@ impl EngineError {
             (Category::NotFound, msg::CONNECTION_NOT_FOUND) => Some(Reason::ConnectionNotFound),
             (Category::Conflict, msg::CONNECTION_EXISTS) => Some(Reason::ConnectionExists),
             (Category::Conflict, msg::ACTIVE_EXECUTIONS) => Some(Reason::ActiveExecutions),
+            (Category::Connect, msg::HOST_NOT_RESOLVED) => Some(Reason::HostNotResolved),
             _ => None,
         }
     }
@@ -202,6 +206,7 @@ pub mod msg {
     pub const NO_CONNECTOR_PREFIX: &str = "no connector registered for datasource type ";
     pub const BUILD_FAILED: &str = "failed to build connector for connection";
     pub const CONNECT_FAILED: &str = "failed to connect to datasource";
+    pub const HOST_NOT_RESOLVED: &str = "datasource host could not be resolved";
     pub const DISCOVER_FAILED: &str = "failed to discover datasource schema";
     pub const VALIDATE_NO_DATASOURCES: &str = "schema validation request has no datasources";
     pub const VALIDATE_BLANK_CONFIG: &str =

@@ -120,6 +120,12 @@ pub enum JwtConfigError {
     WeakSecret(usize),
     #[error("invalid RSA public key (PEM)")]
     InvalidPublicKey,
+    /// A private key where the public one belongs: the key that signs tokens must stay
+    /// with their issuer, and a verifier holding it could mint them.
+    #[error(
+        "this PEM holds a private key: give the issuer's RSA public key (BEGIN PUBLIC KEY or BEGIN RSA PUBLIC KEY), and keep the private key with the token issuer"
+    )]
+    PrivateKeyGiven,
 }
 
 /// Verifies `Authorization: Bearer <jwt>` with one key.
@@ -150,6 +156,16 @@ impl JwtAuthenticator {
 
     /// RS256 with an RSA public key in PEM.
     pub fn rs256_pem(pem: &[u8]) -> Result<Self, JwtConfigError> {
+        // jsonwebtoken reads the public half out of a private key PEM too: refuse one.
+        let text = String::from_utf8_lossy(pem);
+        if text.contains("PRIVATE KEY-----") {
+            return Err(JwtConfigError::PrivateKeyGiven);
+        }
+        if !text.contains("-----BEGIN PUBLIC KEY-----")
+            && !text.contains("-----BEGIN RSA PUBLIC KEY-----")
+        {
+            return Err(JwtConfigError::InvalidPublicKey);
+        }
         let key = DecodingKey::from_rsa_pem(pem).map_err(|_| JwtConfigError::InvalidPublicKey)?;
         Ok(Self::new(key, Algorithm::RS256))
     }

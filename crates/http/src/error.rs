@@ -42,6 +42,8 @@ pub mod code {
     pub const METADATA_TOO_LARGE: &str = "FET-0411";
     pub const SSL_MODE: &str = "FET-0413";
     pub const FORBIDDEN_HOST: &str = "FET-0414";
+    /// Ours: the connection's host name has no address (docs/api.md, "Errors").
+    pub const HOST_NOT_RESOLVED: &str = "FET-0415";
     pub const ENTITY_NOT_FOUND: &str = "FET-1001";
     pub const DUPLICATE: &str = "FET-1002";
     pub const NOT_ASSIGNED: &str = "FET-1014";
@@ -403,6 +405,17 @@ impl ApiError {
             format!("Connection test limit reached. Try again in {seconds} seconds."),
         )
         .with_retry_after(seconds)
+    }
+
+    /// 422 `FET-0415`: a test or discovery whose host name does not resolve; the caller
+    /// fixes the connection's host (a 500 would say the server failed).
+    pub fn host_not_resolved() -> Self {
+        Self::business(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code::HOST_NOT_RESOLVED,
+            "Host Not Resolved",
+            "The connection's host name could not be resolved. Check the host and try again.",
+        )
     }
 
     pub fn connect_failed() -> Self {

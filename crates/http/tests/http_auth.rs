@@ -45,9 +45,14 @@ async fn hs256_tenancy_and_isolation() {
     let id = ca.json()["id"].as_str().unwrap().to_owned();
     let url = format!("/v1/management/connections/{id}");
     assert_eq!(
-        h.call(Method::GET, &url, &[("authorization", a.as_str())], None)
-            .await
-            .status,
+        h.call(
+            Method::GET,
+            &url,
+            &[("authorization", a.as_str()), ("x-product-name", "p")],
+            None
+        )
+        .await
+        .status,
         StatusCode::OK
     );
     for (m, u) in [
@@ -228,6 +233,11 @@ async fn rs256_tokens() {
         .await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     assert!(JwtAuthenticator::rs256_pem(b"not a pem").is_err());
+    // The private key given where the public one belongs is refused, not used (#30).
+    assert!(matches!(
+        JwtAuthenticator::rs256_pem(private),
+        Err(fetcher_http::JwtConfigError::PrivateKeyGiven)
+    ));
 }
 
 #[tokio::test]

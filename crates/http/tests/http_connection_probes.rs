@@ -12,7 +12,7 @@ async fn test_connection_and_rate_limit() {
     let h = harness();
     let c = h.create("p", connection("testme")).await;
     let url = format!("{BASE}/{}/test", c["id"].as_str().unwrap());
-    let r = h.call(Method::POST, &url, &[], None).await;
+    let r = h.call(Method::POST, &url, &P, None).await;
     assert_eq!(r.status, StatusCode::OK);
     let v = r.json();
     assert_eq!(
@@ -21,7 +21,7 @@ async fn test_connection_and_rate_limit() {
     );
     assert!(v["latencyMs"].as_u64().unwrap() >= 1);
     h.factory.behaviour.lock().unwrap().fail_test = true;
-    let r = h.call(Method::POST, &url, &[], None).await;
+    let r = h.call(Method::POST, &url, &P, None).await;
     assert_eq!(
         (r.status, r.code(), r.json()["title"].clone()),
         (
@@ -31,9 +31,9 @@ async fn test_connection_and_rate_limit() {
         )
     );
     for _ in 0..8 {
-        h.call(Method::POST, &url, &[], None).await;
+        h.call(Method::POST, &url, &P, None).await;
     }
-    let r = h.call(Method::POST, &url, &[], None).await;
+    let r = h.call(Method::POST, &url, &P, None).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
         (r.code(), r.json()["title"].clone()),
@@ -72,7 +72,7 @@ async fn schema_discovery() {
     let h = harness();
     let c = h.create("p", connection("schemame")).await;
     let url = format!("{BASE}/{}/schema", c["id"].as_str().unwrap());
-    let r = h.get(&url).await;
+    let r = h.get_as("p", &url).await;
     assert_eq!(r.status, StatusCode::OK);
     let v = r.json();
     assert_eq!(
@@ -88,7 +88,7 @@ async fn schema_discovery() {
         json!([{"name": "accounting.invoices", "fields": ["id", "total"]}, {"name": "users", "fields": ["address.city", "id", "name"]}])
     );
     h.factory.behaviour.lock().unwrap().fail_discover = Some(fetcher_engine::Category::Connect);
-    let r = h.get(&url).await;
+    let r = h.get_as("p", &url).await;
     assert_eq!(
         (r.status, r.json()["title"].clone()),
         (
@@ -97,15 +97,16 @@ async fn schema_discovery() {
         )
     );
     h.factory.behaviour.lock().unwrap().fail_discover = Some(fetcher_engine::Category::Internal);
-    let r = h.get(&url).await;
+    let r = h.get_as("p", &url).await;
     assert_eq!(
         (r.code(), r.json()["title"].clone()),
         (json!(500), json!("Schema Retrieval Error"))
     );
     assert_eq!(
-        h.get(&format!(
-            "{BASE}/0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b/schema"
-        ))
+        h.get_as(
+            "p",
+            &format!("{BASE}/0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b/schema")
+        )
         .await
         .status,
         StatusCode::NOT_FOUND
@@ -117,12 +118,12 @@ async fn validate_schema() {
     let h = harness();
     h.create("p", connection("pg-main")).await;
     let url = format!("{BASE}/validate-schema");
-    let ok = h.call(Method::POST, &url, &[], Some(json!({"mappedFields": {"pg-main": {"public.users": ["id", "address"], "accounting.invoices": ["total"]}}}))).await;
+    let ok = h.call(Method::POST, &url, &P, Some(json!({"mappedFields": {"pg-main": {"public.users": ["id", "address"], "accounting.invoices": ["total"]}}}))).await;
     assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
     assert_eq!(ok.json()["status"], "success");
     assert!(ok.json().get("errors").is_none());
     let r = h
-        .call(Method::POST, &url, &[], Some(json!({"mappedFields": {"pg-main": {"nonexistent_table": ["id"], "users": ["nonexistent_field"]}, "unknown_ds": {"t": ["f"]}}})))
+        .call(Method::POST, &url, &P, Some(json!({"mappedFields": {"pg-main": {"nonexistent_table": ["id"], "users": ["nonexistent_field"]}, "unknown_ds": {"t": ["f"]}}})))
         .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     let v = r.json();
@@ -175,7 +176,7 @@ async fn validate_schema() {
             "FET-0401",
         ),
     ] {
-        let r = h.call(Method::POST, &url, &[], Some(body.clone())).await;
+        let r = h.call(Method::POST, &url, &P, Some(body.clone())).await;
         assert_eq!(
             (r.status, r.code()),
             (StatusCode::BAD_REQUEST, json!(code)),
@@ -187,7 +188,7 @@ async fn validate_schema() {
         .call(
             Method::POST,
             &url,
-            &[],
+            &P,
             Some(json!({"mappedFields": {"pg-main": twenty}})),
         )
         .await;
@@ -199,7 +200,7 @@ async fn validate_schema() {
         .call(
             Method::POST,
             &url,
-            &[],
+            &P,
             Some(json!({"mappedFields": {"pg-down": {"users": ["id"]}}})),
         )
         .await;

@@ -204,3 +204,34 @@ async fn body_errors_are_clean_400s() {
         .await;
     assert_eq!(r.code(), json!("FET-0001"));
 }
+
+/// A NUL in the user, database, schema or password is 400 `FET-0001` naming the field, on
+/// create and on PATCH, before anything is stored (#30): no driver gets to refuse it later.
+#[tokio::test]
+async fn a_nul_in_a_login_field_is_a_400() {
+    let h = harness();
+    for (key, field) in [
+        ("userName", "username"),
+        ("databaseName", "database_name"),
+        ("schema", "schema"),
+        ("password", "password"),
+    ] {
+        let mut body = connection("nul-check");
+        body[key] = json!("ro\u{0}x");
+        let r = h.call(Method::POST, BASE, &P, Some(body)).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0001")),
+            "{key}: {}",
+            r.text
+        );
+        assert!(r.json()["fields"][field].is_string(), "{key}: {}", r.text);
+    }
+    let c = h.create("p", connection("nul-check")).await;
+    let url = format!("{BASE}/{}", c["id"].as_str().unwrap());
+    let r = h
+        .call(Method::PATCH, &url, &P, Some(json!({"userName": "a\u{0}"})))
+        .await;
+    assert_eq!(r.code(), json!("FET-0001"), "{}", r.text);
+    assert_eq!(h.get_as("p", &url).await.json()["userName"], "reporter_ro");
+}

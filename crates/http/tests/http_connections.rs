@@ -44,7 +44,7 @@ async fn create_echoes_fields_and_never_returns_secrets() {
     assert!(!c.to_string().contains("PRIVATE") && !c.to_string().contains("CERTIFICATE"));
     // Round trip through GET, nested metadata preserved.
     let got = h
-        .get(&format!("{BASE}/{}", c["id"].as_str().unwrap()))
+        .get_as("reporter", &format!("{BASE}/{}", c["id"].as_str().unwrap()))
         .await;
     assert_eq!(got.status, StatusCode::OK);
     assert_eq!(got.json(), c);
@@ -131,7 +131,7 @@ async fn patch_flow() {
         .call(
             Method::PATCH,
             &url,
-            &[],
+            &P,
             Some(
                 json!({"configName": "patched-v2", "port": 5433, "productName": "ignored", "password": PASSWORD}),
             ),
@@ -161,12 +161,12 @@ async fn patch_flow() {
         .call(
             Method::PATCH,
             &url,
-            &[],
+            &P,
             Some(json!({"databaseName": "other", "metadata": {"v": "2"}})),
         )
         .await;
     assert_eq!(r.json()["databaseName"], "other");
-    let got = h.get(&url).await.json();
+    let got = h.get_as("p", &url).await.json();
     assert_eq!(
         (
             got["configName"].as_str(),
@@ -181,7 +181,7 @@ async fn patch_flow() {
         .call(
             Method::PATCH,
             &url,
-            &[],
+            &P,
             Some(json!({"configName": "patchme"})),
         )
         .await;
@@ -191,16 +191,11 @@ async fn patch_flow() {
     );
     // Password change is accepted and never echoed; empty is rejected.
     let r = h
-        .call(
-            Method::PATCH,
-            &url,
-            &[],
-            Some(json!({"password": PASSWORD})),
-        )
+        .call(Method::PATCH, &url, &P, Some(json!({"password": PASSWORD})))
         .await;
     assert_eq!(r.status, StatusCode::OK);
     let r = h
-        .call(Method::PATCH, &url, &[], Some(json!({"password": ""})))
+        .call(Method::PATCH, &url, &P, Some(json!({"password": ""})))
         .await;
     assert_eq!(r.code(), json!("FET-0402"));
     // Bad input.
@@ -215,7 +210,7 @@ async fn patch_flow() {
         (json!({"type": "NOPE"}), "FET-0001"),
         (json!({"ssl": {"mode": "verify-full"}}), "FET-0402"),
     ] {
-        let r = h.call(Method::PATCH, &url, &[], Some(body.clone())).await;
+        let r = h.call(Method::PATCH, &url, &P, Some(body.clone())).await;
         assert_eq!(
             (r.status, r.code()),
             (StatusCode::BAD_REQUEST, json!(code)),
@@ -223,10 +218,10 @@ async fn patch_flow() {
             r.text
         );
     }
-    let r = h.call(Method::PATCH, &url, &[], Some(json!({}))).await;
+    let r = h.call(Method::PATCH, &url, &P, Some(json!({}))).await;
     assert!(r.text.contains("empty request body"));
     let r = h
-        .call(Method::PATCH, &url, &[], Some(json!({"databaseName": ""})))
+        .call(Method::PATCH, &url, &P, Some(json!({"databaseName": ""})))
         .await;
     assert_eq!(r.json()["entityType"], "connection");
     let r = h
@@ -252,11 +247,11 @@ async fn delete_flow() {
     let h = harness();
     let c = h.create("p", connection("deleteme")).await;
     let url = format!("{BASE}/{}", c["id"].as_str().unwrap());
-    let r = h.call(Method::DELETE, &url, &[], None).await;
+    let r = h.call(Method::DELETE, &url, &P, None).await;
     assert_eq!((r.status, r.text.as_str()), (StatusCode::NO_CONTENT, ""));
-    assert_eq!(h.get(&url).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(h.get_as("p", &url).await.status, StatusCode::NOT_FOUND);
     assert_eq!(
-        h.call(Method::DELETE, &url, &[], None).await.status,
+        h.call(Method::DELETE, &url, &P, None).await.status,
         StatusCode::NOT_FOUND
     );
     assert_eq!(
@@ -284,7 +279,12 @@ async fn active_jobs_block_update_and_delete() {
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
     let r = h
-        .call(Method::PATCH, &url, &[], Some(json!({"port": 1})))
+        .call(
+            Method::PATCH,
+            &url,
+            &[("x-product-name", "reporter")],
+            Some(json!({"port": 1})),
+        )
         .await;
     assert_eq!(
         (r.status, r.code()),
@@ -294,14 +294,28 @@ async fn active_jobs_block_update_and_delete() {
         r.json()["message"],
         "cannot update connection with active jobs"
     );
-    let r = h.call(Method::DELETE, &url, &[], None).await;
+    let r = h
+        .call(
+            Method::DELETE,
+            &url,
+            &[("x-product-name", "reporter")],
+            None,
+        )
+        .await;
     assert_eq!(
         r.json()["message"],
         "cannot delete connection with active jobs"
     );
     // A job-store outage during the gate is a 500.
     h.jobs.fail.store(true, std::sync::atomic::Ordering::SeqCst);
-    let r = h.call(Method::DELETE, &url, &[], None).await;
+    let r = h
+        .call(
+            Method::DELETE,
+            &url,
+            &[("x-product-name", "reporter")],
+            None,
+        )
+        .await;
     assert_eq!(
         (r.status, r.code()),
         (StatusCode::INTERNAL_SERVER_ERROR, json!("FET-0002"))
@@ -507,7 +521,7 @@ async fn unassigned_and_assign() {
         h.call(
             Method::PATCH,
             &url,
-            &[],
+            &[("x-product-name", "reporter")],
             Some(json!({"port": 3307, "password": PASSWORD}))
         )
         .await
@@ -620,7 +634,7 @@ async fn moving_a_connection_requires_its_password_again() {
         json!({"host": "db2.example.com", "userName": "other"}),
         json!({"ssl": {"mode": "verify-full", "ca": "-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n"}}),
     ] {
-        let r = h.call(Method::PATCH, &url, &[], Some(body.clone())).await;
+        let r = h.call(Method::PATCH, &url, &P, Some(body.clone())).await;
         assert_eq!(
             (r.status, r.code()),
             (StatusCode::BAD_REQUEST, json!("FET-0402")),
@@ -634,7 +648,7 @@ async fn moving_a_connection_requires_its_password_again() {
             r.text
         );
     }
-    let got = h.get(&url).await.json();
+    let got = h.get_as("p", &url).await.json();
     assert_eq!(
         (&got["host"], &got["port"]),
         (&c["host"], &c["port"]),
@@ -642,13 +656,112 @@ async fn moving_a_connection_requires_its_password_again() {
     );
     // The same host and port again, or other fields, need no password.
     let same = json!({"host": c["host"], "port": c["port"], "databaseName": "elsewhere"});
-    let r = h.call(Method::PATCH, &url, &[], Some(same)).await;
+    let r = h.call(Method::PATCH, &url, &P, Some(same)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let moved = json!({"host": "db2.example.com", "port": 6543, "password": PASSWORD});
-    let r = h.call(Method::PATCH, &url, &[], Some(moved)).await;
+    let r = h.call(Method::PATCH, &url, &P, Some(moved)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(
         (r.json()["host"].as_str(), r.json()["port"].as_i64()),
         (Some("db2.example.com"), Some(6543))
     );
+}
+
+/// #30: a connection that belongs to a product answers only to that product, on every
+/// by-id route and in validate-schema: another product's header is not found (404
+/// `FET-1001`, as if the connection did not exist), no header is 400 `FET-0403`, the
+/// owner's header is served. Nothing is changed by a refused call.
+#[tokio::test]
+async fn every_connection_route_answers_only_to_its_product() {
+    let h = harness();
+    let c = h.create("billing", connection("billing-pg")).await;
+    let id = c["id"].as_str().unwrap().to_owned();
+    let url = format!("{BASE}/{id}");
+    let routes: Vec<(Method, String, Option<Value>)> = vec![
+        (Method::GET, url.clone(), None),
+        (
+            Method::PATCH,
+            url.clone(),
+            Some(json!({"databaseName": "other"})),
+        ),
+        (Method::POST, format!("{url}/test"), None),
+        (Method::GET, format!("{url}/schema"), None),
+        (Method::DELETE, url.clone(), None),
+    ];
+    for (method, uri, body) in &routes {
+        let other = h
+            .call(
+                method.clone(),
+                uri,
+                &[("x-product-name", "Reporter")],
+                body.clone(),
+            )
+            .await;
+        assert_eq!(
+            (other.status, other.code()),
+            (StatusCode::NOT_FOUND, json!("FET-1001")),
+            "{method} {uri} by another product: {}",
+            other.text
+        );
+        let none = h.call(method.clone(), uri, &[], body.clone()).await;
+        assert_eq!(
+            (none.status, none.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0403")),
+            "{method} {uri} without a product: {}",
+            none.text
+        );
+        let bad = h
+            .call(
+                method.clone(),
+                uri,
+                &[("x-product-name", "   ")],
+                body.clone(),
+            )
+            .await;
+        assert_eq!(bad.code(), json!("FET-0403"), "{method} {uri} blank header");
+    }
+    // validate-schema: another product's connection is one the caller does not have.
+    let vs = format!("{BASE}/validate-schema");
+    let mapping = json!({"mappedFields": {"billing-pg": {"users": ["id"]}}});
+    let other = h
+        .call(
+            Method::POST,
+            &vs,
+            &[("x-product-name", "reporter")],
+            Some(mapping.clone()),
+        )
+        .await;
+    assert_eq!(
+        (other.status, other.code()),
+        (StatusCode::BAD_REQUEST, json!("FET-1062")),
+        "{}",
+        other.text
+    );
+    let none = h.call(Method::POST, &vs, &[], Some(mapping.clone())).await;
+    assert_eq!(none.code(), json!("FET-0403"), "{}", none.text);
+    let own = h
+        .call(
+            Method::POST,
+            &vs,
+            &[("x-product-name", "billing")],
+            Some(mapping),
+        )
+        .await;
+    assert_eq!(own.status, StatusCode::OK, "{}", own.text);
+    // Nothing the refused calls tried happened; the owner is served on every route.
+    let got = h
+        .call(Method::GET, &url, &[("x-product-name", " BILLING ")], None)
+        .await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.json()["databaseName"], "ledger");
+    for (method, uri, body) in routes {
+        let r = h
+            .call(method.clone(), &uri, &[("x-product-name", "billing")], body)
+            .await;
+        assert!(r.status.is_success(), "{method} {uri}: {}", r.text);
+    }
+    let gone = h
+        .call(Method::GET, &url, &[("x-product-name", "billing")], None)
+        .await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
 }

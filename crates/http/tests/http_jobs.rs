@@ -578,7 +578,7 @@ async fn a_mapping_the_cached_schema_refutes_is_refused_at_creation() {
         .call(
             Method::POST,
             "/v1/management/connections/validate-schema",
-            &[],
+            &[("x-product-name", "reporter")],
             Some(json!({"mappedFields": {"core-pg": {"users": ["id"]}}})),
         )
         .await;
@@ -602,7 +602,7 @@ async fn a_mapping_the_cached_schema_refutes_is_refused_at_creation() {
         .call(
             Method::POST,
             "/v1/management/connections/validate-schema",
-            &[],
+            &[("x-product-name", "reporter")],
             Some(json!({"mappedFields": bad["dataRequest"]["mappedFields"]})),
         )
         .await;
@@ -620,6 +620,27 @@ async fn a_mapping_the_cached_schema_refutes_is_refused_at_creation() {
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    // A table named with spaces around it or a leading dot is not trimmed into `users`
+    // (#30): it is an unknown table, refused at once.
+    for odd in [" users", "users ", ".users"] {
+        let body = json!({"dataRequest": {"mappedFields": {"core-pg": {odd: ["id"]}}},
+            "metadata": {"source": "reporter"}});
+        let r = h.call(Method::POST, "/v1/fetcher", &[], Some(body)).await;
+        assert_eq!(
+            (
+                r.status,
+                r.json()["errors"][0]["type"].clone(),
+                r.json()["errors"][0]["table"].clone()
+            ),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                json!("TABLE_NOT_FOUND"),
+                json!(odd)
+            ),
+            "{odd:?}: {}",
+            r.text
+        );
+    }
 }
 
 #[tokio::test]

@@ -113,10 +113,15 @@ impl TableSnapshot {
 /// so is the default schema: PostgreSQL `public` (matched case-insensitively), SQL Server
 /// `dbo`; Oracle names are upper-cased. MySQL and SQLite tables are keyed bare, so a
 /// qualified name matches nothing (a prefix may name another database: it is never
-/// dropped). A name of more parts is returned unchanged (it matches nothing).
+/// dropped). A name of more parts, with an empty part (`.users`, `public.`) or with
+/// spaces around it or a part is returned unchanged: it matches only a table of exactly
+/// that name, never a trimmed one, so a mistyped name is an unknown table rather than
+/// another table read in its place.
 pub fn normalize_table_name(datasource_type: &str, name: &str) -> String {
-    let trimmed = name.trim();
-    let parts: Vec<&str> = trimmed.split('.').collect();
+    let parts: Vec<&str> = name.split('.').collect();
+    if parts.iter().any(|p| p.is_empty() || p.trim() != *p) {
+        return name.to_owned();
+    }
     let (schema, table) = match parts.as_slice() {
         [t] => ("", *t),
         [s, t] | [_, s, t] => (*s, *t),
@@ -229,6 +234,17 @@ mod tests {
         assert_eq!(n("ORACLE", "hr.emp"), "HR.EMP");
         assert_eq!(n("MYSQL", "db.s.t"), "s.t");
         assert_eq!(n("MYSQL", "otherdb.users"), "otherdb.users");
+        // Never trimmed, never an empty part dropped (#30): these match only themselves.
+        for odd in [
+            " users",
+            "users ",
+            ".users",
+            "public.",
+            " public.users",
+            "public. users",
+        ] {
+            assert_eq!(n("POSTGRESQL", odd), odd);
+        }
         let snap = SchemaSnapshot {
             config_name: "c".into(),
             tables: vec![TableSnapshot {

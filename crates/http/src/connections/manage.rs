@@ -219,16 +219,54 @@ pub(super) async fn load(
         .map_err(|e| ApiError::from_engine(&e))
 }
 
+/// A by-id route's connection, if it answers to the caller's product (docs/api.md,
+/// "Calling it"): a connection that belongs to a product needs `X-Product-Name` (400
+/// `FET-0403` without it) and is not found (404 `FET-1001`) for any other product, as a
+/// job naming another product's connection is refused. Unassigned and internal
+/// connections belong to no product and answer to every caller.
+pub(super) async fn load_owned(
+    st: &AppState,
+    scope: &Scope,
+    headers: &HeaderMap,
+    id: &str,
+) -> Result<ConnectionDescriptor, ApiError> {
+    let product = product_name(headers, false)?;
+    let d = load(st, scope, id).await?;
+    if answers_to(&d, headers, product.as_deref())? {
+        Ok(d)
+    } else {
+        Err(ApiError::not_found("connection"))
+    }
+}
+
+/// Whether `d` answers to `product` (the caller's normalised `X-Product-Name`); an
+/// assigned connection asked without the header is the header's 400.
+pub(super) fn answers_to(
+    d: &ConnectionDescriptor,
+    headers: &HeaderMap,
+    product: Option<&str>,
+) -> Result<bool, ApiError> {
+    let owner = ConnectionRecord::from_descriptor(d).product;
+    if owner.is_empty() {
+        return Ok(true);
+    }
+    match product {
+        Some(p) => Ok(p == owner),
+        None => product_name(headers, true).map(|_| false),
+    }
+}
+
 /// Get one connection.
-#[utoipa::path(get, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path)),
-    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001")))]
+#[utoipa::path(get, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001")))]
 pub async fn get_connection(
     State(st): State<AppState>,
     scope: Scope,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, BAD_ID)?;
-    let d = load(&st, &scope, &id).await?;
+    let d = load_owned(&st, &scope, &headers, &id).await?;
     Ok(Json(connection_response(&d)).into_response())
 }
 
@@ -252,8 +290,8 @@ pub(super) async fn gate(
 }
 
 /// Partially update a connection.
-#[utoipa::path(patch, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path)), request_body = ConnectionBody,
-    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0001, FET-0402, FET-0404, FET-0414"),
+#[utoipa::path(patch, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")), request_body = ConnectionBody,
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0001, FET-0402, FET-0404, FET-0414"),
         (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1002, FET-1021")))]
 pub async fn update_connection(
     State(st): State<AppState>,
@@ -280,7 +318,7 @@ pub async fn update_connection(
     }
     request_rules_patch(&b, st.config())?;
     metadata_size(&b, st.config())?;
-    let current = load(&st, &scope, &id).await?;
+    let current = load_owned(&st, &scope, &headers, &id).await?;
     gate(&st, &scope, &current.config_name, "update").await?;
     let mut r = ConnectionRecord::from_descriptor(&current);
     if let Some(v) = &b.config_name {
@@ -350,15 +388,16 @@ pub async fn update_connection(
 }
 
 /// Soft-delete a connection.
-#[utoipa::path(delete, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path)),
-    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 204, description = "Deleted"), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1021")))]
+#[utoipa::path(delete, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 204, description = "Deleted"), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1021")))]
 pub async fn delete_connection(
     State(st): State<AppState>,
     scope: Scope,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, BAD_ID)?;
-    let current = load(&st, &scope, &id).await?;
+    let current = load_owned(&st, &scope, &headers, &id).await?;
     if fetcher_host::jobs::is_internal(&current) {
         return Err(ApiError::not_found("connection"));
     }

@@ -4,13 +4,14 @@
 use super::*;
 
 /// Test connectivity (rate limited per connection).
-#[utoipa::path(post, path = "/v1/management/connections/{id}/test", tag = "connections", params(("id" = uuid::Uuid, Path)),
-    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionTestResponse), (status = 400, body = ErrorBody, description = "FET-0404, FET-0414"), (status = 404, body = ErrorBody, description = "FET-1001"),
+#[utoipa::path(post, path = "/v1/management/connections/{id}/test", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionTestResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404, FET-0414"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 422, body = ErrorBody, description = "FET-0415 host not resolved"),
         (status = 429, body = ErrorBody, description = "Rate Limit Exceeded (integer code), with Retry-After"), (status = 500, body = ErrorBody, description = "Database Connection Error (integer code)")))]
 pub async fn test_connection(
     State(st): State<AppState>,
     scope: Scope,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, BAD_ID)?;
     let cfg = st.config();
@@ -29,7 +30,7 @@ pub async fn test_connection(
             decision.retry_after.as_secs() + u64::from(decision.retry_after.subsec_nanos() > 0);
         return Err(ApiError::rate_limited(secs.max(1)));
     }
-    let d = load(&st, &scope, &id).await?;
+    let d = load_owned(&st, &scope, &headers, &id).await?;
     let c = Context::background().with_timeout(cfg.test_timeout);
     if check_host(st.host_policy(), &c, &d).await.is_err() {
         return Err(ApiError::forbidden_host());
@@ -56,6 +57,9 @@ pub async fn test_connection(
         Ok(Err(e)) if e.reason() == Some(Reason::ConnectionNotFound) => {
             Err(ApiError::not_found("connection"))
         }
+        Ok(Err(e)) if e.reason() == Some(Reason::HostNotResolved) => {
+            Err(ApiError::host_not_resolved())
+        }
         Ok(Err(e)) => {
             tracing::info!(error = %e, "connection test failed");
             Err(ApiError::connect_failed())
@@ -65,16 +69,17 @@ pub async fn test_connection(
 }
 
 /// Discover a connection's schema (always live).
-#[utoipa::path(get, path = "/v1/management/connections/{id}/schema", tag = "connections", params(("id" = uuid::Uuid, Path)),
-    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionSchemaResponse), (status = 400, body = ErrorBody, description = "FET-0404, FET-0414"), (status = 404, body = ErrorBody, description = "FET-1001"),
+#[utoipa::path(get, path = "/v1/management/connections/{id}/schema", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionSchemaResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404, FET-0414"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 422, body = ErrorBody, description = "FET-0415 host not resolved"),
         (status = 500, body = ErrorBody, description = "Database Connection Error / Schema Retrieval Error (integer code)")))]
 pub async fn get_schema(
     State(st): State<AppState>,
     scope: Scope,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, BAD_ID)?;
-    let d = load(&st, &scope, &id).await?;
+    let d = load_owned(&st, &scope, &headers, &id).await?;
     let timeout = st.config().schema_timeout;
     let c = Context::background().with_timeout(timeout);
     if check_host(st.host_policy(), &c, &d).await.is_err() {
@@ -124,6 +129,9 @@ pub(super) fn schema_error(e: &EngineError) -> ApiError {
         Category::NotFound if e.reason() == Some(Reason::ConnectionNotFound) => {
             ApiError::not_found("connection")
         }
+        Category::Connect if e.reason() == Some(Reason::HostNotResolved) => {
+            ApiError::host_not_resolved()
+        }
         Category::Connect => ApiError::connect_failed(),
         _ => ApiError::schema_failed(),
     }
@@ -131,7 +139,8 @@ pub(super) fn schema_error(e: &EngineError) -> ApiError {
 
 /// Check that tables and fields of a mapping exist.
 #[utoipa::path(post, path = "/v1/management/connections/validate-schema", tag = "connections", request_body = SchemaValidationRequest,
-    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = SchemaValidationResponse), (status = 400, body = ErrorBody, description = "FET-0001, FET-0401, FET-0402, FET-0414, FET-1061, FET-1062"),
+    params(("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = SchemaValidationResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0001, FET-0401, FET-0402, FET-0414, FET-1061, FET-1062"),
         (status = 422, body = SchemaValidationErrorResponse)))]
 pub async fn validate_schema(
     State(st): State<AppState>,
@@ -139,6 +148,7 @@ pub async fn validate_schema(
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
+    let product = product_name(&headers, false)?;
     let req: SchemaValidationRequest = parse_json(&headers, &body)?;
     let Some(mapped) = req.mapped_fields else {
         let fields = BTreeMap::from([(
@@ -152,9 +162,11 @@ pub async fn validate_schema(
     let mut resolved = BTreeMap::new();
     for name in mapped.keys() {
         match st.engine().get_connection(&c, &scope.tenant, name).await {
-            Ok(d) => {
+            // Another product's connection is one this caller does not have.
+            Ok(d) if answers_to(&d, &headers, product.as_deref())? => {
                 resolved.insert(name.clone(), d);
             }
+            Ok(_) => {}
             Err(e) if e.category() == Category::NotFound => {}
             Err(e) => return Err(ApiError::from_engine(&e)),
         }

@@ -120,6 +120,21 @@ pub(super) fn shape_rules(b: &ConnectionBody, invalid: &mut Fields) {
     {
         invalid.insert("host".into(), HOST_FORMAT_MESSAGE.into());
     }
+    // A NUL cannot travel in a login or a database name (PostgreSQL's protocol ends the
+    // string there, and drivers refuse it only when the server is reached): 400 now.
+    for (key, value) in [
+        ("username", &b.user_name),
+        ("database_name", &b.database_name),
+        ("schema", &b.schema),
+        ("password", &b.password),
+    ] {
+        if value.as_deref().is_some_and(|v| v.contains('\0')) {
+            invalid.insert(
+                key.into(),
+                format!("{key} must not contain a NUL character"),
+            );
+        }
+    }
     match b.port {
         Some(p) if p < 0 => {
             invalid.insert("port".into(), "port must be 1 or greater".into());

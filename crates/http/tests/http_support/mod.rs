@@ -243,6 +243,12 @@ impl Harness {
         self.call(Method::GET, uri, &[], None).await
     }
 
+    /// A GET as `product` (`X-Product-Name`): a connection answers only to its own.
+    pub async fn get_as(&self, product: &str, uri: &str) -> Reply {
+        self.call(Method::GET, uri, &[("x-product-name", product)], None)
+            .await
+    }
+
     /// Creates a connection for `product`; asserts 201; returns the body.
     pub async fn create(&self, product: &str, body: Value) -> Value {
         let r = self
@@ -275,6 +281,9 @@ pub async fn setup() -> Harness {
     h.create("reporter", connection("core-pg")).await;
     h
 }
+
+/// The `X-Product-Name` of product `p`, the one most tests create connections for.
+pub const P: [(&str, &str); 1] = [("x-product-name", "p")];
 
 /// The connection routes' base path.
 pub const BASE: &str = "/v1/management/connections";
