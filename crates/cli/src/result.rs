@@ -79,6 +79,16 @@ async fn locate(args: &OpenArgs) -> Result<Target> {
                 job.status.as_str()
             )
         })?;
+        // An HMAC the caller gives is what they expect to open: another job's, or one
+        // from an announcement that does not match the record, stops here.
+        if let Some(given) = &args.hmac
+            && !given.trim().eq_ignore_ascii_case(&result.hmac)
+        {
+            bail!(
+                "--hmac does not match the result of job {}: this is not the result you expect",
+                job.id
+            );
+        }
         return Ok(Target {
             file: args.data_dir.join("results").join(&result.path),
             hmac: Some(result.hmac),

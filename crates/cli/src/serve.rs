@@ -69,7 +69,9 @@ pub struct ServeArgs {
         conflicts_with = "jwt_hs256_secret"
     )]
     pub jwt_hs256_secret_file: Option<PathBuf>,
-    /// RS256 public key (PEM file) for verifying JWTs.
+    /// RS256 public key (PEM file) for verifying JWTs; a private key stops the start.
+    /// With any JWT key, every business route needs a valid token, with or without
+    /// --multi-tenant.
     #[arg(long, env = "FETCHER_JWT_RS256_PUBLIC_KEY")]
     pub jwt_rs256_public_key: Option<PathBuf>,
     /// Require this `iss` in every token.
@@ -269,19 +271,33 @@ fn private_data_dir(dir: &std::path::Path) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("restricting {} to its owner", dir.display()))?;
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let mode = if entry.file_type()?.is_dir() {
-                0o700
-            } else {
-                0o600
-            };
-            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode))
-                .with_context(|| format!("restricting {}", entry.path().display()))?;
-        }
+        restrict_tree(dir)?;
     }
     #[cfg(not(unix))]
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(())
+}
+
+/// Every directory under `dir` to 0700 and every file to 0600, however deep (results
+/// live in subdirectories, written before a umask was set or copied in by hand).
+/// Symbolic links are left alone: changing one's mode would change what it points to,
+/// which may be outside the data directory.
+#[cfg(unix)]
+fn restrict_tree(dir: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let kind = std::fs::symlink_metadata(&path)?.file_type();
+        if kind.is_symlink() {
+            continue;
+        }
+        let mode = if kind.is_dir() { 0o700 } else { 0o600 };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("restricting {}", path.display()))?;
+        if kind.is_dir() {
+            restrict_tree(&path)?;
+        }
+    }
     Ok(())
 }
 
@@ -315,6 +331,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     init_logging(args.log_json);
     // Settings first: a bad one stops the process before anything is created.
     let authenticator = authenticator(&args)?;
+    // A JWT key means callers are meant to prove who they are: without --multi-tenant
+    // every business route then needs a valid token too (the tenant stays `default`),
+    // rather than a token that is checked when present and optional otherwise.
+    let tokens_required = args.jwt_hs256_secret.is_some()
+        || args.jwt_hs256_secret_file.is_some()
+        || args.jwt_rs256_public_key.is_some();
     let allowed_hosts = crate::host_guard::AllowedHosts::new(&args.allowed_hosts)?;
     let cors_origins = cors_origins(&args.cors_origins)?;
     private_data_dir(&args.data_dir)?;
@@ -426,6 +448,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         },
         ApiConfig {
             multi_tenant: args.extraction.multi_tenant,
+            require_auth: tokens_required,
             private_networks: args.extraction.private_networks.clone(),
             sqlite_files: sqlite_files.clone(),
             max_connections_per_tenant: args.max_connections_per_tenant,

@@ -109,6 +109,55 @@ fn a_secret_file_configures_multi_tenant_serve() {
     assert_eq!(body["code"], "MISSING_TOKEN");
 }
 
+/// A JWT key without --multi-tenant requires tokens (the tenant stays `default`), and a
+/// private key given as the RS256 public key stops the start (#30).
+#[test]
+fn a_jwt_key_requires_tokens_and_must_be_a_public_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    let key = b"0123456789abcdef0123456789abcdef";
+    std::fs::write(&secret, key).unwrap();
+    let server = Server::start(
+        &dir.path().join("data"),
+        &["--jwt-hs256-secret-file", secret.to_str().unwrap()],
+    );
+    let (status, body) = server.request("GET", "/v1/management/connections", None, &[]);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (401, Some("MISSING_TOKEN")),
+        "{body}"
+    );
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 60;
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({"sub": "me", "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(key),
+    )
+    .unwrap();
+    let bearer = format!("Bearer {token}");
+    let (status, body) = server.request(
+        "GET",
+        "/v1/management/connections",
+        None,
+        &[("Authorization", &bearer)],
+    );
+    assert_eq!(status, 200, "{body}");
+    drop(server);
+
+    let private = dir.path().join("private.pem");
+    std::fs::write(
+        &private,
+        include_str!("../../http/tests/http_support/test_rsa_private.pem"),
+    )
+    .unwrap();
+    let err = refused(&["--jwt-rs256-public-key", private.to_str().unwrap()], &[]);
+    assert!(err.contains("private key"), "{err}");
+}
+
 const DEMO_JOB: &str = r#"{"dataRequest":{"mappedFields":{"demo":{"orders":["id","customer_id","total","status","ordered_at"]}}},"metadata":{"source":"demo"}}"#;
 
 #[cfg(unix)]
@@ -126,8 +175,94 @@ fn the_data_directory_is_owner_only() {
     assert_eq!(status, 202, "{created}");
     let job = server.wait_job(created["jobId"].as_str().unwrap(), Duration::from_secs(30));
     assert_eq!(job["status"], "completed", "{job}");
-    let mut seen = 0;
-    let mut stack = vec![data.clone()];
+    // The directory, fetcher.db, demo.sqlite, master.key, results/…, the result object.
+    let entries = owner_only_tree(&data);
+    assert!(entries.len() >= 6, "{entries:?}");
+    // Loosened while it was stopped, at every depth: the restart tightens them all.
+    drop(server);
+    for path in &entries {
+        let mode = if path.is_dir() { 0o755 } else { 0o644 };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let nested = entries
+        .iter()
+        .filter(|p| p.strip_prefix(&data).unwrap().components().count() >= 3)
+        .count();
+    assert!(nested >= 1, "a result below a subdirectory: {entries:?}");
+    let _server = Server::start(&data, &[]);
+    assert_eq!(owner_only_tree(&data).len(), entries.len());
+}
+
+/// `result open --hmac` opens only the result with that HMAC: by job id a different one
+/// stops before any output, by path the object's own HMAC must match (#30).
+#[test]
+fn result_open_checks_the_hmac_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &["--demo"]);
+    let body: serde_json::Value = serde_json::from_str(DEMO_JOB).unwrap();
+    let (_, created) = server.request("POST", "/v1/fetcher", Some(&body), &[]);
+    let job = server.wait_job(created["jobId"].as_str().unwrap(), Duration::from_secs(30));
+    assert_eq!(job["status"], "completed", "{job}");
+    drop(server);
+    let id = job["id"].as_str().unwrap();
+    let right = job["resultHmac"].as_str().unwrap();
+    let wrong = format!(
+        "{}{}",
+        if right.starts_with('0') { "1" } else { "0" },
+        &right[1..]
+    );
+    let path = job["resultPath"].as_str().unwrap();
+    let (ok, rows, err) = open_result_with(&data, id, &["--hmac", right]);
+    assert!(ok && rows.lines().count() == 200, "{err}");
+    for target in [id, path] {
+        let (ok, _, err) = open_result_with(&data, target, &["--hmac", &wrong]);
+        assert!(!ok, "{target} opened with a wrong --hmac");
+        assert!(err.contains("hmac") || err.contains("HMAC"), "{err}");
+    }
+    let (ok, by_path, err) = open_result_with(&data, path, &["--hmac", right]);
+    assert!(ok, "{err}");
+    assert_eq!(by_path, rows);
+}
+
+/// A connection whose host name does not resolve is 422 `FET-0415` on its test and its
+/// schema, on the real connectors (#30): the caller has a host to fix, the server did not
+/// fail.
+#[test]
+fn an_unresolvable_host_is_a_422_on_test_and_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    let body = serde_json::json!({"configName": "nowhere", "type": "POSTGRESQL",
+        "host": "nowhere.invalid", "port": 5432, "databaseName": "test",
+        "userName": "postgres", "password": "x"});
+    let product = [("X-Product-Name", "reporter")];
+    let (status, created) =
+        server.request("POST", "/v1/management/connections", Some(&body), &product);
+    assert_eq!(status, 201, "{created}");
+    let url = format!(
+        "/v1/management/connections/{}",
+        created["id"].as_str().unwrap()
+    );
+    for (method, path) in [
+        ("POST", format!("{url}/test")),
+        ("GET", format!("{url}/schema")),
+    ] {
+        let (status, answer) = server.request(method, &path, None, &product);
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (422, Some("FET-0415")),
+            "{method} {path}: {answer}"
+        );
+        assert!(!answer.to_string().contains("nowhere.invalid"), "{answer}");
+    }
+}
+
+/// Every entry under `root` (itself included), asserting directories 0700, files 0600.
+#[cfg(unix)]
+fn owner_only_tree(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut seen = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
     while let Some(path) = stack.pop() {
         let meta = std::fs::metadata(&path).unwrap();
         let mode = meta.permissions().mode() & 0o777;
@@ -137,10 +272,9 @@ fn the_data_directory_is_owner_only() {
         } else {
             assert_eq!(mode, 0o600, "{}", path.display());
         }
-        seen += 1;
+        seen.push(path);
     }
-    // The directory, fetcher.db, demo.sqlite, master.key, results/…, the result object.
-    assert!(seen >= 6, "{seen} entries");
+    seen
 }
 
 #[test]

@@ -284,9 +284,15 @@ impl Drop for PgDb {
 
 /// Runs `fetcher result open` and returns stdout.
 pub fn open_result(data_dir: &Path, job_id: &str) -> (bool, String, String) {
+    open_result_with(data_dir, job_id, &[])
+}
+
+/// [`open_result`] with more arguments (`--hmac …`).
+pub fn open_result_with(data_dir: &Path, target: &str, extra: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_fetcher"))
-        .args(["result", "open", job_id, "--quiet", "--data-dir"])
+        .args(["result", "open", target, "--quiet", "--data-dir"])
         .arg(data_dir)
+        .args(extra)
         .env("FETCHER_MASTER_KEY", KEY)
         .output()
         .expect("fetcher result open");
