@@ -43,10 +43,12 @@ ensure_moto() {
   echo "AWS endpoint: ${AWS_ENDPOINT_URL}"
 }
 
-# pyarrow in the project's .venv: the Parquet tests read results back with it.
+# pyarrow and DuckDB in the project's .venv: the Parquet tests read results back with
+# both (DuckDB as a second, stricter reader).
 ensure_pyarrow() {
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -c 'import pyarrow' 2>/dev/null || .venv/bin/pip install -q 'pyarrow==26.0.1'
+  .venv/bin/python -c 'import duckdb' 2>/dev/null || .venv/bin/pip install -q 'duckdb==1.4.2'
 }
 
 # LocalStack (host mode, no container) on 127.0.0.1:4566 for SQS, S3, KMS, EventBridge,

@@ -136,7 +136,7 @@ impl HostConfig {
             event_bus: s.event_bus,
             event_source: s.event_source,
             multi_tenant: s.extraction.multi_tenant,
-            schema_cache_ttl: Duration::from_secs(s.schema_cache_ttl_secs),
+            schema_cache_ttl: s.extraction.schema_ttl(),
             lease: Duration::from_secs(s.lease_secs),
             extraction_timeout: s.extraction.extraction_timeout(),
             max_result_bytes: s.extraction.max_result_bytes(),
@@ -174,8 +174,6 @@ struct LambdaSettings {
     event_source: String,
     #[command(flatten)]
     extraction: ExtractionSettings,
-    #[arg(long, env = "FETCHER_SCHEMA_CACHE_TTL_SECS", default_value_t = 300)]
-    schema_cache_ttl_secs: u64,
     #[arg(long, env = "FETCHER_LEASE_SECS", default_value_t = 900)]
     lease_secs: u64,
     #[arg(long, env = "FETCHER_RETRY_BACKOFF_SECS", default_value_t = 30)]
@@ -252,6 +250,7 @@ impl Host {
                 extraction_timeout: config.extraction_timeout,
                 max_result_bytes: config.max_result_bytes,
                 read_partitions: config.read_partitions,
+                schema_ttl: config.schema_cache_ttl,
             })
             .map_err(|e| format!("building the engine: {e}"))?;
         let probes: Vec<Arc<dyn ReadinessProbe>> = vec![

@@ -385,6 +385,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         extraction_timeout: args.extraction.extraction_timeout(),
         max_result_bytes: args.extraction.max_result_bytes(),
         read_partitions: args.extraction.read_partitions.into(),
+        schema_ttl: args.extraction.schema_ttl(),
     })?;
     let queue = InProcessQueue::new();
     // The test harness's crash point (docs/operations.md, "`fetcher serve` settings").

@@ -523,3 +523,42 @@ fn a_parquet_job_opens_into_files_that_pyarrow_reads_as_the_ndjson_job() {
     assert!(!again.join("ledger.accounts.parquet").exists());
     assert!(!again.join("ledger.accounts.parquet.partial").exists());
 }
+
+/// #28: a table and a column created after a connection's first job are read by the next
+/// job that names them (the cached schema is discovered again), on `serve`'s SQLite
+/// schema cache.
+#[test]
+fn a_table_and_a_column_created_after_the_first_job_are_read_by_the_next() {
+    let db = PgDb::create("fetcher_schema_change");
+    seed(&db);
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    register_ledger(&server, &db);
+    let run = |mapped: serde_json::Value, n: u32| {
+        let body = json!({"dataRequest": {"mappedFields": {"ledger": mapped}},
+            "metadata": {"source": "reporter", "n": n}});
+        let (status, accepted) = server.request("POST", "/v1/fetcher", Some(&body), &[]);
+        assert_eq!(status, 202, "{accepted}");
+        server.wait_job(accepted["jobId"].as_str().unwrap(), Duration::from_secs(60))
+    };
+    let first = run(json!({"accounts": ["id"]}), 1);
+    assert_eq!(first["status"], "completed", "{first}");
+    psql(
+        &db.0,
+        "CREATE TABLE invoices (id bigint PRIMARY KEY, total numeric(10,2));
+         INSERT INTO invoices VALUES (7, 12.50);
+         ALTER TABLE accounts ADD COLUMN region text DEFAULT 'eu';",
+    );
+    let next = run(
+        json!({"invoices": ["id", "total"], "accounts": ["id", "region"]}),
+        2,
+    );
+    assert_eq!(next["status"], "completed", "{next}");
+    let (ok, out, err) = open_result(dir.path(), next["id"].as_str().unwrap());
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(r#"{"config":"ledger","table":"invoices","row":{"id":7,"total":"12.50"}}"#),
+        "{out}"
+    );
+    assert_eq!(out.matches(r#""region":"eu""#).count(), 3, "{out}");
+}

@@ -50,6 +50,9 @@ pub struct ColumnInfo {
     /// bytes (the server refuses to convert high-bit bytes to UTF-8), decoded as text
     /// when they are UTF-8 and kept as bytes otherwise.
     pub pg_raw_bytes: bool,
+    /// PostgreSQL arrays of a type without a binary decoder: selected as `text[]` of the
+    /// elements' own texts (its text output read back as `text[]`).
+    pub pg_text_array: bool,
     /// Whether `ORDER BY col` works natively (PG `json`, `xml`, … do not).
     pub orderable: bool,
     /// The type a typed result format (Parquet) writes the column as (docs/parquet.md).

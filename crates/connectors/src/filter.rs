@@ -494,6 +494,7 @@ mod tests {
             pg_oid: 0,
             pg_text_cast: false,
             pg_raw_bytes: false,
+            pg_text_array: false,
             orderable: true,
             ctype: fetcher_engine::ColumnType::Unknown,
         };

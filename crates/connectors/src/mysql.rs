@@ -169,6 +169,7 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
             pg_oid: 0,
             pg_text_cast: false,
             pg_raw_bytes: false,
+            pg_text_array: false,
             orderable: true,
         });
     }

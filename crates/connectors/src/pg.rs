@@ -52,7 +52,8 @@ pub async fn connect(o: &PgConnectOptions) -> std::result::Result<PgConnection, 
 const CATALOG_SQL: &str = "\
 SELECT n.nspname::text, c.relname::text, a.attname::text, \
   a.atttypid::int8, t.typtype::text, t.typbasetype::int8, t.typcategory::text, \
-  format_type(a.atttypid, a.atttypmod), \
+  CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod) \
+       ELSE format_type(a.atttypid, a.atttypmod) END, \
   COALESCE((SELECT k.n FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
             WHERE i.indrelid = c.oid AND i.indisprimary AND k.attnum = a.attnum), 0)::int8 \
 FROM pg_class c \
@@ -172,8 +173,13 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
                     | Kind::Time
                     | Kind::Bytes
             );
+        // An array of a type without a binary decoder: read as `text[]` of its elements'
+        // own texts, so it is a JSON array like every other array.
+        let text_array = !supported && category == "A" && !raw_bytes;
         let ctype = if supported {
             column_type(effective, kind, &type_name, category == "A", raw_bytes)
+        } else if text_array {
+            ColumnType::Json
         } else if kind == Kind::Text {
             ColumnType::Text
         } else {
@@ -185,6 +191,7 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
             type_name,
             pg_oid: effective,
             pg_text_cast: !supported,
+            pg_text_array: text_array,
             pg_raw_bytes: raw_bytes,
             orderable: effective != oid::JSON && category != "A",
             ctype,

@@ -21,6 +21,8 @@ pub mod oid {
     pub const INT2: u32 = 21;
     pub const INT4: u32 = 23;
     pub const TEXT: u32 = 25;
+    /// `text[]`.
+    pub const TEXT_ARRAY: u32 = 1009;
     pub const OID: u32 = 26;
     pub const JSON: u32 = 114;
     pub const FLOAT4: u32 = 700;
@@ -145,6 +147,8 @@ pub fn decode(type_oid: u32, b: &[u8]) -> R<Value> {
         // `"char"` is one byte; a high-bit one is no UTF-8 text: PostgreSQL's own text
         // for it is an octal escape (`\303`), always a string, never bytes.
         CHAR => match b {
+            // The zero byte is PostgreSQL's empty `"char"` (`''::"char"`), printed ''.
+            [0] | [] => Value::String(String::new()),
             [byte] if *byte >= 0x80 => Value::String(format!("\\{byte:03o}")),
             _ => values::text(b),
         },
@@ -165,7 +169,7 @@ pub fn array_element(array_oid: u32) -> Option<u32> {
         1016 => INT8,
         1005 => INT2,
         1007 => INT4,
-        1009 => TEXT,
+        TEXT_ARRAY => TEXT,
         1028 => OID,
         199 => JSON,
         1021 => FLOAT4,

@@ -125,8 +125,15 @@ impl SelectSql {
 
 fn column_expr(dialect: Dialect, c: &ColumnInfo) -> String {
     let q = quote_ident(dialect, &c.name);
-    if dialect == Dialect::Postgres && c.pg_raw_bytes {
+    if dialect == Dialect::Postgres && c.pg_raw_bytes && c.pg_oid == crate::pgbin::oid::BPCHAR {
+        // `char(n)`'s cast to text drops its padding; its send function keeps it.
+        format!("bpcharsend({q})")
+    } else if dialect == Dialect::Postgres && c.pg_raw_bytes {
         format!("CAST(CAST({q} AS text) AS bytea)")
+    } else if dialect == Dialect::Postgres && c.pg_text_array {
+        // The array's own text parsed back as `text[]`: each element as its type's output
+        // function prints it (an inet without its full-length mask), bounds kept.
+        format!("CAST(CAST({q} AS text) AS text[])")
     } else if dialect == Dialect::Postgres && c.pg_text_cast {
         if c.type_name == "inet" {
             // PostgreSQL's own text of an inet (its output function) omits a full-length
@@ -380,6 +387,7 @@ pub fn pg_decoders(plan: &TablePlan) -> Vec<u32> {
         .map(|c| match (c.pg_raw_bytes, c.kind) {
             (true, crate::catalog::Kind::Json) => oid::RAW_JSON,
             (true, _) => oid::RAW_TEXT,
+            (false, _) if c.pg_text_array => oid::TEXT_ARRAY,
             (false, _) if c.pg_text_cast => oid::TEXT,
             (false, _) => c.pg_oid,
         })

@@ -115,6 +115,7 @@ pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
                         pg_oid: 0,
                         pg_text_cast: false,
                         pg_raw_bytes: false,
+                        pg_text_array: false,
                         orderable: true,
                     })
                     .collect(),

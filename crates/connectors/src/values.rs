@@ -180,18 +180,20 @@ pub fn parse_uuid(s: &str) -> Option<String> {
 }
 
 /// A JSON column's value: the document embedded as nested values, exactly. A document a
-/// tree cannot hold as written (a number beyond any double, a repeated key, a lone
-/// surrogate escape, nesting past 128 levels) is kept as its own text, compacted
+/// tree cannot hold as written (a number beyond a double's range or precision, a
+/// repeated key, nesting past 128 levels) is kept as its own text, compacted
 /// ([`Value::Json`]), so every document stays a JSON document.
 ///
 /// Three cases would be ambiguous embedded as they are, so they arrive tagged, as a
 /// one-key object (docs/encodings.md, "JSON columns"): the document `null` (else it reads
 /// as SQL `NULL`) and a document that is an object with a top-level tag key (else it reads
 /// as a tag) arrive as `{"$json": <document>}`; text that is not JSON at all (SQLite
-/// checks nothing) as `{"$text": "<text>"}`.
+/// checks nothing), or a document with an unpaired surrogate escape (which strict readers
+/// refuse), as `{"$text": "<text>"}`.
 pub fn json(text: &str) -> Value {
     match serde_json::from_str::<StrictJson>(text) {
-        Ok(StrictJson(v)) => {
+        // A number the parser rounded (more digits than a double holds) keeps the text.
+        Ok(StrictJson(v)) if fetcher_engine::json::numbers_exact(text) => {
             let v = Value::from(v);
             let ambiguous = match &v {
                 Value::Null => true,
@@ -200,7 +202,12 @@ pub fn json(text: &str) -> Value {
             };
             if ambiguous { json_tag("$json", v) } else { v }
         }
-        Err(_) => match compact_json(text) {
+        _ => match compact_json(text) {
+            // Strict readers (DuckDB, Go) refuse or replace an unpaired surrogate escape:
+            // such a document is kept as text, tagged, readable everywhere.
+            Some(compact) if has_lone_surrogate(&compact) => {
+                json_tag("$text", Value::String(text.to_owned()))
+            }
             Some(compact) if has_top_level_tag(&compact) => {
                 json_tag("$json", Value::Json(compact.into_boxed_str()))
             }
@@ -208,6 +215,37 @@ pub fn json(text: &str) -> Value {
             None => json_tag("$text", Value::String(text.to_owned())),
         },
     }
+}
+
+/// Whether JSON `text` has a `\uD800`–`\uDFFF` escape that is not half of a pair.
+fn has_lone_surrogate(text: &str) -> bool {
+    let b = text.as_bytes();
+    let unit = |at: usize| -> Option<u16> {
+        let hex = text.get(at + 2..at + 6)?;
+        (b.get(at) == Some(&b'\\') && b.get(at + 1) == Some(&b'u'))
+            .then(|| u16::from_str_radix(hex, 16).ok())
+            .flatten()
+    };
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        match unit(i) {
+            Some(0xD800..=0xDBFF) => {
+                if !matches!(unit(i + 6), Some(0xDC00..=0xDFFF)) {
+                    return true;
+                }
+                i += 12;
+            }
+            Some(0xDC00..=0xDFFF) => return true,
+            Some(_) => i += 6,
+            // Any other escape is two bytes (an escaped backslash too, so its second one is skipped).
+            None => i += 2,
+        }
+    }
+    false
 }
 
 /// A JSON column's value read as bytes: [`json`] when they are UTF-8, else the tagged
@@ -505,9 +543,43 @@ mod tests {
             (r#"{"a": 1, "big": 1e400}"#, r#"{"a":1,"big":1e400}"#),
             (r#"{"k": 1, "k": 2}"#, r#"{"k":1,"k":2}"#),
             (r#"{"x": {"k": 1, "k": [2]}}"#, r#"{"x":{"k":1,"k":[2]}}"#),
-            (r#"[ "\ud800" ]"#, r#"["\ud800"]"#),
+            // More digits than a double holds: the text, not a rounded number (#28).
+            (
+                r#"{"n": 0.1000000000000000000001}"#,
+                r#"{"n":0.1000000000000000000001}"#,
+            ),
+            (
+                r#"[12345678901234567890123]"#,
+                r#"[12345678901234567890123]"#,
+            ),
+            (
+                r#"{"s": "1e400", "n": 9007199254740993.0}"#,
+                r#"{"s":"1e400","n":9007199254740993.0}"#,
+            ),
         ] {
             assert_eq!(json(text), Value::Json(kept.into()), "{text}");
+        }
+        // An unpaired surrogate escape: the text, tagged (strict readers refuse it), #28.
+        for text in [
+            r#"[ "\ud800" ]"#,
+            r#"{"a":"x\udc00"}"#,
+            r#"["\ud800\u0041"]"#,
+        ] {
+            assert_eq!(
+                json(text),
+                json_tag("$text", Value::String(text.into())),
+                "{text}"
+            );
+        }
+        // A pair, or an escaped backslash before `u`, is no lone surrogate.
+        assert!(!matches!(json(r#"["\ud83d\ude00"]"#), Value::Map(_)));
+        assert!(!has_lone_surrogate(r#"["\\ud800"]"#));
+        // Numbers a double holds exactly (as values: `0.10` is `0.1`) stay a tree.
+        for text in [
+            r#"{"n":0.10}"#,
+            "[1e2, 2.5, -3, 18446744073709551615, 5e-324]",
+        ] {
+            assert!(!matches!(json(text), Value::Json(_)), "{text}");
         }
         let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
         assert_eq!(json(&deep), Value::Json(deep.clone().into()));

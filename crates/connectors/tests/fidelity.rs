@@ -522,3 +522,87 @@ async fn sqlite_values_are_the_databases_own() {
     assert!(count >= n * rules.len());
     db.remove();
 }
+
+/// The values docs/encodings.md lists as reading alike ("Values that read alike"), pinned
+/// so the list stays true: in a SQLite column whose values mix storage classes, REAL ±∞
+/// and TEXT `'Infinity'`, a BLOB and the TEXT of its Base64, and (no declared type) REAL
+/// `1.0` and INTEGER `1` arrive the same; the database's `typeof` tells them apart.
+#[tokio::test]
+async fn sqlite_values_that_read_alike_are_the_documented_ones() {
+    let db = LiteDb::create(
+        "CREATE TABLE fid (id INTEGER PRIMARY KEY, r REAL, u);
+         INSERT INTO fid VALUES (1, 9e999, 9e999), (2, 'Infinity', 'Infinity'),
+           (3, NULL, X'010203'), (4, NULL, 'AQID'), (5, NULL, 1.0), (6, NULL, 1),
+           (7, -9e999, -9e999), (8, '-Infinity', '-Infinity');",
+    )
+    .await;
+    let h = harness(&[db.descriptor("lite")]).await;
+    let rows = extract(&h, "lite", &["id", "r", "u"]).await;
+    let cell = |id: usize, c: &str| rows[id - 1][c].clone();
+    for (a, b, column) in [
+        (1, 2, "r"),
+        (1, 2, "u"),
+        (7, 8, "r"),
+        (3, 4, "u"),
+        (5, 6, "u"),
+    ] {
+        assert_eq!(
+            cell(a, column),
+            cell(b, column),
+            "ids {a} and {b}, column {column}"
+        );
+    }
+    assert_eq!(cell(1, "r"), json!("Infinity"));
+    assert_eq!(cell(3, "u"), json!("AQID"));
+    assert_eq!(cell(5, "u").to_string(), "1");
+    db.remove();
+}
+
+/// JSON numbers with more digits than a double holds arrive as written, whatever else the
+/// document holds (one rule, docs/encodings.md "JSON columns"): the document's text
+/// compacted, compared with PostgreSQL's own (json keeps the text; jsonb's numeric is exact).
+#[tokio::test]
+async fn postgres_json_numbers_beyond_a_double_arrive_as_written() {
+    let db = PgDb::create(
+        r#"CREATE TABLE fid (id int PRIMARY KEY, j json, jb jsonb);
+           INSERT INTO fid VALUES
+             (1, '{"n": 0.1000000000000000000001}', '{"n": 0.1000000000000000000001}'),
+             (2, '[12345678901234567890123, 1]', '[12345678901234567890123, 1]'),
+             (3, '{"n": 9007199254740993}', '{"n": 9007199254740993}'),
+             (4, '{"n": 0.5, "m": [1.25]}', '{"n": 0.5, "m": [1.25]}');"#,
+    )
+    .await;
+    let h = harness(&[db.descriptor("pg")]).await;
+    let out = h
+        .store_ndjson(json!({"mappedFields": {"pg": {"fid": ["id", "j", "jb"]}}}))
+        .await
+        .unwrap();
+    let lines: Vec<&str> = std::str::from_utf8(&out)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(r#""table":"fid""#))
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for digits in [
+        "0.1000000000000000000001",
+        "12345678901234567890123",
+        "9007199254740993",
+    ] {
+        assert_eq!(
+            lines
+                .iter()
+                .map(|l| l.matches(digits).count())
+                .sum::<usize>(),
+            2,
+            "{digits} in json and jsonb: {lines:?}"
+        );
+    }
+    // A document a double holds exactly is a tree as before: keys sorted, numbers as the
+    // double prints.
+    assert!(
+        lines[3].contains(r#""j":{"m":[1.25],"n":0.5}"#),
+        "{}",
+        lines[3]
+    );
+    db.drop_db().await;
+}

@@ -14,6 +14,10 @@ use crate::tenant::TenantContext;
 /// Builds an [`Engine`]. The registry is required; the protector is required when
 /// encrypted persistence is on; everything else is optional (see each port's docs for
 /// what its absence means).
+/// How long a cached schema is trusted when the host sets nothing: a table or column
+/// created since is seen within this long, and at once by a job that names it.
+pub const DEFAULT_SCHEMA_TTL: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
 #[derive(Default)]
 pub struct EngineBuilder {
     registry: Option<Arc<dyn ConnectorRegistry>>,
@@ -23,6 +27,7 @@ pub struct EngineBuilder {
     execution_store: Option<Arc<dyn ExecutionStore>>,
     result_sink: Option<Arc<dyn ResultSink>>,
     schema_cache: Option<Arc<dyn SchemaCache>>,
+    schema_ttl: Option<std::time::Duration>,
     active_checker: Option<Arc<dyn ActiveExecutionChecker>>,
     observability: Option<Arc<dyn Observability>>,
     limits: Option<Limits>,
@@ -55,6 +60,13 @@ impl EngineBuilder {
     }
     pub fn schema_cache(mut self, c: Arc<dyn SchemaCache>) -> Self {
         self.schema_cache = Some(c);
+        self
+    }
+    /// How long a cached schema is trusted (default [`DEFAULT_SCHEMA_TTL`]): an older
+    /// snapshot, or one without a capture time, is discovered again whatever the cache
+    /// adapter keeps (docs/engine.md, "Schema discovery and validation").
+    pub fn schema_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.schema_ttl = Some(ttl);
         self
     }
     pub fn active_execution_checker(mut self, c: Arc<dyn ActiveExecutionChecker>) -> Self {
@@ -92,6 +104,7 @@ impl EngineBuilder {
                 execution_store: self.execution_store,
                 result_sink: self.result_sink,
                 schema_cache: self.schema_cache,
+                schema_ttl: self.schema_ttl.unwrap_or(DEFAULT_SCHEMA_TTL),
                 active_checker: self.active_checker,
                 observability: self.observability,
                 limits,
@@ -108,6 +121,7 @@ pub(crate) struct Inner {
     pub(crate) execution_store: Option<Arc<dyn ExecutionStore>>,
     pub(crate) result_sink: Option<Arc<dyn ResultSink>>,
     pub(crate) schema_cache: Option<Arc<dyn SchemaCache>>,
+    pub(crate) schema_ttl: std::time::Duration,
     pub(crate) active_checker: Option<Arc<dyn ActiveExecutionChecker>>,
     pub(crate) observability: Option<Arc<dyn Observability>>,
     pub(crate) limits: Limits,

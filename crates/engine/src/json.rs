@@ -334,6 +334,74 @@ pub fn row_to_compact(row: &Row) -> Result<Vec<u8>, EncodeError> {
     Ok(out)
 }
 
+/// Whether every number in JSON `text` is one the parsed tree holds exactly: an integer
+/// that fits 64 bits, or a number whose double prints back to the same decimal value
+/// (`0.10` is `0.1`'s double; `0.1000000000000000000001` and `12345678901234567890123`
+/// are not any double's): what a parser into doubles and 64-bit integers keeps as
+/// written. Strings are skipped; `text` is known to be JSON.
+pub fn numbers_exact(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < b.len() && matches!(b[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                if !number_exact(&text[start..i]) {
+                    return false;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    true
+}
+
+fn number_exact(token: &str) -> bool {
+    let integer = !token.contains(['.', 'e', 'E']);
+    if integer && token != "-0" && (token.parse::<i64>().is_ok() || token.parse::<u64>().is_ok()) {
+        return true;
+    }
+    match token.parse::<f64>() {
+        Ok(f) if f.is_finite() => {
+            decimal_value(token).is_some_and(|d| Some(d) == decimal_value(&format!("{f:e}")))
+        }
+        _ => false,
+    }
+}
+
+/// A decimal number's value as (negative, significant digits, exponent of a point before
+/// them): `-0.0120e3` is `(true, "12", 2)`. Zero has no digits.
+fn decimal_value(s: &str) -> Option<(bool, String, i64)> {
+    let (neg, s) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s),
+    };
+    let (mantissa, exp) = match s.find(['e', 'E']) {
+        Some(at) => (&s[..at], s[at + 1..].parse::<i64>().ok()?),
+        None => (s, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{int}{frac}");
+    let leading = digits.len() - digits.trim_start_matches('0').len();
+    let significant = digits.trim_start_matches('0').trim_end_matches('0');
+    let point = int.len() as i64 - leading as i64;
+    if significant.is_empty() {
+        return Some((neg, String::new(), 0));
+    }
+    Some((neg, significant.to_owned(), exp.checked_add(point)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -107,7 +107,7 @@ pub mod testing;
 pub use model::{filter, limits, progress, secret, tenant, time, value};
 
 pub use context::{Context, Done};
-pub use engine::{Engine, EngineBuilder};
+pub use engine::{DEFAULT_SCHEMA_TTL, Engine, EngineBuilder};
 pub use error::{Category, EngineError, Reason, Result};
 pub use execute::{STORE_BATCH_ROWS, hex};
 pub use filter::{Condition, DatasourceFilters, Filters, Operator, TableFilters};

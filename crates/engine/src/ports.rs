@@ -136,8 +136,10 @@ pub trait CredentialProtector: Send + Sync {
 ///   `connection already exists` by the port contract; the engine's own pre-check says
 ///   `conflict`).
 /// * `update*` with `credential = None` keeps the stored secret; missing → `not_found`.
-/// * `delete*` of a missing record → `not_found`; afterwards the record is invisible to
-///   every read. Stores that soft-delete do so on `delete_by_id`.
+/// * `delete` and `delete_by_id` remove the record and its credential: nothing of a
+///   deleted connection is kept, and its name and id are free at once (a new connection
+///   may take both). Missing → `not_found`. (The reference kept a soft-deleted row, its
+///   encrypted password included; docs/api.md, "Connections".)
 /// * `list` is deterministic (ascending config name) and excludes deleted records.
 /// * `list_paged` (provided): a page and the total; the store may own paging, filtering
 ///   and ordering by overriding it.
@@ -320,8 +322,9 @@ pub trait TableFormat: Send + Sync {
     /// The format's name (`parquet`): the reference's `format` and the parts' extension.
     fn name(&self) -> &'static str;
 
-    /// An encoder for one table of the given columns (names and catalog types).
-    fn encoder(&self, columns: &Arc<Columns>) -> Result<Box<dyn TableEncoder>>;
+    /// An encoder for one table of the given columns (names and catalog types); `table`
+    /// names it in the encoder's errors.
+    fn encoder(&self, table: &str, columns: &Arc<Columns>) -> Result<Box<dyn TableEncoder>>;
 }
 
 /// Encodes one table's rows, in order, into the file's bytes. Runs on the step's task
@@ -329,7 +332,8 @@ pub trait TableFormat: Send + Sync {
 /// table's size: bytes are handed out as soon as the format allows.
 pub trait TableEncoder: Send {
     /// Encodes `rows`, appending any finished bytes to `out`. A value the format cannot
-    /// hold fails with `validation` / [`msg::VALUE_NOT_REPRESENTABLE`](crate::error::msg::VALUE_NOT_REPRESENTABLE).
+    /// hold fails with `validation` / [`msg::VALUE_NOT_REPRESENTABLE`](crate::error::msg::VALUE_NOT_REPRESENTABLE),
+    /// followed by `: column '<table>.<column>'` (the names, never the value).
     fn push(&mut self, rows: &[Row], out: &mut Vec<u8>) -> Result<()>;
 
     /// Appends the rest of the file (e.g. the footer) to `out`.
@@ -354,7 +358,9 @@ pub trait ResultStreamWriter: Send + 'static {
 }
 
 /// An accelerator for schema discovery, keyed by (tenant, config name). Optional.
-/// Read errors count as a miss; write errors are ignored. TTLs are the adapter's job.
+/// Read errors count as a miss; write errors are ignored. The engine refuses a snapshot
+/// older than its schema TTL by the snapshot's capture time, whatever the adapter keeps;
+/// an adapter may expire entries earlier (DynamoDB's TTL).
 pub trait SchemaCache: Send + Sync {
     fn get<'a>(
         &'a self,

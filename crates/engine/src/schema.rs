@@ -1,6 +1,7 @@
 //! Schema discovery (cache as an accelerator only) and schema validation (docs/engine.md,
 //! "Schema discovery and validation").
 
+use crate::Timestamp;
 use crate::context::Context;
 use crate::engine::Engine;
 use crate::error::{Category, EngineError, Result, msg};
@@ -24,7 +25,8 @@ impl Engine {
         .await
     }
 
-    /// Always live; neither reads nor writes the cache.
+    /// Always live; the snapshot replaces the cached one, so the jobs that follow see
+    /// what this discovery saw.
     pub async fn discover_schema_fresh(
         &self,
         ctx: &Context,
@@ -49,27 +51,32 @@ impl Engine {
         let descriptor = self
             .require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
             .await?;
-        self.resolve_schema(ctx, tenant, &descriptor, skip_cache)
-            .await
+        let read = if skip_cache {
+            Read::Live
+        } else {
+            Read::CacheFirst
+        };
+        Ok(self.resolve_schema(ctx, tenant, &descriptor, read).await?.0)
     }
 
-    /// The resolve core shared by discovery, validation and planning.
+    /// The resolve core shared by discovery, validation and planning: the snapshot, and
+    /// whether it came from the cache. A cached snapshot older than the engine's schema
+    /// TTL (or without a capture time) is a miss; a live one is stamped and written
+    /// through (a failed write is ignored).
     pub(crate) async fn resolve_schema(
         &self,
         ctx: &Context,
         tenant: &TenantContext,
         descriptor: &ConnectionDescriptor,
-        skip_cache: bool,
-    ) -> Result<SchemaSnapshot> {
-        let cache = if skip_cache {
-            None
-        } else {
-            self.inner.schema_cache.as_ref()
-        };
-        if let Some(cache) = cache
+        read: Read,
+    ) -> Result<(SchemaSnapshot, bool)> {
+        let cache = self.inner.schema_cache.as_ref();
+        if read == Read::CacheFirst
+            && let Some(cache) = cache
             && let Ok(Some(hit)) = cache.get(ctx, tenant, &descriptor.config_name).await
+            && self.fresh_enough(&hit)
         {
-            return Ok(hit);
+            return Ok((hit, true));
         }
         let mut connector = self.build_connector(ctx, tenant, descriptor).await?;
         let discovered = connector.discover_schema(ctx).await;
@@ -82,10 +89,20 @@ impl Engine {
             }
         })?;
         snapshot.config_name.clone_from(&descriptor.config_name);
+        snapshot.captured_at = Some(Timestamp::now());
         if let Some(cache) = cache {
             let _ = cache.put(ctx, tenant, &snapshot).await;
         }
-        Ok(snapshot)
+        Ok((snapshot, false))
+    }
+
+    /// Whether a cached snapshot is young enough to use.
+    fn fresh_enough(&self, s: &SchemaSnapshot) -> bool {
+        let Some(at) = s.captured_at else {
+            return false;
+        };
+        let age = Timestamp::now().unix_nanos() - at.unix_nanos();
+        age >= 0 && age < self.inner.schema_ttl.as_nanos() as i128
     }
 
     /// The cached schema of a connection, if the cache holds one; never discovers.
@@ -96,7 +113,12 @@ impl Engine {
         config_name: &str,
     ) -> Option<SchemaSnapshot> {
         let cache = self.inner.schema_cache.as_ref()?;
-        cache.get(ctx, tenant, config_name).await.ok().flatten()
+        cache
+            .get(ctx, tenant, config_name)
+            .await
+            .ok()
+            .flatten()
+            .filter(|s| self.fresh_enough(s))
     }
 
     /// Checks that the requested tables, fields and filter fields exist, within the
@@ -149,42 +171,71 @@ impl Engine {
                 ));
                 continue;
             };
-            let snapshot = self
-                .resolve_schema(&ctx, tenant, &descriptor, false)
+            let (snapshot, cached) = self
+                .resolve_schema(&ctx, tenant, &descriptor, Read::CacheFirst)
                 .await?;
-            for t in &ds.tables {
-                let Some(table) = snapshot.find_table(&descriptor.datasource_type, &t.name) else {
-                    failures.push(failure(
-                        failure_type::TABLE_NOT_FOUND,
-                        &ds.config_name,
-                        &t.name,
-                        "",
-                        detail::TABLE_NOT_FOUND,
-                    ));
-                    continue;
-                };
-                for f in t.fields.iter().filter(|f| !field_matches(table, f)) {
-                    failures.push(failure(
-                        failure_type::FIELD_NOT_FOUND,
-                        &ds.config_name,
-                        &t.name,
-                        f,
-                        detail::FIELD_NOT_FOUND,
-                    ));
-                }
-                for f in t.filter_fields.iter().filter(|f| !field_matches(table, f)) {
-                    failures.push(failure(
-                        failure_type::INVALID_FILTER,
-                        &ds.config_name,
-                        &t.name,
-                        f,
-                        detail::FILTER_NOT_FOUND,
-                    ));
-                }
+            let mut found = missing_in(&snapshot, &descriptor, ds);
+            if cached && !found.is_empty() {
+                // A table or column created since the snapshot: discover once more before
+                // calling it unknown.
+                let (live, _) = self
+                    .resolve_schema(&ctx, tenant, &descriptor, Read::Live)
+                    .await?;
+                found = missing_in(&live, &descriptor, ds);
             }
+            failures.extend(found);
         }
         Ok(report(failures))
     }
+}
+
+/// How [`Engine::resolve_schema`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Read {
+    /// A fresh enough cached snapshot, else live.
+    CacheFirst,
+    /// Live, written through to the cache.
+    Live,
+}
+
+/// What of `ds` (tables, fields, filter fields) `snapshot` lacks, as report entries.
+fn missing_in(
+    snapshot: &SchemaSnapshot,
+    descriptor: &ConnectionDescriptor,
+    ds: &DatasourceValidation,
+) -> Vec<ValidationFailure> {
+    let mut failures = Vec::new();
+    for t in &ds.tables {
+        let Some(table) = snapshot.find_table(&descriptor.datasource_type, &t.name) else {
+            failures.push(failure(
+                failure_type::TABLE_NOT_FOUND,
+                &ds.config_name,
+                &t.name,
+                "",
+                detail::TABLE_NOT_FOUND,
+            ));
+            continue;
+        };
+        for f in t.fields.iter().filter(|f| !field_matches(table, f)) {
+            failures.push(failure(
+                failure_type::FIELD_NOT_FOUND,
+                &ds.config_name,
+                &t.name,
+                f,
+                detail::FIELD_NOT_FOUND,
+            ));
+        }
+        for f in t.filter_fields.iter().filter(|f| !field_matches(table, f)) {
+            failures.push(failure(
+                failure_type::INVALID_FILTER,
+                &ds.config_name,
+                &t.name,
+                f,
+                detail::FILTER_NOT_FOUND,
+            ));
+        }
+    }
+    failures
 }
 
 fn is_blank(s: &str) -> bool {

@@ -270,7 +270,7 @@ impl TableFormat for Lines {
         "lines"
     }
 
-    fn encoder(&self, _: &Arc<Columns>) -> Result<Box<dyn TableEncoder>> {
+    fn encoder(&self, _: &str, _: &Arc<Columns>) -> Result<Box<dyn TableEncoder>> {
         Ok(Box::new(LinesEncoder))
     }
 }

@@ -68,9 +68,20 @@ pub struct ExtractionSettings {
     #[arg(long, env = "FETCHER_PRIVATE_NETWORKS", default_value = "",
         value_parser = fetcher_connectors::PrivateNetworks::parse)]
     pub private_networks: fetcher_connectors::PrivateNetworks,
+    /// Seconds a discovered schema is trusted, 1 to 86400: a table or column created
+    /// later is seen after this long, and at once by a job that names it (a job naming
+    /// what the cached schema lacks discovers again before failing).
+    #[arg(long = "schema-cache-secs", env = "FETCHER_SCHEMA_CACHE_TTL_SECS",
+        default_value_t = fetcher_engine::DEFAULT_SCHEMA_TTL.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub schema_cache_ttl_secs: u64,
 }
 
 impl ExtractionSettings {
+    pub fn schema_ttl(&self) -> Duration {
+        Duration::from_secs(self.schema_cache_ttl_secs)
+    }
+
     pub fn extraction_timeout(&self) -> Duration {
         Duration::from_secs(self.extraction_timeout_secs)
     }

@@ -53,6 +53,9 @@ pub struct EngineSettings {
     pub max_result_bytes: i64,
     /// PostgreSQL connections per step (docs/datasources.md, "Partitioned reads").
     pub read_partitions: usize,
+    /// How long a cached schema is trusted (docs/engine.md, "Schema discovery and
+    /// validation").
+    pub schema_ttl: Duration,
 }
 
 impl HostPorts {
@@ -73,6 +76,7 @@ impl HostPorts {
             .connector_registry(Arc::new(registry))
             .connection_store(self.connections.clone())
             .schema_cache(self.schema_cache.clone())
+            .schema_ttl(settings.schema_ttl)
             .execution_store(self.executions.clone())
             .credential_protector(protector)
             .encrypted_persistence(true)
@@ -137,6 +141,7 @@ mod tests {
             extraction_timeout: Duration::ZERO,
             max_result_bytes: 0,
             read_partitions: 1,
+            schema_ttl: fetcher_engine::DEFAULT_SCHEMA_TTL,
         }
     }
 

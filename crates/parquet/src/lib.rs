@@ -19,7 +19,8 @@
 //!
 //! A value its column's type cannot hold (a MySQL zero date in a `DATE` column, SQLite
 //! text in an `INTEGER` column, PostgreSQL `NaN` in a `numeric(p, s)`) fails the table
-//! with `validation` / [`msg::VALUE_NOT_REPRESENTABLE`]: deterministic, so not retried,
+//! with `validation` / [`msg::VALUE_NOT_REPRESENTABLE`], followed by `: column
+//! '<table>.<column>'` (the names, never the value): deterministic, so not retried,
 //! and never a silent change (NDJSON carries every value). A failure of the Parquet
 //! writer itself is `internal` / [`msg::SERIALIZE_FAILED`], its text kept as the hidden
 //! cause. No value ever appears in an error.
@@ -82,11 +83,10 @@ impl TableFormat for ParquetFormat {
         "parquet"
     }
 
-    fn encoder(&self, columns: &Arc<Columns>) -> Result<Box<dyn TableEncoder>> {
-        Ok(Box::new(ParquetEncoder::new(
-            columns,
-            self.row_group_bytes,
-        )?))
+    fn encoder(&self, table: &str, columns: &Arc<Columns>) -> Result<Box<dyn TableEncoder>> {
+        Ok(Box::new(
+            ParquetEncoder::new(columns, self.row_group_bytes)?.in_table(table),
+        ))
     }
 }
 
@@ -129,6 +129,20 @@ fn not_representable() -> EngineError {
     EngineError::new(Category::Validation, msg::VALUE_NOT_REPRESENTABLE)
 }
 
+/// [`not_representable`] naming where: `…: column 'orders.total'` (the caller's own
+/// names; the value never appears).
+fn not_representable_in(table: &str, column: &str) -> EngineError {
+    let at = if table.is_empty() {
+        column.to_owned()
+    } else {
+        format!("{table}.{column}")
+    };
+    EngineError::new(
+        Category::Validation,
+        format!("{}: column '{at}'", msg::VALUE_NOT_REPRESENTABLE),
+    )
+}
+
 fn writer_failed(e: impl std::error::Error + Send + Sync + 'static) -> EngineError {
     EngineError::wrap(Category::Internal, msg::SERIALIZE_FAILED, e)
 }
@@ -139,6 +153,8 @@ pub struct ParquetEncoder {
     /// Per Parquet column: its catalog type and the row position it is read from
     /// (repeated column names are written once, the first, as NDJSON does).
     columns: Vec<(ColumnType, usize)>,
+    /// The table, for errors.
+    table: String,
     writer: ArrowWriter<Vec<u8>>,
     row_group_bytes: usize,
 }
@@ -163,9 +179,16 @@ impl ParquetEncoder {
         Ok(ParquetEncoder {
             schema,
             columns: plan,
+            table: String::new(),
             writer,
             row_group_bytes,
         })
+    }
+
+    /// The encoder of table `table`, named in its errors.
+    pub fn in_table(mut self, table: &str) -> Self {
+        self.table = table.to_owned();
+        self
     }
 
     /// Moves what the writer has finished into `out`, so its buffer stays small. The
@@ -190,7 +213,12 @@ impl TableEncoder for ParquetEncoder {
                 let values = rows
                     .iter()
                     .map(|r| r.values().get(*at).unwrap_or(&Value::Null));
-                convert::array(*ty, field.data_type(), values, rows.len())
+                convert::array(*ty, field.data_type(), values, rows.len()).map_err(|e| {
+                    match e.category() {
+                        Category::Validation => not_representable_in(&self.table, field.name()),
+                        _ => e,
+                    }
+                })
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
         let batch = if arrays.is_empty() {

@@ -126,7 +126,10 @@ fn a_value_its_type_cannot_hold_fails_as_validation_without_the_value() {
     let row = Row::new(columns.clone(), vec![Value::String("0000-00-00".into())]);
     let e = encode(&columns, &[row], 1 << 20).unwrap_err();
     assert_eq!(e.category(), Category::Validation);
-    assert_eq!(e.message(), msg::VALUE_NOT_REPRESENTABLE);
+    assert_eq!(
+        e.message(),
+        format!("{}: column 'd'", msg::VALUE_NOT_REPRESENTABLE)
+    );
     assert!(!e.to_string().contains("0000"));
     let columns = Columns::typed([("n", ColumnType::Int32)]);
     let row = Row::new(columns.clone(), vec![Value::Int(i64::from(i32::MAX) + 1)]);

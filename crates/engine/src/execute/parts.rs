@@ -68,7 +68,7 @@ impl PartProducer {
     }
 
     fn begin_part(&mut self, table: Arc<str>, columns: &Arc<Columns>) -> Result<()> {
-        let encoder = self.format.encoder(columns)?;
+        let encoder = self.format.encoder(&table, columns)?;
         self.seen.push(table.clone());
         self.opens = Some(table.clone());
         self.current = Some((table, encoder));
