@@ -270,6 +270,25 @@ pub async fn connection_store(store: &Arc<dyn ConnectionStore>) {
             .total,
         2
     );
+    // Retention (#29): nothing of a deleted connection is kept, whichever way it was
+    // deleted: a new connection takes its name and its id, and holds no credential of it.
+    for name in ["zeta", "alpha"] {
+        let again = descriptor(name, &id(name));
+        store
+            .create(&ctx, &a, &again, None)
+            .await
+            .unwrap_or_else(|e| panic!("{name}'s name and id are free after delete: {e}"));
+        assert_eq!(store.credential(&ctx, &a, name).await.unwrap(), None);
+        assert_same(
+            &store
+                .find_by_id(&ctx, &a, &id(name))
+                .await
+                .unwrap()
+                .unwrap(),
+            &again,
+        );
+        store.delete_by_id(&ctx, &a, &id(name)).await.unwrap();
+    }
     // The other tenant's record is untouched by all of this.
     assert_same(&store.find(&ctx, &b, "pg").await.unwrap().unwrap(), &b_pg);
 }

@@ -15,7 +15,11 @@
 //!   between, in, nin, ne, like`, each omitted when absent or empty (unknown operators
 //!   were already dropped when the request was decoded);
 //! * numbers re-encoded from `f64` with the shortest round-trip text: plain decimal for
-//!   `1e-6 <= |x| < 1e21`, exponent form (`1e+21`, `1e-7`) otherwise;
+//!   `1e-6 <= |x| < 1e21`, exponent form (`1e+21`, `1e-7`) otherwise; except an integer
+//!   no double equals (beyond 2^53: `9007199254740993`), written as its digits, so two
+//!   such requests never share a hash (the reference merged them). The API refuses a
+//!   filter number that is neither (more digits than a double holds), so every hashed
+//!   number is the number the job reads with;
 //! * strings escaped with `<`, `>`, `&`, U+2028 and U+2029 as `\u` escapes, the short
 //!   escapes `\n \r \t \b \f`, other control characters as `\u00xx` (lower-case hex).
 //!
@@ -181,11 +185,23 @@ fn object(out: &mut String, map: &serde_json::Map<String, Value>) {
     out.push('}');
 }
 
+/// A number as the reference hashes it (re-encoded from its double), unless the double is
+/// not the number: an integer beyond 2^53 that no double equals (`9007199254740993`)
+/// hashes as its own digits, so two such jobs are never one.
+fn exact_number(out: &mut String, n: &serde_json::Number) {
+    let integer = n.as_i64().map(i128::from).or(n.as_u64().map(i128::from));
+    match (integer, n.as_f64()) {
+        (Some(i), Some(f)) if f as i128 == i => number(out, f),
+        (Some(i), _) => out.push_str(&i.to_string()),
+        (None, f) => number(out, f.unwrap_or(0.0)),
+    }
+}
+
 fn value(out: &mut String, v: &Value) {
     match v {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => number(out, n.as_f64().unwrap_or(0.0)),
+        Value::Number(n) => exact_number(out, n),
         Value::String(s) => string(out, s),
         Value::Array(items) => {
             out.push('[');
@@ -291,6 +307,37 @@ mod tests {
         assert!(
             h.bytes()
                 .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+        );
+    }
+
+    /// #29: integers no double equals hash as their digits; every number a double holds
+    /// hashes as the reference's (from the double).
+    #[test]
+    fn integers_beyond_a_double_hash_exactly() {
+        let m = mapped(json!({"pg": {"t": ["id"]}}));
+        let md = meta(json!({"source": "x"}));
+        let hash = |v: Value| {
+            let f: Filters =
+                serde_json::from_value(json!({"pg": {"t": {"id": {"eq": [v]}}}})).unwrap();
+            request_hash(&m, &f, &md, None)
+        };
+        let two53 = 1u64 << 53;
+        assert_ne!(hash(json!(two53 + 1)), hash(json!(two53 + 2)));
+        assert_ne!(hash(json!(two53 + 1)), hash(json!(two53)));
+        assert_ne!(hash(json!(u64::MAX)), hash(json!(u64::MAX - 1)));
+        assert_ne!(hash(json!(i64::MIN + 1)), hash(json!(i64::MIN + 2)));
+        // What a double holds exactly is the reference's hash: 2^53 as an integer and as
+        // a float are one request, and so are 1 and 1.0.
+        assert_eq!(hash(json!(two53)), hash(json!(two53 as f64)));
+        assert_eq!(hash(json!(1)), hash(json!(1.0)));
+        let f: Filters = serde_json::from_value(
+            json!({"pg": {"t": {"id": {"in": [two53 + 1, u64::MAX, -9007199254740993i64]}}}}),
+        )
+        .unwrap();
+        let got = String::from_utf8(canonical_request(&m, &f, &md, None)).unwrap();
+        assert!(
+            got.contains(r#""in":[9007199254740993,18446744073709551615,-9007199254740993]"#),
+            "{got}"
         );
     }
 

@@ -408,6 +408,34 @@ pub(crate) fn error_of(e: JobError) -> ApiError {
     }
 }
 
+/// Filter values are numbers the job holds exactly as written (docs/filters.md, "Types"):
+/// a JSON number with more digits than a double or a 64-bit integer holds would be
+/// compared, and de-duplicated, as a rounded one, so it is refused (give it as a string).
+fn exact_filter_numbers(body: &[u8]) -> Result<(), ApiError> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(rename = "dataRequest", borrow)]
+        data_request: Option<Data<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Data<'a> {
+        #[serde(borrow)]
+        filters: Option<&'a serde_json::value::RawValue>,
+    }
+    let filters = serde_json::from_slice::<Body<'_>>(body)
+        .ok()
+        .and_then(|b| b.data_request)
+        .and_then(|d| d.filters);
+    match filters {
+        Some(raw) if !fetcher_engine::json::numbers_exact(raw.get()) => {
+            Err(ApiError::invalid_data_request(
+                "a filter number has more digits than a double or a 64-bit integer holds: give it as a string",
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Create an extraction job (de-duplicated by content).
 #[utoipa::path(post, path = "/v1/fetcher", tag = "fetcher", request_body = FetcherRequest,
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 202, body = FetcherResponse, description = "New job"), (status = 200, body = FetcherResponse, description = "Duplicate of an existing job"),
@@ -420,6 +448,7 @@ pub async fn create_job(
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
     let req: FetcherRequest = parse_json(&headers, &body)?;
+    exact_filter_numbers(&body)?;
     let data = req.data_request.unwrap_or_default();
     let filters: Filters = data
         .filters

@@ -9,7 +9,7 @@ use axum::http::{Method, StatusCode};
 use fetcher_host::model::{JobResult, JobStatus, PendingEvent, ResultFormat};
 use fetcher_host::ports::JobStore;
 use http_support::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test]
 async fn new_then_duplicate_and_message_contents() {
@@ -714,4 +714,65 @@ async fn connection_tests_run_at_once_within_the_budget() {
         r.text
     );
     assert_eq!(h.queue.sent().len(), before);
+}
+
+/// #29: filters that differ only in integers beyond 2^53 are two jobs, not one; a number
+/// with more digits than a double holds is refused (it would be read, and de-duplicated,
+/// as another number), and given as a string it is exact.
+#[tokio::test]
+async fn filter_numbers_are_exact_or_refused() {
+    let h = setup().await;
+    let body = |v: Value| {
+        json!({"dataRequest": {"mappedFields": {"core-pg": {"users": ["id"]}},
+            "filters": {"core-pg": {"users": {"id": {"eq": [v]}}}}},
+            "metadata": {"source": "reporter"}})
+    };
+    let create = |v: Value| {
+        let h = &h;
+        let b = body(v);
+        async move { h.call(Method::POST, "/v1/fetcher", &[], Some(b)).await }
+    };
+    let a = create(json!(9007199254740993u64)).await;
+    let b = create(json!(9007199254740994u64)).await;
+    assert_eq!(
+        (a.status, b.status),
+        (StatusCode::ACCEPTED, StatusCode::ACCEPTED),
+        "{}",
+        b.text
+    );
+    assert_ne!(a.json()["jobId"], b.json()["jobId"]);
+    // The same one again is the duplicate it always was.
+    let again = create(json!(9007199254740993u64)).await;
+    assert_eq!(
+        (again.status, again.json()["jobId"].clone()),
+        (StatusCode::OK, a.json()["jobId"].clone())
+    );
+    // Decimals beyond a double, and integers beyond 64 bits, as JSON numbers: refused.
+    for raw in ["0.1000000000000000000001", "18446744073709551617", "-9.999999999999999999e5"] {
+        let text = format!(
+            r#"{{"dataRequest":{{"mappedFields":{{"core-pg":{{"users":["id"]}}}},"filters":{{"core-pg":{{"users":{{"id":{{"gt":[{raw}]}}}}}}}}}},"metadata":{{"source":"reporter"}}}}"#
+        );
+        let r = h
+            .raw(
+                Method::POST,
+                "/v1/fetcher",
+                &[("content-type", "application/json")],
+                text,
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0401")),
+            "{raw}: {}",
+            r.text
+        );
+    }
+    // As strings they are exact: two jobs.
+    let s1 = create(json!("0.1000000000000000000001")).await;
+    let s2 = create(json!("0.1000000000000000000002")).await;
+    assert_eq!(
+        (s1.status, s2.status),
+        (StatusCode::ACCEPTED, StatusCode::ACCEPTED)
+    );
+    assert_ne!(s1.json()["jobId"], s2.json()["jobId"]);
 }

@@ -229,7 +229,8 @@ impl ConnectionStore for SqliteStore {
         })
     }
 
-    /// Soft delete: the record stays for audit but is invisible to every read.
+    /// Removes the record and its credential, as [`ConnectionStore::delete`] does (the
+    /// port's retention rule: nothing of a deleted connection is kept).
     fn delete_by_id<'a>(
         &'a self,
         _: &'a Context,
@@ -237,13 +238,14 @@ impl ConnectionStore for SqliteStore {
         id: &'a str,
     ) -> BoxFuture<'a, fetcher_engine::Result<()>> {
         Box::pin(async move {
-            let done = sqlx::query("UPDATE connections SET deleted_at = ? WHERE tenant = ? AND id = ? AND deleted_at IS NULL")
-                .bind(nanos(Timestamp::now()))
-                .bind(&t.tenant_id)
-                .bind(id)
-                .execute(&self.write)
-                .await
-                .map_err(engine_db_error)?;
+            let done = sqlx::query(
+                "DELETE FROM connections WHERE tenant = ? AND id = ? AND deleted_at IS NULL",
+            )
+            .bind(&t.tenant_id)
+            .bind(id)
+            .execute(&self.write)
+            .await
+            .map_err(engine_db_error)?;
             if done.rows_affected() == 0 {
                 Err(not_found())
             } else {

@@ -114,6 +114,9 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
     key TEXT PRIMARY KEY,
     tat INTEGER NOT NULL
 );
+-- Connections an earlier version soft-deleted (credential included): a deleted
+-- connection keeps nothing (the connection store's retention rule).
+DELETE FROM connections WHERE deleted_at IS NOT NULL;
 "#;
 
 /// The embedded store. Cheap to clone.

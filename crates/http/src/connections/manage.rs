@@ -387,7 +387,7 @@ pub async fn update_connection(
     Ok(Json(response(&ConnectionRecord::from_descriptor(&updated))).into_response())
 }
 
-/// Soft-delete a connection.
+/// Delete a connection: the record and its credential are removed (nothing is kept).
 #[utoipa::path(delete, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 204, description = "Deleted"), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1021")))]
 pub async fn delete_connection(
