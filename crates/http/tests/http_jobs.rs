@@ -748,7 +748,11 @@ async fn filter_numbers_are_exact_or_refused() {
         (StatusCode::OK, a.json()["jobId"].clone())
     );
     // Decimals beyond a double, and integers beyond 64 bits, as JSON numbers: refused.
-    for raw in ["0.1000000000000000000001", "18446744073709551617", "-9.999999999999999999e5"] {
+    for raw in [
+        "0.1000000000000000000001",
+        "18446744073709551617",
+        "-9.999999999999999999e5",
+    ] {
         let text = format!(
             r#"{{"dataRequest":{{"mappedFields":{{"core-pg":{{"users":["id"]}}}},"filters":{{"core-pg":{{"users":{{"id":{{"gt":[{raw}]}}}}}}}}}},"metadata":{{"source":"reporter"}}}}"#
         );
