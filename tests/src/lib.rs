@@ -519,4 +519,28 @@ impl Handlers {
         };
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
+
+    /// Creates the job of `body` through the `api` handler (202 asserted), hands its queue
+    /// message to the `extract` handler (no batch failure asserted) and returns the stored
+    /// job, with the message it ran from.
+    pub async fn run_job(&self, body: Value) -> (fetcher_host::model::Job, Message) {
+        let (status, accepted) = self.call("POST", "/v1/fetcher", Some(body)).await;
+        assert_eq!(status, 202, "{accepted}");
+        let job_id = accepted["jobId"].as_str().expect("a job id");
+        let m = job_message(&self.clients, &self.resources, job_id).await;
+        let batch = self
+            .extractor
+            .handle(sqs_event(&m, "arn:aws:sqs:us-east-1:123456789012:jobs"))
+            .await;
+        assert_eq!(batch["batchItemFailures"], json!([]), "{batch}");
+        let job = self
+            .extractor
+            .pipeline
+            .jobs
+            .get("default", job_id)
+            .await
+            .expect("the job store answers")
+            .expect("stored job");
+        (job, m)
+    }
 }

@@ -64,30 +64,13 @@ async fn two_rotations_under_warm_functions_keep_everything_readable() {
         )
         .await;
         assert_eq!(status, 201, "{conn}");
-        let (status, accepted) = h
-            .call(
-                "POST",
-                "/v1/fetcher",
-                Some(
-                    json!({"dataRequest": {"mappedFields": {name.clone(): {"t": ["id", "name"]}}},
+        let (job, m) = h
+            .run_job(
+                json!({"dataRequest": {"mappedFields": {name.clone(): {"t": ["id", "name"]}}},
                 "metadata": {"source": "lambda"}}),
-                ),
             )
             .await;
-        assert_eq!(status, 202, "{accepted}");
-        let job_id = accepted["jobId"].as_str().unwrap().to_owned();
-        let m = job_message(c, r, &job_id).await;
-        let batch = extractor
-            .handle(sqs_event(&m, "arn:aws:sqs:us-east-1:123456789012:jobs"))
-            .await;
-        assert_eq!(batch["batchItemFailures"], json!([]), "{batch}");
-        let job = extractor
-            .pipeline
-            .jobs
-            .get("default", &job_id)
-            .await
-            .unwrap()
-            .expect("stored job");
+        let job_id = job.id.clone();
         assert_eq!(job.status, JobStatus::Completed, "{:?}", job.error);
         let credential = fetcher_engine::ports::ConnectionStore::credential(
             &extractor.store,

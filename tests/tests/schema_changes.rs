@@ -11,33 +11,12 @@ use serde_json::{Value, json};
 
 const DB: &str = "fetcher_lambda_schema_changes";
 
-/// Creates the job `mapped` asks for, runs its message through the extract handler and
-/// asserts the stored job completed.
+/// Runs the job `mapped` asks for of the `schemas` connection; asserts it completed.
 async fn run(h: &Handlers, mapped: Value, n: u32) {
-    let (status, accepted) = h
-        .call(
-            "POST",
-            "/v1/fetcher",
-            Some(json!({"dataRequest": {"mappedFields": {"schemas": mapped}},
-                "metadata": {"source": "lambda", "n": n}})),
-        )
+    let (job, _) = h
+        .run_job(json!({"dataRequest": {"mappedFields": {"schemas": mapped}},
+            "metadata": {"source": "lambda", "n": n}}))
         .await;
-    assert_eq!(status, 202, "{accepted}");
-    let job_id = accepted["jobId"].as_str().unwrap().to_owned();
-    let m = job_message(&h.clients, &h.resources, &job_id).await;
-    let batch = h
-        .extractor
-        .handle(sqs_event(&m, "arn:aws:sqs:us-east-1:123456789012:jobs"))
-        .await;
-    assert_eq!(batch["batchItemFailures"], json!([]), "{batch}");
-    let job = h
-        .extractor
-        .pipeline
-        .jobs
-        .get("default", &job_id)
-        .await
-        .unwrap()
-        .expect("stored job");
     assert_eq!(job.status, JobStatus::Completed, "{:?}", job.error);
 }
 

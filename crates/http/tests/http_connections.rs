@@ -264,6 +264,9 @@ async fn delete_flow() {
     h.create("p", connection("deleteme")).await;
 }
 
+/// The `X-Product-Name` of product `reporter`.
+const REPORTER: [(&str, &str); 1] = [("x-product-name", "reporter")];
+
 #[tokio::test]
 async fn active_jobs_block_update_and_delete() {
     let h = harness();
@@ -279,12 +282,7 @@ async fn active_jobs_block_update_and_delete() {
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
     let r = h
-        .call(
-            Method::PATCH,
-            &url,
-            &[("x-product-name", "reporter")],
-            Some(json!({"port": 1})),
-        )
+        .call(Method::PATCH, &url, &REPORTER, Some(json!({"port": 1})))
         .await;
     assert_eq!(
         (r.status, r.code()),
@@ -294,28 +292,14 @@ async fn active_jobs_block_update_and_delete() {
         r.json()["message"],
         "cannot update connection with active jobs"
     );
-    let r = h
-        .call(
-            Method::DELETE,
-            &url,
-            &[("x-product-name", "reporter")],
-            None,
-        )
-        .await;
+    let r = h.call(Method::DELETE, &url, &REPORTER, None).await;
     assert_eq!(
         r.json()["message"],
         "cannot delete connection with active jobs"
     );
     // A job-store outage during the gate is a 500.
     h.jobs.fail.store(true, std::sync::atomic::Ordering::SeqCst);
-    let r = h
-        .call(
-            Method::DELETE,
-            &url,
-            &[("x-product-name", "reporter")],
-            None,
-        )
-        .await;
+    let r = h.call(Method::DELETE, &url, &REPORTER, None).await;
     assert_eq!(
         (r.status, r.code()),
         (StatusCode::INTERNAL_SERVER_ERROR, json!("FET-0002"))
@@ -499,14 +483,7 @@ async fn unassigned_and_assign() {
         (r.status, r.json()["productName"].clone()),
         (StatusCode::OK, json!("reporter"))
     );
-    let r = h
-        .call(
-            Method::POST,
-            &assign,
-            &[("x-product-name", "reporter")],
-            None,
-        )
-        .await;
+    let r = h.call(Method::POST, &assign, &REPORTER, None).await;
     assert_eq!(
         (r.status, r.code()),
         (StatusCode::CONFLICT, json!("FET-1015"))
@@ -521,7 +498,7 @@ async fn unassigned_and_assign() {
         h.call(
             Method::PATCH,
             &url,
-            &[("x-product-name", "reporter")],
+            &REPORTER,
             Some(json!({"port": 3307, "password": PASSWORD}))
         )
         .await
@@ -724,12 +701,7 @@ async fn every_connection_route_answers_only_to_its_product() {
     let vs = format!("{BASE}/validate-schema");
     let mapping = json!({"mappedFields": {"billing-pg": {"users": ["id"]}}});
     let other = h
-        .call(
-            Method::POST,
-            &vs,
-            &[("x-product-name", "reporter")],
-            Some(mapping.clone()),
-        )
+        .call(Method::POST, &vs, &REPORTER, Some(mapping.clone()))
         .await;
     assert_eq!(
         (other.status, other.code()),
