@@ -16,8 +16,9 @@ pub mod msg {
     pub const TYPE_MISMATCH: &str = "connection type does not match the connector";
     pub const UNSUPPORTED_TYPE: &str = "unsupported database type";
     pub const HOST_FORMAT: &str = "host must be a valid hostname or IP address";
-    /// `FET-0414` (HTTP 400): deliberately generic, never echoes the host or the rule.
-    pub const HOST_FORBIDDEN: &str = "FET-0414 - Host is not a valid external database endpoint";
+    /// Deliberately generic, never echoes the host or the rule; the engine's text, so its
+    /// reason is [`fetcher_engine::Reason::ForbiddenHost`] (the API answers 400 `FET-0414`).
+    pub const HOST_FORBIDDEN: &str = fetcher_engine::error::msg::HOST_FORBIDDEN;
     pub const TABLE_NOT_FOUND: &str = "table not found in datasource schema";
     pub const FIELD_NOT_FOUND: &str = "field not found in table schema";
     pub const FILTER_TABLE: &str = "filter targets a table that is not selected";
@@ -34,11 +35,6 @@ pub mod msg {
     pub const SQLITE_PATH: &str = "sqlite datasource needs a database file path";
 }
 
-/// Code of the invalid-SSL-mode error (docs/datasources.md, "TLS modes").
-pub const SSL_MODE_CODE: &str = "FET-0413";
-/// Code of the forbidden-host error (docs/datasources.md, "Host safety").
-pub const FORBIDDEN_HOST_CODE: &str = "FET-0414";
-
 /// Typed hidden cause of a host-safety rejection, so a host can map it to HTTP 400
 /// (`err.cause_as::<ForbiddenHost>()`).
 #[derive(Debug)]
@@ -51,13 +47,16 @@ impl std::fmt::Display for ForbiddenHost {
 }
 impl std::error::Error for ForbiddenHost {}
 
-/// Typed hidden cause of an invalid SSL mode (`FET-0413`).
+/// Typed hidden cause of an invalid TLS mode: the mode as given (control characters
+/// replaced, at most 64 characters), for a host's own wording (the API's `FET-0413`).
 #[derive(Debug)]
-pub struct InvalidSslMode;
+pub struct InvalidSslMode {
+    pub shown: String,
+}
 
 impl std::fmt::Display for InvalidSslMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(SSL_MODE_CODE)
+        f.write_str(fetcher_engine::error::msg::TLS_MODE_INVALID)
     }
 }
 impl std::error::Error for InvalidSslMode {}
@@ -66,10 +65,9 @@ pub fn forbidden_host() -> EngineError {
     EngineError::wrap(Category::Validation, msg::HOST_FORBIDDEN, ForbiddenHost)
 }
 
-/// Whether an error is host safety's rejection: its typed cause, or its fixed message
-/// where a layer in between kept the text but not the cause.
+/// Whether an error is host safety's rejection (its reason: a variant, never text).
 pub fn is_forbidden_host(e: &EngineError) -> bool {
-    e.cause_as::<ForbiddenHost>().is_some() || e.message().starts_with(FORBIDDEN_HOST_CODE)
+    e.reason() == Some(fetcher_engine::Reason::ForbiddenHost)
 }
 
 pub fn validation(m: &'static str) -> EngineError {

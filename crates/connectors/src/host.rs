@@ -169,7 +169,7 @@ pub enum SqliteFiles {
 }
 
 impl SqliteFiles {
-    /// The file `requested` names, if allowed (`FET-0414`, a forbidden host, otherwise).
+    /// The file `requested` names, if allowed (a forbidden host otherwise).
     pub fn resolve(&self, requested: &str) -> Result<PathBuf> {
         if requested.trim().is_empty() {
             return Err(error::validation(msg::SQLITE_PATH));
@@ -578,7 +578,7 @@ pub fn is_rfc952_hostname(h: &str) -> bool {
 }
 
 /// Layer 1 (API input): an RFC 952 hostname or a strict IP literal (no brackets, no
-/// zone); with the guard on, a blocked IP literal is `FET-0414`. Host names pass this
+/// zone); with the guard on, a blocked IP literal is a forbidden host. Host names pass this
 /// layer (layer 2 resolves them).
 pub fn validate_host_input(host: &str, multi_tenant: bool) -> Result<()> {
     validate_host_input_admitting(host, multi_tenant, &PrivateNetworks::none())

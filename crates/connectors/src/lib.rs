@@ -19,7 +19,7 @@
 //! | [`ssl`] | TLS mode allowlists ([`validate_ssl_mode`]) and the sqlx mapping |
 //! | [`host`] | host safety (SSRF): [`HostPolicy`], [`validate_host_input`], blocked ranges and names; which files SQLite datasources may open ([`SqliteFiles`]) |
 //! | [`env`] | internal datasources from `DATASOURCE_{NAME}_*` pairs ([`parse_env`]) |
-//! | [`error`] | fixed messages, codes `FET-0413`/`FET-0414`, typed hidden causes |
+//! | [`error`] | fixed messages, typed hidden causes (no API codes: those are the hosts') |
 //!
 //! ## Lifecycle
 //!
@@ -72,9 +72,11 @@
 //! `failed to connect to datasource` (DNS: `datasource host could not be resolved`, reason
 //! `HostNotResolved`, or `failed to resolve datasource host` when the resolver does not answer), also from
 //! `discover_schema`. Bad requests (unknown table/column, bad filter) are `validation`.
-//! Host-safety rejections are `validation` / `FET-0414 - Host is not a valid external
-//! database endpoint` with cause [`ForbiddenHost`]; invalid TLS modes `validation` /
-//! `FET-0413 - Invalid SSL mode. …` with cause [`InvalidSslMode`]. Query failures are
+//! Host-safety rejections are `validation` / `host is not a valid external database
+//! endpoint` (reason `ForbiddenHost`, cause [`ForbiddenHost`]); invalid TLS modes
+//! `validation` / `the TLS mode is not one of the connection type's` (reason
+//! `InvalidTlsMode`, cause [`InvalidSslMode`] with the mode as given). The codes a host
+//! answers them with (`FET-0414`, `FET-0413`) are the host's. Query failures are
 //! `unavailable` / `failed to query datasource`; undecodable values `internal`.
 //!
 //! ## Value encodings

@@ -19,7 +19,7 @@
 //! The tenant CA is PEM text in `descriptor.host_attributes["sslRootCert"]`
 //! ([`SSL_ROOT_CERT_KEY`]); without it, verification uses the bundled Mozilla roots
 //! (webpki-roots). Matching of modes is exact and case-sensitive; an invalid mode is a
-//! `validation` error whose message starts with `FET-0413`.
+//! `validation` error with reason `InvalidTlsMode` (the API's `FET-0413`).
 
 use fetcher_engine::{Category, ConnectionDescriptor, EngineError, Result};
 use sqlx::mysql::MySqlSslMode;
@@ -61,10 +61,10 @@ pub fn allowed_modes(datasource_type: &str) -> Option<&'static [&'static str]> {
 
 /// Exact, case-sensitive check of `mode` against the type's allowlist. For the API layer.
 ///
-/// Errors: `validation` with message
-/// `FET-0413 - Invalid SSL mode. The provided SSL mode '<mode>' is not supported. Please use a valid SSL mode for this database type.`
-/// (the mode is echoed with control characters replaced and cut to 64 characters), cause
-/// [`InvalidSslMode`]; an unknown type is `validation` / `unsupported database type`.
+/// Errors: `validation` / `the TLS mode is not one of the connection type's` (reason
+/// [`fetcher_engine::Reason::InvalidTlsMode`]), cause [`InvalidSslMode`] holding the mode
+/// as given (control characters replaced, cut to 64 characters) for a host's own wording;
+/// an unknown type is `validation` / `unsupported database type`.
 pub fn validate_ssl_mode(datasource_type: &str, mode: &str) -> Result<()> {
     let allowed = allowed_modes(datasource_type)
         .ok_or_else(|| EngineError::new(Category::Validation, msg::UNSUPPORTED_TYPE))?;
@@ -78,10 +78,8 @@ pub fn validate_ssl_mode(datasource_type: &str, mode: &str) -> Result<()> {
         .collect();
     Err(EngineError::wrap(
         Category::Validation,
-        format!(
-            "FET-0413 - Invalid SSL mode. The provided SSL mode '{shown}' is not supported. Please use a valid SSL mode for this database type."
-        ),
-        InvalidSslMode,
+        fetcher_engine::error::msg::TLS_MODE_INVALID,
+        InvalidSslMode { shown },
     ))
 }
 
@@ -163,8 +161,9 @@ mod tests {
             for v in vectors {
                 let e = validate_ssl_mode(ty, v).unwrap_err();
                 assert_eq!(e.category(), Category::Validation);
-                assert!(
-                    e.message().starts_with("FET-0413 - Invalid SSL mode."),
+                assert_eq!(
+                    e.reason(),
+                    Some(fetcher_engine::Reason::InvalidTlsMode),
                     "{ty} {v:?}"
                 );
                 assert!(e.cause_as::<InvalidSslMode>().is_some());
@@ -177,11 +176,10 @@ mod tests {
             validate_ssl_mode("NOPE", "").unwrap_err().message(),
             "unsupported database type"
         );
+        // The mode as given, for the host's wording; no code in the engine's text.
         let e = validate_ssl_mode("MYSQL", "bad\nmode").unwrap_err();
-        assert_eq!(
-            e.message(),
-            "FET-0413 - Invalid SSL mode. The provided SSL mode 'bad?mode' is not supported. Please use a valid SSL mode for this database type."
-        );
+        assert_eq!(e.cause_as::<InvalidSslMode>().unwrap().shown, "bad?mode");
+        assert!(!e.message().contains("FET-"));
     }
 
     #[test]

@@ -164,7 +164,7 @@ async fn mysql_fixture_values_and_determinism() {
         .build_connector(&ctx, &tenant(), &bad_tls)
         .await
         .unwrap_err();
-    assert!(e.message().starts_with("FET-0413"));
+    assert_eq!(e.reason(), Some(fetcher_engine::Reason::InvalidTlsMode));
 
     // Byte-identical NDJSON across runs.
     let h = harness(std::slice::from_ref(&d)).await;

@@ -432,6 +432,6 @@ async fn bad_input_is_rejected_never_widened() {
         .build_connector(&ctx, &tenant(), &bad_tls)
         .await
         .unwrap_err();
-    assert!(e.message().starts_with("FET-0413"));
+    assert_eq!(e.reason(), Some(fetcher_engine::Reason::InvalidTlsMode));
     db.drop_db().await;
 }

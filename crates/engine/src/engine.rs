@@ -497,7 +497,11 @@ impl Engine {
             // The connector's text stays hidden; a host with no address keeps its reason,
             // so the caller can say what to fix.
             tested.map_err(|e| match e.reason() {
-                Some(crate::Reason::HostNotResolved) => e,
+                Some(
+                    crate::Reason::HostNotResolved
+                    | crate::Reason::ForbiddenHost
+                    | crate::Reason::InvalidTlsMode,
+                ) => e,
                 _ => EngineError::new(Category::Connect, msg::CONNECT_FAILED),
             })?;
             Ok(ConnectionTestResult {

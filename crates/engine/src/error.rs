@@ -101,6 +101,12 @@ pub enum Reason {
     /// `connect`: the connection's host name has no address (the resolver answered, with
     /// nothing); a mistyped host, not an outage.
     HostNotResolved,
+    /// `validation`: host safety refuses the connection's host (a blocked address or name,
+    /// a SQLite file outside the allowed directory); hosts answer it as their own code
+    /// (the API: 400 `FET-0414`).
+    ForbiddenHost,
+    /// `validation`: the TLS mode is not one of the connection type's (the API: `FET-0413`).
+    InvalidTlsMode,
 }
 
 /// An engine failure: category + fixed message, with an optional hidden cause.
@@ -149,6 +155,8 @@ impl EngineError {
             (Category::Conflict, msg::CONNECTION_EXISTS) => Some(Reason::ConnectionExists),
             (Category::Conflict, msg::ACTIVE_EXECUTIONS) => Some(Reason::ActiveExecutions),
             (Category::Connect, msg::HOST_NOT_RESOLVED) => Some(Reason::HostNotResolved),
+            (Category::Validation, msg::HOST_FORBIDDEN) => Some(Reason::ForbiddenHost),
+            (Category::Validation, msg::TLS_MODE_INVALID) => Some(Reason::InvalidTlsMode),
             _ => None,
         }
     }
@@ -207,6 +215,8 @@ pub mod msg {
     pub const BUILD_FAILED: &str = "failed to build connector for connection";
     pub const CONNECT_FAILED: &str = "failed to connect to datasource";
     pub const HOST_NOT_RESOLVED: &str = "datasource host could not be resolved";
+    pub const HOST_FORBIDDEN: &str = "host is not a valid external database endpoint";
+    pub const TLS_MODE_INVALID: &str = "the TLS mode is not one of the connection type's";
     pub const DISCOVER_FAILED: &str = "failed to discover datasource schema";
     pub const VALIDATE_NO_DATASOURCES: &str = "schema validation request has no datasources";
     pub const VALIDATE_BLANK_CONFIG: &str =

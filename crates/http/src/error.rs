@@ -418,6 +418,19 @@ impl ApiError {
         )
     }
 
+    /// The nested `ssl.mode` text of an invalid TLS mode (docs/api.md, "Connections"):
+    /// `FET-0413 - Invalid SSL mode. The provided SSL mode '<mode>' is not supported. …`,
+    /// the mode from the connectors' typed cause.
+    pub fn invalid_ssl_mode_text(e: &fetcher_engine::EngineError) -> String {
+        let shown = e
+            .cause_as::<fetcher_connectors::InvalidSslMode>()
+            .map_or("", |c| c.shown.as_str());
+        format!(
+            "{} - Invalid SSL mode. The provided SSL mode '{shown}' is not supported. Please use a valid SSL mode for this database type.",
+            code::SSL_MODE
+        )
+    }
+
     pub fn connect_failed() -> Self {
         Self::int_code(
             StatusCode::INTERNAL_SERVER_ERROR,

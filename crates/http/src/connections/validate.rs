@@ -190,7 +190,7 @@ pub(super) fn model_rules(r: &ConnectionRecord) -> Result<(), ApiError> {
         if mode.is_empty() {
             missing.insert("ssl.mode".into(), "SSL mode is required".into());
         } else if type_ok && let Err(e) = validate_ssl_mode(&r.datasource_type, mode) {
-            invalid.insert("ssl.mode".into(), e.message().to_owned());
+            invalid.insert("ssl.mode".into(), ApiError::invalid_ssl_mode_text(&e));
         }
         if ca.is_empty() {
             missing.insert("ssl.ca".into(), "SSL CA is required".into());
