@@ -24,6 +24,14 @@ pub enum ErrorKind {
     RateLimited,
     /// A dependency (store, queue, object store, key service, event bus) failed.
     Unavailable,
+    /// A datasource or dependency did not answer in time (the engine's `timeout`).
+    Timeout,
+    /// The datasource could not be reached (the engine's `connect`).
+    Connect,
+    /// A configured limit (result size, tables, a job that cannot be continued).
+    LimitExceeded,
+    /// Stopped on request.
+    Canceled,
     /// A sealed object or signature did not authenticate.
     Integrity,
     Internal,
@@ -39,6 +47,10 @@ impl ErrorKind {
             ErrorKind::Forbidden => "forbidden",
             ErrorKind::RateLimited => "rate_limited",
             ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Connect => "connect",
+            ErrorKind::LimitExceeded => "limit_exceeded",
+            ErrorKind::Canceled => "canceled",
             ErrorKind::Integrity => "integrity",
             ErrorKind::Internal => "internal",
         }
@@ -153,7 +165,8 @@ impl std::error::Error for ServiceError {
 
 impl From<EngineError> for ServiceError {
     /// Engine errors keep their rendered text (`engine: [<category>] <message>`, already
-    /// fixed and credential-free) and their retryability.
+    /// fixed and credential-free), their retryability and their category: every engine
+    /// category has its own kind, so a timeout stays a timeout.
     fn from(e: EngineError) -> Self {
         let kind = match e.category() {
             Category::Validation => ErrorKind::Validation,
@@ -161,9 +174,12 @@ impl From<EngineError> for ServiceError {
             Category::Unauthorized => ErrorKind::Unauthorized,
             Category::Forbidden => ErrorKind::Forbidden,
             Category::Conflict => ErrorKind::Conflict,
-            Category::LimitExceeded => ErrorKind::Validation,
-            Category::Unavailable | Category::Connect | Category::Timeout => ErrorKind::Unavailable,
-            Category::Canceled | Category::Internal => ErrorKind::Internal,
+            Category::LimitExceeded => ErrorKind::LimitExceeded,
+            Category::Unavailable => ErrorKind::Unavailable,
+            Category::Connect => ErrorKind::Connect,
+            Category::Timeout => ErrorKind::Timeout,
+            Category::Canceled => ErrorKind::Canceled,
+            Category::Internal => ErrorKind::Internal,
         };
         let retryable = e.is_retryable();
         ServiceError {
@@ -202,9 +218,32 @@ impl From<ServiceError> for EngineError {
             ErrorKind::Unauthorized => Category::Unauthorized,
             ErrorKind::Forbidden => Category::Forbidden,
             ErrorKind::RateLimited | ErrorKind::Unavailable => Category::Unavailable,
+            ErrorKind::Timeout => Category::Timeout,
+            ErrorKind::Connect => Category::Connect,
+            ErrorKind::LimitExceeded => Category::LimitExceeded,
+            ErrorKind::Canceled => Category::Canceled,
             ErrorKind::Integrity | ErrorKind::Internal => Category::Internal,
         };
         let message = e.message.clone();
         EngineError::wrap(category, message, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// #29: no engine category is lost on the way through the host and back (a timeout
+    /// stays a timeout, a limit stays a limit), and retryability travels with it.
+    #[test]
+    fn every_engine_category_survives_the_host() {
+        for category in Category::ALL {
+            let e = EngineError::new(category, "x");
+            let retryable = e.is_retryable();
+            let service = ServiceError::from(e);
+            assert_eq!(service.kind().as_str(), category.as_str(), "{category:?}");
+            assert_eq!(service.is_retryable(), retryable, "{category:?}");
+            assert_eq!(EngineError::from(service).category(), category);
+        }
     }
 }

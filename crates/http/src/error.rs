@@ -481,7 +481,7 @@ impl ApiError {
     /// A host-port failure other than the job store (rate limiter, queue, keys).
     pub fn from_service(e: &ServiceError) -> Self {
         match e.kind() {
-            ErrorKind::Unavailable => {
+            ErrorKind::Unavailable | ErrorKind::Timeout | ErrorKind::Connect => {
                 tracing::warn!(error = %e.log_detail(), "dependency unavailable");
                 Self::unavailable()
             }
