@@ -83,7 +83,7 @@ impl EventBridgePublisher {
     fn entry(&self, event: &TerminalEvent) -> Result<PutEventsRequestEntry> {
         Ok(PutEventsRequestEntry::builder()
             .source(&self.source)
-            .detail_type(&event.detail_type)
+            .detail_type(event.detail_type.as_str())
             .detail(detail(event)?)
             .event_bus_name(&self.bus_name)
             .build())

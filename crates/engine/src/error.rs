@@ -244,7 +244,6 @@ pub mod msg {
     pub const PANIC_PREFIX: &str = "extraction step panicked: ";
     pub const RESULT_TOO_LARGE: &str = "extraction result exceeds the configured size limit";
     pub const PERSIST_FAILED: &str = "failed to persist extraction result";
-    pub const APPLIED_BY_INVALID: &str = "result protection appliedBy is invalid";
     /// A typed format (Parquet) met a value its column's type cannot hold (a MySQL zero
     /// date in a `DATE` column, SQLite text in an `INTEGER` column, …). Deterministic:
     /// retrying cannot help; NDJSON carries every value.

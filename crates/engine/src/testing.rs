@@ -371,13 +371,6 @@ pub async fn result_sink(sink: &Arc<dyn ResultSink>, read: ResultReader) {
         reference.size_bytes >= 0,
         "size is reported or left to the engine"
     );
-    if let Some(p) = &reference.protection {
-        assert!(
-            applied_by::is_valid(&p.applied_by),
-            "appliedBy {:?}",
-            p.applied_by
-        );
-    }
     let stored = read(reference.clone())
         .await
         .expect("stored object readable");

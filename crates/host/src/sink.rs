@@ -11,8 +11,8 @@ use std::sync::Arc;
 use fetcher_crypto::{KeyRing, Sealer};
 use fetcher_engine::ports::{ResultObject, ResultSink, ResultStreamWriter};
 use fetcher_engine::{
-    BoxFuture, Category, Context, EngineError, ResultIntegrity, ResultProtection, ResultReference,
-    TenantContext, applied_by,
+    AppliedBy, BoxFuture, Category, Context, EngineError, ResultIntegrity, ResultProtection,
+    ResultReference, TenantContext,
 };
 
 use crate::error::ServiceError;
@@ -95,7 +95,7 @@ pub(crate) fn sealed_reference(
             encrypted: true,
             key_version: ring.current_version().to_owned(),
             mode: "AES-256-GCM".into(),
-            applied_by: applied_by::ADAPTER.into(),
+            applied_by: AppliedBy::Adapter,
         }),
         ..Default::default()
     }

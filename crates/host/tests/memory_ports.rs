@@ -44,7 +44,7 @@ async fn memory_event_publisher_conforms() {
             .map(|e| DeliveredEvent {
                 detail: serde_json::from_str(&e.payload).unwrap(),
                 id: e.id,
-                detail_type: e.detail_type,
+                detail_type: e.detail_type.as_str().to_owned(),
                 tenant_id: e.tenant_id,
             })
             .collect();

@@ -144,7 +144,10 @@ async fn a_v1_result_stays_under_its_own_ceiling_when_v2_is_unbounded() {
     assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
     let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Failed);
-    assert_eq!(w.events.events().last().unwrap().detail_type, "job.failed");
+    assert_eq!(
+        w.events.events().last().unwrap().detail_type,
+        fetcher_host::model::EventType::Failed
+    );
     // The same request as v2 streams and completes.
     let (_, msg) = submit(&w, Some(ResultFormat::V2)).await;
     assert!(matches!(

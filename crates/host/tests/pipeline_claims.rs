@@ -311,7 +311,7 @@ async fn a_running_job_canceled_stops_within_a_heartbeat_and_leaves_nothing() {
     assert!(objects.paths().is_empty(), "no object left");
     let sent = events.events();
     assert_eq!(sent.len(), 1, "one event");
-    assert_eq!(sent[0].detail_type, "job.failed");
+    assert_eq!(sent[0].detail_type, fetcher_host::model::EventType::Failed);
     assert_eq!(sent[0].id, format!("fetcher.job.failed.{}", job.id));
     let payload: serde_json::Value = serde_json::from_str(&sent[0].payload).unwrap();
     assert_eq!(payload["status"], "failed");
@@ -341,7 +341,10 @@ async fn a_pending_cancel_makes_the_queued_message_publish_its_event_once() {
     let again = w.pipeline.handle(&msg).await;
     assert!(matches!(again, Outcome::Skipped(_)), "{again:?}");
     assert_eq!(w.events.events().len(), 1);
-    assert_eq!(w.events.events()[0].detail_type, "job.failed");
+    assert_eq!(
+        w.events.events()[0].detail_type,
+        fetcher_host::model::EventType::Failed
+    );
     assert!(w.objects.paths().is_empty());
     wait_for_status(&w, &job.id, JobStatus::Canceled).await;
 }

@@ -152,7 +152,10 @@ async fn a_long_job_runs_in_segments_whose_parts_are_one_runs_bytes() {
         .filter(|e| e.job_id == job.id)
         .collect();
     assert_eq!(events.len(), 1);
-    assert_eq!(events[0].detail_type, "job.completed");
+    assert_eq!(
+        events[0].detail_type,
+        fetcher_host::model::EventType::Completed
+    );
     let payload: serde_json::Value = serde_json::from_str(&events[0].payload).unwrap();
     assert_eq!(payload["result"]["parts"].as_array().unwrap().len(), 5);
     assert_eq!(payload["result"]["rowCount"], ROWS);
@@ -342,7 +345,7 @@ async fn a_checkpoint_changed_in_the_store_fails_the_job_cleanly() {
     assert!(
         events
             .iter()
-            .any(|e| e.job_id == job.id && e.detail_type == "job.failed")
+            .any(|e| e.job_id == job.id && e.detail_type == fetcher_host::model::EventType::Failed)
     );
 }
 

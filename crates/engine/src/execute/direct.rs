@@ -125,8 +125,9 @@ impl Engine {
                 integrity: Some(ResultIntegrity::sha256(hex(&Sha256::digest(&data)))),
                 protection: Some(ResultProtection {
                     encrypted: false,
-                    applied_by: applied_by::ENGINE.into(),
-                    ..Default::default()
+                    key_version: String::new(),
+                    mode: String::new(),
+                    applied_by: AppliedBy::Engine,
                 }),
                 completed_at: Some(completed_at),
                 data,

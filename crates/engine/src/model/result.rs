@@ -9,14 +9,24 @@ use crate::model::ExecutionState;
 use crate::model::incremental::Watermark;
 use crate::time::Timestamp;
 
-/// Who applied a result's protection: the closed set `engine`, `adapter`, `host`.
-pub mod applied_by {
-    pub const ENGINE: &str = "engine";
-    pub const ADAPTER: &str = "adapter";
-    pub const HOST: &str = "host";
+/// Who applied a result's protection (`appliedBy`): a closed set, so a value outside it
+/// cannot be built, and one read from JSON is refused when it is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppliedBy {
+    Engine,
+    Adapter,
+    Host,
+}
 
-    pub fn is_valid(s: &str) -> bool {
-        matches!(s, ENGINE | ADAPTER | HOST)
+impl AppliedBy {
+    /// The wire string: `engine`, `adapter`, `host`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AppliedBy::Engine => "engine",
+            AppliedBy::Adapter => "adapter",
+            AppliedBy::Host => "host",
+        }
     }
 }
 
@@ -47,7 +57,7 @@ impl ResultIntegrity {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResultProtection {
     pub encrypted: bool,
@@ -57,9 +67,7 @@ pub struct ResultProtection {
     /// e.g. `AES-256-GCM`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub mode: String,
-    /// One of [`applied_by`].
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub applied_by: String,
+    pub applied_by: AppliedBy,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

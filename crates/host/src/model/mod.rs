@@ -311,6 +311,26 @@ impl Job {
     }
 }
 
+/// The two event types subscribers route on (docs/events.md): a closed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventType {
+    #[serde(rename = "job.completed")]
+    Completed,
+    /// Also a canceled job's (its error says `canceled`).
+    #[serde(rename = "job.failed")]
+    Failed,
+}
+
+impl EventType {
+    /// The detail type on the wire: `job.completed`, `job.failed`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventType::Completed => "job.completed",
+            EventType::Failed => "job.failed",
+        }
+    }
+}
+
 /// A terminal event on its way to subscribers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -318,7 +338,7 @@ pub struct TerminalEvent {
     /// `fetcher.job.<status>.<jobId>`: deterministic, the subscribers' dedup key.
     pub id: String,
     /// `job.completed` or `job.failed`.
-    pub detail_type: String,
+    pub detail_type: EventType,
     pub tenant_id: String,
     pub job_id: String,
     /// The event payload (docs/events.md, "Detail"; compact JSON).
@@ -330,13 +350,13 @@ impl TerminalEvent {
     /// canceled job's event is a `job.failed` (its error says `canceled`), with that
     /// route's id.
     pub fn new(tenant_id: &str, job_id: &str, status: JobStatus, payload: String) -> TerminalEvent {
-        let route = match status {
-            JobStatus::Completed => "completed",
-            _ => "failed",
+        let detail_type = match status {
+            JobStatus::Completed => EventType::Completed,
+            _ => EventType::Failed,
         };
         TerminalEvent {
-            id: format!("fetcher.job.{route}.{job_id}"),
-            detail_type: format!("job.{route}"),
+            id: format!("fetcher.{}.{job_id}", detail_type.as_str()),
+            detail_type,
             tenant_id: tenant_id.to_owned(),
             job_id: job_id.to_owned(),
             payload,

@@ -47,7 +47,7 @@ struct Integrity<'a> {
 struct Protection {
     encrypted: bool,
     mode: &'static str,
-    applied_by: &'static str,
+    applied_by: fetcher_engine::AppliedBy,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -99,7 +99,7 @@ pub fn completed_payload(
             protection: Protection {
                 encrypted: true,
                 mode: "adapter-managed",
-                applied_by: "adapter",
+                applied_by: fetcher_engine::AppliedBy::Adapter,
             },
             sealed_format: r.format.sealed_format(),
             key_version: &r.key_version,

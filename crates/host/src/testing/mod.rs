@@ -217,7 +217,7 @@ where
         let copies: Vec<&DeliveredEvent> = got.iter().filter(|d| d.id == e.id).collect();
         assert_eq!(copies.len(), 1, "{} delivered once", e.id);
         let d = copies[0];
-        assert_eq!(d.detail_type, e.detail_type);
+        assert_eq!(d.detail_type, e.detail_type.as_str());
         assert_eq!(d.tenant_id, tenant);
         let payload: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
         for (k, v) in payload.as_object().unwrap() {
