@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fetcher_engine::ports::{Connector, ConnectorFactory, ConnectorRegistry, RowCursor};
 use fetcher_engine::{
-    BoxFuture, Category, ConnectionDescriptor, Context, EngineError, ExtractionRequest, Result,
+    BoxFuture, Category, ConnectionDescriptor, Context, EngineError, PlanStep, Result,
     SchemaSnapshot, Secret, TenantContext,
 };
 use sqlx::Connection as _;
@@ -399,18 +399,13 @@ impl SqlConnector {
         self.catalog.as_ref()
     }
 
-    /// Plans the request without running it (validation only). Connects and discovers.
-    pub async fn plan(
-        &mut self,
-        ctx: &Context,
-        request: &ExtractionRequest,
-    ) -> Result<Vec<query::TablePlan>> {
+    /// Plans the step without running it (validation only). Connects and discovers.
+    pub async fn plan(&mut self, ctx: &Context, step: &PlanStep) -> Result<Vec<query::TablePlan>> {
         self.load_catalog(ctx).await?;
         query::plan(
             self.dialect,
             self.catalog.as_ref().expect("loaded"),
-            &self.descriptor.config_name,
-            request,
+            step,
             self.copy_fast_path,
         )
     }
@@ -461,10 +456,10 @@ impl Connector for SqlConnector {
     fn query_stream<'a>(
         &'a mut self,
         ctx: &'a Context,
-        request: &'a ExtractionRequest,
+        step: &'a PlanStep,
     ) -> BoxFuture<'a, Result<Box<dyn RowCursor + 'a>>> {
         Box::pin(async move {
-            let plans = self.plan(ctx, request).await?;
+            let plans = self.plan(ctx, step).await?;
             let conn = self.conn.take().expect("connected by plan");
             let partitions = self.partitions;
             let cursor = match (conn, self.pg_options.clone()) {

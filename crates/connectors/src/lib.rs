@@ -27,7 +27,7 @@
 //! [`CredentialSource`] for the password; it does no network I/O. `test_connection`
 //! connects (lazily, single `PgConnection`/`MySqlConnection`/`SqliteConnection`, no pool)
 //! and pings; `discover_schema` connects lazily and reads the catalog (30 s bound);
-//! `query_stream` validates the whole request against the catalog **before** streaming,
+//! `query_stream` validates the whole plan step against the catalog **before** streaming,
 //! then hands the connection to a producer task that streams tables in ascending name
 //! order, rows in batches of 1024 ([`query::BATCH_ROWS`]) through a small channel (bounded
 //! memory; decoding overlaps the engine's encoding). The cursor owns that connection;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fetcher_engine::ports::RowCursor;
 use fetcher_engine::{
-    BoxFuture, Category, Columns, Context, EngineError, ExtractionRequest, Result, RowBatch,
+    BoxFuture, Category, Columns, Context, EngineError, PlanStep, Result, RowBatch,
 };
 use tokio::sync::mpsc;
 
@@ -245,26 +245,26 @@ fn split_key(dialect: Dialect, t: &TableInfo) -> Option<SplitKey> {
     })
 }
 
-/// Validates the request against the catalog and plans every table, in ascending table
+/// Validates the plan step against the catalog and plans every table, in ascending table
 /// order. An empty field list selects all columns (catalog order).
 pub fn plan(
     dialect: Dialect,
     catalog: &Catalog,
-    config_name: &str,
-    request: &ExtractionRequest,
+    step: &PlanStep,
     copy_fast_path: bool,
 ) -> Result<Vec<TablePlan>> {
-    let Some(selection) = request.mapped_fields.get(config_name) else {
-        return Ok(Vec::new());
-    };
-    let filters = request.filters.get(config_name);
+    let filters = Some(&step.filters).filter(|f| !f.is_empty());
     if let Some(f) = filters
-        && f.keys().any(|t| !selection.contains_key(t))
+        && f.keys().any(|t| !step.tables.contains(t))
     {
         return Err(validation(msg::FILTER_TABLE));
     }
-    let mut plans = Vec::with_capacity(selection.len());
-    for (requested, fields) in selection {
+    let mut tables: Vec<&String> = step.tables.iter().collect();
+    tables.sort();
+    tables.dedup();
+    let mut plans = Vec::with_capacity(tables.len());
+    for requested in tables {
+        let fields = step.fields_of(requested);
         let table = catalog
             .lookup(dialect, requested)
             .ok_or_else(|| validation(msg::TABLE_NOT_FOUND))?;
@@ -282,16 +282,10 @@ pub fn plan(
                 .collect::<Result<_>>()?
         };
         let mut w = build_where(dialect, table, filters.and_then(|f| f.get(requested)))?;
-        let incremental = request
-            .incremental
-            .get(config_name)
-            .and_then(|t| t.get(requested));
+        let incremental = step.incremental.get(requested);
         let mut selected = selected;
         let mut order = None;
-        let resume = request
-            .resume_after
-            .get(config_name)
-            .and_then(|t| t.get(requested));
+        let resume = step.resume_after.get(requested);
         // A resumed incremental read continues after the last row read: the watermark is
         // that row's (cursor, key), and a lookback does not apply again.
         let resumed_read;
@@ -344,7 +338,7 @@ pub fn plan(
             };
         }
         let visible_count = selected.len();
-        let position = order_key.filter(|_| request.positions).map(|key| {
+        let position = order_key.filter(|_| step.positions).map(|key| {
             key.iter()
                 .map(|k| match selected.iter().position(|c| c.name == k.name) {
                     Some(i) => i,

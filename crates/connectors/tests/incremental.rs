@@ -414,7 +414,8 @@ async fn postgres_reads_past_the_watermark_through_the_cursor_index() {
         .build_connector(&ctx, &tenant(), &db.descriptor("src"))
         .await
         .unwrap();
-    let plans = connector.plan(&ctx, &catalog_request).await.unwrap();
+    let step = fetcher_engine::PlanStep::for_datasource(&catalog_request, "src");
+    let plans = connector.plan(&ctx, &step).await.unwrap();
     let plan = &plans[0];
     let mut c = pg_admin(&db.name).await;
     let explain = format!("EXPLAIN {}", plan.sql());

@@ -30,7 +30,8 @@ async fn extract(
     let request: ExtractionRequest = serde_json::from_value(request).unwrap();
     let mut out = Vec::new();
     let res = async {
-        let mut cursor = c.query_stream(&ctx, &request).await?;
+        let step = fetcher_engine::PlanStep::for_datasource(&request, &d.config_name);
+        let mut cursor = c.query_stream(&ctx, &step).await?;
         while let Some(b) = cursor.next_batch(&ctx).await? {
             assert!(b.rows.len() <= 1024);
             out.extend(b.rows.into_iter().map(|r| (b.table.to_string(), r)));

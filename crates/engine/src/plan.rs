@@ -156,6 +156,7 @@ impl Engine {
                     .unwrap_or(&no_incremental)
                     .clone(),
                 resume_after: BTreeMap::new(),
+                positions: false,
             })
             .collect();
         Ok(ExtractionPlan {

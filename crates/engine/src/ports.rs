@@ -68,8 +68,11 @@ pub trait Connector: Send {
     fn discover_schema<'a>(&'a mut self, ctx: &'a Context)
     -> BoxFuture<'a, Result<SchemaSnapshot>>;
 
-    /// Opens a cursor over the rows of `request.mapped_fields[config][table]`, with
-    /// `request.filters[config][table][field]` applied.
+    /// Opens a cursor over the rows of the step's tables (`step.fields_of(table)`, every
+    /// column when empty), with `step.filters[table][field]` applied, incremental tables
+    /// read past their watermark, resumed tables after their position, and positions
+    /// reported when `step.positions` asks. The step is the plan's own, not a rebuilt
+    /// request.
     ///
     /// **Ordering contract (stricter than the reference):** rows come in a stable order —
     /// tables in ascending name order, rows ordered by primary key (or by the selected
@@ -80,7 +83,7 @@ pub trait Connector: Send {
     fn query_stream<'a>(
         &'a mut self,
         ctx: &'a Context,
-        request: &'a ExtractionRequest,
+        step: &'a PlanStep,
     ) -> BoxFuture<'a, Result<Box<dyn RowCursor + 'a>>>;
 
     /// Releases the connection. Idempotent.

@@ -350,18 +350,21 @@ async fn filters_reach_the_connector_and_nothing_else_does() {
     let sent = a
         .last_built()
         .unwrap()
-        .last_request
+        .last_step
         .lock()
         .unwrap()
         .clone()
         .unwrap();
-    assert_eq!(sent.mapped_fields.keys().collect::<Vec<_>>(), ["pg-a"]);
-    assert_eq!(sent.mapped_fields["pg-a"]["public.a"], ["id", "name"]);
+    // The connector gets the plan's own step (#29): its datasource, fields and filters,
+    // nothing of the request's metadata or overrides.
+    let own = plan.steps.iter().find(|s| s.config_name == "pg-a").unwrap();
+    assert_eq!(&sent, own);
+    assert_eq!(sent.config_name, "pg-a");
+    assert_eq!(sent.fields_of("public.a"), ["id", "name"]);
     assert_eq!(
-        serde_json::to_value(&sent.filters["pg-a"]).unwrap(),
+        serde_json::to_value(&sent.filters).unwrap(),
         serde_json::json!({"public.a": {"id": {"gte": [2]}}})
     );
-    assert!(sent.metadata.is_empty() && sent.overrides.is_none());
     // Each step ran on its own freshly built connector (planning built one more).
     assert_eq!(a.build_count(), 2);
     assert_eq!(a.last_built().unwrap().calls(), ["test", "query", "close"]);

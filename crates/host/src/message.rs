@@ -27,7 +27,9 @@ pub const HEADER_JOB_ID: &str = "jobId";
 pub const HEADER_REQUEST_ID: &str = "X-Request-Id";
 pub const HEADER_RETRY_COUNT: &str = "x-retry-count";
 
-/// The body of a job message.
+/// The body of a job message. Its request fields are the reference's (its workers run
+/// from them); ours check their shape and run the job record, the one copy of the
+/// request (docs/results.md, "Verification").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobMessage {

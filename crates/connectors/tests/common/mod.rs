@@ -221,7 +221,8 @@ pub async fn batches(
     use fetcher_engine::ports::Connector as _;
     let ctx = Context::background();
     let mut c = factory.build_connector(&ctx, &tenant(), d).await.unwrap();
-    let mut cursor = c.query_stream(&ctx, request).await.unwrap();
+    let step = fetcher_engine::PlanStep::for_datasource(request, &d.config_name);
+    let mut cursor = c.query_stream(&ctx, &step).await.unwrap();
     let mut out = Vec::new();
     while let Some(b) = cursor.next_batch(&ctx).await.unwrap() {
         out.push((b.table.to_string(), b.rows));

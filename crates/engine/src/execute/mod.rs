@@ -299,10 +299,12 @@ impl Engine {
             if direct && let Some(d) = run.err() {
                 return Err(d.into());
             }
-            let mut request = step_request(step);
-            request.positions = stop.is_some();
+            let read = PlanStep {
+                positions: stop.is_some(),
+                ..step.clone()
+            };
             let mut cursor = connector
-                .query_stream(run, &request)
+                .query_stream(run, &read)
                 .await
                 .map_err(|e| connector_error(e, run, msg::QUERY_FAILED))?;
             let mut drained = Ok(());
@@ -496,36 +498,6 @@ fn completed_state(plan: &ExtractionPlan, at: Timestamp) -> ExecutionState {
         completed_at: Some(at),
         ..Default::default()
     }
-}
-
-/// What a step asks its connector for: its own fields and filters only (no metadata, no
-/// overrides). Every selected table is present, with an empty list meaning "all columns".
-fn step_request(step: &PlanStep) -> ExtractionRequest {
-    let fields: FieldSelection = step
-        .tables
-        .iter()
-        .map(|t| (t.clone(), step.fields.get(t).cloned().unwrap_or_default()))
-        .collect();
-    let mut request = ExtractionRequest {
-        mapped_fields: [(step.config_name.clone(), fields)].into(),
-        ..Default::default()
-    };
-    if !step.filters.is_empty() {
-        request
-            .filters
-            .insert(step.config_name.clone(), step.filters.clone());
-    }
-    if !step.incremental.is_empty() {
-        request
-            .incremental
-            .insert(step.config_name.clone(), step.incremental.clone());
-    }
-    if !step.resume_after.is_empty() {
-        request
-            .resume_after
-            .insert(step.config_name.clone(), step.resume_after.clone());
-    }
-    request
 }
 
 /// Lowercase hex, as every digest the engine and its hosts report is written.

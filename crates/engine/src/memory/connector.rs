@@ -98,7 +98,7 @@ pub struct ConnectorStats {
     pub closes: AtomicUsize,
     /// Lifecycle calls in order: `test`, `discover`, `query`, `close`.
     pub calls: Mutex<Vec<&'static str>>,
-    pub last_request: Mutex<Option<ExtractionRequest>>,
+    pub last_step: Mutex<Option<PlanStep>>,
 }
 
 impl ConnectorStats {
@@ -217,18 +217,18 @@ impl Connector for TemplateConnector {
     fn query_stream<'a>(
         &'a mut self,
         ctx: &'a Context,
-        request: &'a ExtractionRequest,
+        step: &'a PlanStep,
     ) -> BoxFuture<'a, Result<Box<dyn RowCursor + 'a>>> {
         Box::pin(async move {
             self.stats.note("query", &self.stats.queries);
-            *self.stats.last_request.lock().unwrap() = Some(request.clone());
+            *self.stats.last_step.lock().unwrap() = Some(step.clone());
             if let Some(hook) = &self.b.on_query {
                 hook(ctx.clone()).await;
             }
             if self.b.panic_on_query {
                 panic!("template connector panicked on purpose");
             }
-            let out = self.open(ctx, request).await;
+            let out = self.open(ctx, step).await;
             if let Some(after) = &self.b.after_query {
                 after();
             }
@@ -248,11 +248,7 @@ impl Connector for TemplateConnector {
 }
 
 impl TemplateConnector {
-    async fn open(
-        &self,
-        ctx: &Context,
-        request: &ExtractionRequest,
-    ) -> Result<Box<dyn RowCursor + 'static>> {
+    async fn open(&self, ctx: &Context, step: &PlanStep) -> Result<Box<dyn RowCursor + 'static>> {
         if self.b.block_on_context {
             return Err(ctx.done().await.into());
         }
@@ -267,22 +263,15 @@ impl TemplateConnector {
         }
         // Serve the requested tables, projected onto the selected fields (an empty
         // selection means every column), like a real connector.
-        let selected: BTreeMap<&String, &Vec<String>> = request
-            .mapped_fields
-            .values()
-            .flat_map(|sel| sel.iter())
-            .collect();
+        let selected: BTreeMap<&String, &[String]> =
+            step.tables.iter().map(|t| (t, step.fields_of(t))).collect();
         let canned = self
             .b
             .rows
             .iter()
             .filter_map(|(t, rows)| {
                 let fields = selected.get(t)?;
-                let after = request
-                    .resume_after
-                    .values()
-                    .find_map(|tables| tables.get(t))
-                    .and_then(|p| p.first()?.as_i64());
+                let after = step.resume_after.get(t).and_then(|p| p.first()?.as_i64());
                 let rows: Vec<Row> = match (&self.b.key, after) {
                     (Some(k), Some(after)) => rows
                         .iter()
@@ -315,7 +304,7 @@ impl TemplateConnector {
             fail_after: self.b.fail_stream_after,
             ignore_cancel: self.b.cursor_ignores_cancel,
             served: 0,
-            position_key: self.b.key.clone().filter(|_| request.positions),
+            position_key: self.b.key.clone().filter(|_| step.positions),
         }))
     }
 }

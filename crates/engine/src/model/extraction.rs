@@ -32,15 +32,6 @@ pub struct ExtractionRequest {
     /// the targets, the connector the columns.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub incremental: BTreeMap<String, BTreeMap<String, IncrementalRead>>,
-    /// Ask connectors for positions: every batch of a table with a usable order key
-    /// carries [`crate::RowBatch::position`] (the connector contract, docs/engine.md,
-    /// "Continued runs"). Set by segmented runs.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub positions: bool,
-    /// `configName → (table → position)`: read those tables from just after the row at
-    /// that position (one a batch reported), in the same order. Set by resumed runs.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub resume_after: BTreeMap<String, BTreeMap<String, Vec<serde_json::Value>>>,
 }
 
 /// Where the result goes. Unknown strings behave as `Auto`.
@@ -102,6 +93,42 @@ pub struct PlanStep {
     /// `table → position`: tables a resumed run reads from just after that row.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resume_after: BTreeMap<String, Vec<serde_json::Value>>,
+    /// Ask the connector for positions: every batch of a table with a usable order key
+    /// carries [`crate::RowBatch::position`] (docs/engine.md, "Continued runs"). Set by
+    /// the engine for a segmented run's steps.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub positions: bool,
+}
+
+impl PlanStep {
+    /// The step of `config` in `request`, as the planner would write it, without the
+    /// planner's checks: for callers that drive a connector directly (tests, tools).
+    /// Tables in name order; an empty field list reads every column.
+    pub fn for_datasource(request: &ExtractionRequest, config: &str) -> PlanStep {
+        let selection = request
+            .mapped_fields
+            .get(config)
+            .cloned()
+            .unwrap_or_default();
+        PlanStep {
+            ordinal: 0,
+            config_name: config.to_owned(),
+            tables: selection.keys().cloned().collect(),
+            fields: selection
+                .into_iter()
+                .filter(|(_, f)| !f.is_empty())
+                .collect(),
+            filters: request.filters.get(config).cloned().unwrap_or_default(),
+            incremental: request.incremental.get(config).cloned().unwrap_or_default(),
+            resume_after: BTreeMap::new(),
+            positions: false,
+        }
+    }
+
+    /// The fields read from `table` (empty: every column).
+    pub fn fields_of(&self, table: &str) -> &[String] {
+        self.fields.get(table).map_or(&[], Vec::as_slice)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -152,7 +152,6 @@ impl Pipeline {
                 .collect(),
             overrides: None,
             incremental: self.incremental_reads(job).await?,
-            ..ExtractionRequest::default()
         };
         let mut plan = self.engine.plan_extraction(&ctx, &tenant, &request).await?;
         plan.request_id.clone_from(&job.id);
