@@ -372,7 +372,14 @@ fn number_exact(token: &str) -> bool {
     if integer && token != "-0" && (token.parse::<i64>().is_ok() || token.parse::<u64>().is_ok()) {
         return true;
     }
+    let mantissa = token.split(['e', 'E']).next().unwrap_or(token);
+    let digits = mantissa.bytes().filter(u8::is_ascii_digit).count();
     match token.parse::<f64>() {
+        // At most 15 digits: no two such decimals share a normal double (2^53 > 10^15), so
+        // the double's shortest text is the same value; no text to compare (the common
+        // case). An underflow to zero is only exact when every digit is a zero.
+        Ok(f) if digits <= 15 && f.is_normal() => true,
+        Ok(f) if f == 0.0 && !mantissa.bytes().any(|b| matches!(b, b'1'..=b'9')) => true,
         Ok(f) if f.is_finite() => {
             decimal_value(token).is_some_and(|d| Some(d) == decimal_value(&format!("{f:e}")))
         }
@@ -405,6 +412,30 @@ fn decimal_value(s: &str) -> Option<(bool, String, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_exact_as_written() {
+        for exact in [
+            "[1, -3, 0.1, 0.10, 2.5e-3, 1e2, 0, -0.0, 0e5, 18446744073709551615]",
+            "[5e-324]",
+            "[123456789012345]",
+        ] {
+            assert!(numbers_exact(exact), "{exact}");
+        }
+        for inexact in [
+            "[0.1000000000000000000001]",
+            "[12345678901234567890123]",
+            "[1e-400]",
+            "[1e400]",
+            r#"{"a":9007199254740993.0}"#,
+        ] {
+            assert!(!numbers_exact(inexact), "{inexact}");
+        }
+        assert!(
+            numbers_exact(r#"["0.1000000000000000000001"]"#),
+            "strings are skipped"
+        );
+    }
 
     fn s(v: &str) -> String {
         let mut out = Vec::new();

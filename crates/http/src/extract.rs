@@ -71,9 +71,7 @@ pub fn product_name(headers: &HeaderMap, required: bool) -> Result<Option<String
     };
     let Some(raw) = raw else {
         return if required {
-            Err(ApiError::invalid_header(
-                "X-Product-Name header is required and must not be empty",
-            ))
+            Err(product_required())
         } else {
             Ok(None)
         };
@@ -100,6 +98,11 @@ pub fn product_name(headers: &HeaderMap, required: bool) -> Result<Option<String
         ));
     }
     Ok(Some(v))
+}
+
+/// 400 `FET-0403`: a route that needs `X-Product-Name` got none.
+pub fn product_required() -> ApiError {
+    ApiError::invalid_header("X-Product-Name header is required and must not be empty")
 }
 
 /// The request id of a request (extension set by the request pipeline).

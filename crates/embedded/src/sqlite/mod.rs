@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS connections (
     host_attributes TEXT NOT NULL,
     ciphertext BLOB,
     cred_version TEXT,
+    -- Always NULL now (a delete removes the row; older tombstones are purged below);
+    -- kept so data directories of earlier versions open unchanged.
     deleted_at INTEGER,
     PRIMARY KEY (tenant, config_name, id)
 );

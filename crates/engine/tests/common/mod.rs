@@ -300,3 +300,23 @@ pub async fn multi_plan(
     });
     h.engine.plan_extraction(&ctx(), t, &req).await.unwrap()
 }
+
+/// The `crm` datasource's tables.
+pub fn crm_schema() -> SchemaSnapshot {
+    schema(&[
+        ("public.accounts", &["id", "name", "email"]),
+        (
+            "public.people",
+            &["id", "natural_person.mother_name", "address.city"],
+        ),
+    ])
+}
+
+/// Registers the `crm` connection for `t`, serving [`crm_schema`].
+pub async fn crm(h: &Harness, t: &TenantContext) {
+    h.factory.behaviour.lock().unwrap().schema = crm_schema();
+    h.engine
+        .create_connection(&ctx(), t, &input("crm"))
+        .await
+        .unwrap();
+}

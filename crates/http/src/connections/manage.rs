@@ -232,7 +232,7 @@ pub(super) async fn load_owned(
 ) -> Result<ConnectionDescriptor, ApiError> {
     let product = product_name(headers, false)?;
     let d = load(st, scope, id).await?;
-    if answers_to(&d, headers, product.as_deref())? {
+    if answers_to(&d, product.as_deref())? {
         Ok(d)
     } else {
         Err(ApiError::not_found("connection"))
@@ -243,16 +243,13 @@ pub(super) async fn load_owned(
 /// assigned connection asked without the header is the header's 400.
 pub(super) fn answers_to(
     d: &ConnectionDescriptor,
-    headers: &HeaderMap,
     product: Option<&str>,
 ) -> Result<bool, ApiError> {
     let owner = ConnectionRecord::from_descriptor(d).product;
-    if owner.is_empty() {
-        return Ok(true);
-    }
     match product {
+        _ if owner.is_empty() => Ok(true),
         Some(p) => Ok(p == owner),
-        None => product_name(headers, true).map(|_| false),
+        None => Err(product_required()),
     }
 }
 

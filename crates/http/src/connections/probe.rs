@@ -163,7 +163,7 @@ pub async fn validate_schema(
     for name in mapped.keys() {
         match st.engine().get_connection(&c, &scope.tenant, name).await {
             // Another product's connection is one this caller does not have.
-            Ok(d) if answers_to(&d, &headers, product.as_deref())? => {
+            Ok(d) if answers_to(&d, product.as_deref())? => {
                 resolved.insert(name.clone(), d);
             }
             Ok(_) => {}
