@@ -184,7 +184,7 @@ pub fn parse_qualified(name: &str, default: &str) -> Option<(String, String)> {
 /// Table names as callers write them: the engine's rule ([`fetcher_engine::normalize_table_name`]),
 /// so the connector finds exactly the tables schema validation accepted.
 pub fn normalize_table(dialect: Dialect, name: &str) -> String {
-    fetcher_engine::normalize_table_name(dialect.type_string(), name)
+    fetcher_engine::normalize_table_name(dialect.datasource_type(), name)
 }
 
 /// System objects, the reference's `IsSystemTable` (docs/datasources.md, "Table names and

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use fetcher_engine::ports::{Connector, ConnectorFactory, ConnectorRegistry, RowCursor};
 use fetcher_engine::{
-    BoxFuture, Category, ConnectionDescriptor, Context, EngineError, PlanStep, Result,
-    SchemaSnapshot, Secret, TenantContext,
+    BoxFuture, Category, ConnectionDescriptor, Context, DatasourceType, EngineError, PlanStep,
+    Result, SchemaSnapshot, Secret, TenantContext,
 };
 use sqlx::Connection as _;
 
@@ -137,10 +137,10 @@ impl SqlConnectorFactory {
         tenant: &TenantContext,
         d: &ConnectionDescriptor,
     ) -> Result<SqlConnector> {
-        if d.datasource_type != self.dialect.type_string() {
+        if d.datasource_type != self.dialect.datasource_type() {
             return Err(EngineError::new(Category::Validation, msg::TYPE_MISMATCH));
         }
-        ssl::validate_ssl_mode(&d.datasource_type, &d.ssl_mode)?;
+        ssl::checked_mode(d)?;
         // Host safety before any credential is revealed (docs/datasources.md, "Connecting").
         self.policy.precheck(d)?;
         let password = self.credentials.password(ctx, tenant, d).await?;
@@ -180,7 +180,7 @@ impl ConnectorFactory for SqlConnectorFactory {
 
 /// Registers `POSTGRESQL`, `MYSQL` and `SQLITE`.
 pub struct SqlRegistry {
-    factories: BTreeMap<&'static str, Arc<SqlConnectorFactory>>,
+    factories: BTreeMap<DatasourceType, Arc<SqlConnectorFactory>>,
 }
 
 impl SqlRegistry {
@@ -211,7 +211,7 @@ impl SqlRegistry {
             .copied()
             .map(|d| {
                 (
-                    d.type_string(),
+                    d.datasource_type(),
                     Arc::new(SqlConnectorFactory::new(
                         d,
                         credentials.clone(),
@@ -233,13 +233,13 @@ impl SqlRegistry {
         SqlRegistry { factories }
     }
 
-    pub fn factory(&self, datasource_type: &str) -> Option<Arc<SqlConnectorFactory>> {
-        self.factories.get(datasource_type).cloned()
+    pub fn factory(&self, datasource_type: DatasourceType) -> Option<Arc<SqlConnectorFactory>> {
+        self.factories.get(&datasource_type).cloned()
     }
 }
 
 impl ConnectorRegistry for SqlRegistry {
-    fn connector(&self, datasource_type: &str) -> Option<Arc<dyn ConnectorFactory>> {
+    fn connector(&self, datasource_type: DatasourceType) -> Option<Arc<dyn ConnectorFactory>> {
         self.factory(datasource_type)
             .map(|f| f as Arc<dyn ConnectorFactory>)
     }
@@ -290,7 +290,7 @@ pub struct SqlConnector {
 impl std::fmt::Debug for SqlConnector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlConnector")
-            .field("type", &self.dialect.type_string())
+            .field("type", &self.dialect.datasource_type())
             .field("config", &self.descriptor.config_name)
             .field("connected", &self.conn.is_some())
             .finish()

@@ -14,7 +14,7 @@
 //! | `_PASSWORD` | password | optional, plaintext, memory only |
 //! | `_OPTIONS` | `k=v&k2=v2` | host attributes (strings); pairs without `=` ignored |
 //! | `_SSLMODE` | TLS mode | optional; invalid for the type → skipped |
-//! | `_SSL_CA` | tenant CA (PEM) | read only with `_SSLMODE`; **used** (host attribute `sslRootCert`) |
+//! | `_SSL_CA` | tenant CA (PEM) | read only with `_SSLMODE`; **used** (the descriptor's `tls.root_cert`) |
 //! | `_SSL_CERT`, `_SSL_KEY` | client certificate | read only with `_SSLMODE`; kept, not used |
 //!
 //! Check order: TYPE, then HOST/DATABASE, then SSLMODE. Duplicated config names: the
@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 
-use fetcher_engine::{ConnectionDescriptor, Secret};
+use fetcher_engine::{ConnectionDescriptor, DatasourceType, Secret, TlsMaterial, TlsMode};
 
 use crate::ssl;
 
@@ -37,22 +37,11 @@ pub const REGISTRY: [&str; 4] = [
     "demo_sqlite",
 ];
 
-/// Types the loader accepts (the reference's five plus `SQLITE`).
-const TYPES: [&str; 6] = [
-    "POSTGRESQL",
-    "MYSQL",
-    "SQL_SERVER",
-    "ORACLE",
-    "MONGODB",
-    "SQLITE",
-];
-
 /// One internal datasource.
 #[derive(Debug, Clone)]
 pub struct InternalDatasource {
     pub descriptor: ConnectionDescriptor,
     pub password: Secret,
-    pub ssl_cert: Option<String>,
     pub ssl_key: Option<Secret>,
 }
 
@@ -93,14 +82,15 @@ where
             warn("config name empty or not registered, skipped");
             continue;
         }
-        let ty = get("TYPE").trim().to_ascii_uppercase();
-        if !TYPES.contains(&ty.as_str()) {
+        // The reference's five plus `SQLITE`, spelled in any case.
+        let Some(ty) = DatasourceType::parse(&get("TYPE").trim().to_ascii_uppercase()) else {
             warn("invalid type, skipped");
             continue;
-        }
+        };
+        let sqlite = ty == DatasourceType::Sqlite;
         let host = get("HOST");
         let database = get("DATABASE");
-        if (host.is_empty() && ty != "SQLITE") || database.is_empty() {
+        if (host.is_empty() && !sqlite) || database.is_empty() {
             warn("host or database empty, skipped");
             continue;
         }
@@ -108,7 +98,7 @@ where
         let port = match port_text.trim().parse::<i64>() {
             Ok(p) if (1..=65535).contains(&p) => p as u16,
             _ => {
-                if ty != "SQLITE" {
+                if !sqlite {
                     warn("port invalid, using 0");
                 }
                 0
@@ -122,18 +112,17 @@ where
                 attrs.insert(k.to_owned(), serde_json::Value::String(v.to_owned()));
             }
         }
-        let ssl_mode = get("SSLMODE");
-        let (mut ssl_cert, mut ssl_key) = (None, None);
-        if !ssl_mode.is_empty() {
-            if ssl::validate_ssl_mode(&ty, &ssl_mode).is_err() {
+        let ssl_text = get("SSLMODE");
+        let (mut ssl_mode, mut tls) = (TlsMode::Default, TlsMaterial::default());
+        let mut ssl_key = None;
+        if !ssl_text.is_empty() {
+            let Ok(mode) = ssl::validate_ssl_mode(ty, &ssl_text) else {
                 warn("invalid SSL mode, skipped");
                 continue;
-            }
-            let ca = get("SSL_CA");
-            if !ca.is_empty() {
-                attrs.insert(ssl::SSL_ROOT_CERT_KEY.into(), serde_json::Value::String(ca));
-            }
-            ssl_cert = Some(get("SSL_CERT")).filter(|s| !s.is_empty());
+            };
+            ssl_mode = mode;
+            tls.root_cert = Some(get("SSL_CA")).filter(|s| !s.is_empty());
+            tls.client_cert = Some(get("SSL_CERT")).filter(|s| !s.is_empty());
             ssl_key = Some(get("SSL_KEY"))
                 .filter(|s| !s.is_empty())
                 .map(Secret::from);
@@ -150,6 +139,7 @@ where
             database_name: database,
             username: get("USER"),
             ssl_mode,
+            tls,
             host_attributes: attrs,
             ..Default::default()
         };
@@ -158,7 +148,6 @@ where
             InternalDatasource {
                 descriptor,
                 password: Secret::from(get("PASSWORD")),
-                ssl_cert,
                 ssl_key,
             },
         );
@@ -190,14 +179,15 @@ mod tests {
             ("OTHER", "x"),
         ]);
         let d = &l.datasources["midaz_onboarding"];
-        assert_eq!(d.descriptor.datasource_type, "POSTGRESQL");
+        assert_eq!(d.descriptor.datasource_type, DatasourceType::Postgresql);
         assert_eq!(d.descriptor.port, 5432);
-        assert_eq!(d.descriptor.ssl_mode, "verify-full");
+        assert_eq!(d.descriptor.ssl_mode, TlsMode::VerifyFull);
         assert_eq!(d.descriptor.key_version, "");
         assert_eq!(d.password.expose_str(), Some("pw"));
         assert_eq!(d.descriptor.host_attributes["a"], "1");
         assert_eq!(d.descriptor.host_attributes["b"], "x=y");
-        assert_eq!(d.descriptor.host_attributes["sslRootCert"], "PEM");
+        assert_eq!(d.descriptor.tls.root_cert.as_deref(), Some("PEM"));
+        assert!(!d.descriptor.host_attributes.contains_key("sslRootCert"));
         assert!(!d.descriptor.host_attributes.contains_key("novalue"));
         assert!(l.warnings.is_empty());
     }
@@ -244,7 +234,7 @@ mod tests {
         );
         let d = &l.datasources["midaz_transaction"].descriptor;
         assert_eq!((d.host.as_str(), d.port), ("h", 0));
-        assert!(d.host_attributes.is_empty() && d.ssl_mode.is_empty());
+        assert!(d.host_attributes.is_empty() && d.ssl_mode.is_default() && d.tls.is_empty());
         assert_eq!(l.warnings.len(), 8, "{:?}", l.warnings);
         for w in &l.warnings {
             assert!(!w.contains("bogus") && !w.contains("PEM"), "{w}");

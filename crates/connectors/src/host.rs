@@ -348,7 +348,7 @@ impl HostPolicy {
     /// The checks that need no network: blocked names, non-canonical numeric forms and
     /// blocked IP literals. Run by `build` (before credentials are revealed).
     pub fn precheck(&self, d: &ConnectionDescriptor) -> Result<()> {
-        if d.datasource_type == crate::SQLITE {
+        if d.datasource_type == fetcher_engine::DatasourceType::Sqlite {
             return self.sqlite_path(d).map(|_| ());
         }
         if !self.applies_to(d) {
@@ -368,7 +368,7 @@ impl HostPolicy {
             tls_name: d.host.clone(),
             pinned: false,
         };
-        if d.datasource_type == crate::SQLITE {
+        if d.datasource_type == fetcher_engine::DatasourceType::Sqlite {
             // A file, not a host: nothing to dial or pin.
             self.precheck(d)?;
             return Ok(configured);

@@ -16,7 +16,7 @@
 //! | `pg`, `mysql`, `sqlite` | per-dialect connect options, catalog queries, producers |
 //! | `partition` | PostgreSQL partitioned reads: several connections in one exported snapshot, key-range chunks merged back into the single stream ([`ReadPartitions`]) |
 //! | [`values`] | lossless rendering: calendar, timestamps, tagged strings, UUIDs, JSON |
-//! | [`ssl`] | TLS mode allowlists ([`validate_ssl_mode`]) and the sqlx mapping |
+//! | [`ssl`] | TLS mode parsing per type ([`validate_ssl_mode`]) and the sqlx mapping |
 //! | [`host`] | host safety (SSRF): [`HostPolicy`], [`validate_host_input`], blocked ranges and names; which files SQLite datasources may open ([`SqliteFiles`]) |
 //! | [`env`] | internal datasources from `DATASOURCE_{NAME}_*` pairs ([`parse_env`]) |
 //! | [`error`] | fixed messages, typed hidden causes (no API codes: those are the hosts') |
@@ -91,7 +91,7 @@
 //! `allow` is plain (sqlx never upgrades); `prefer` encrypts when offered; `require`
 //! encrypts without verification, or verifies the chain when a tenant CA is given (libpq
 //! rule); `verify-ca` verifies the chain; `verify-full` chain and host name. The tenant CA
-//! is PEM in `host_attributes["sslRootCert"]` ([`SSL_ROOT_CERT_KEY`]); without it the
+//! is PEM in the descriptor's typed TLS material (`tls.root_cert`); without it the
 //! bundled Mozilla roots are used. MySQL: `false`/`""` Disabled, `true` VerifyIdentity,
 //! `skip-verify` Required, `preferred` Preferred. Known gap: with sqlx 0.8.6 and rustls
 //! 0.23.4x, `verify-ca` also checks the host name (sqlx's no-hostname verifier only
@@ -145,7 +145,7 @@
 //!   values are tagged strings instead of failing the job.
 //! * Discovery lists every non-system schema the user can read (the port has no scope
 //!   argument), with `public` tables bare and others `schema.table`.
-//! * TLS modes are **applied**, and a tenant CA (`sslRootCert`) is honoured; the reference
+//! * TLS modes are **applied**, and a tenant CA (`tls.root_cert`) is honoured; the reference
 //!   validated modes but never used CA material.
 //! * Host safety: DNS failures fail (the reference allowed them), the dialled address is
 //!   the checked one (rebinding closed), non-canonical numeric hosts and IPv6 forms that
@@ -182,7 +182,9 @@ pub use host::{
     is_blocked_hostname, is_blocked_ip, validate_host_input, validate_host_input_admitting,
 };
 pub use partition::ReadPartitions;
-pub use ssl::{SSL_ROOT_CERT_KEY, validate_ssl_mode};
+pub use ssl::validate_ssl_mode;
+
+use fetcher_engine::DatasourceType;
 
 /// Installs rustls' `ring` provider as the process default, once. sqlx builds its TLS
 /// configuration from the process default, and rustls refuses to guess one when a binary
@@ -196,11 +198,6 @@ pub fn tls_provider() {
     });
 }
 
-/// Type strings.
-pub const POSTGRESQL: &str = "POSTGRESQL";
-pub const MYSQL: &str = "MYSQL";
-pub const SQLITE: &str = "SQLITE";
-
 /// The SQL dialects this crate speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dialect {
@@ -210,20 +207,22 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    pub fn type_string(self) -> &'static str {
+    /// The datasource type the dialect serves.
+    pub fn datasource_type(self) -> DatasourceType {
         match self {
-            Dialect::Postgres => POSTGRESQL,
-            Dialect::MySql => MYSQL,
-            Dialect::Sqlite => SQLITE,
+            Dialect::Postgres => DatasourceType::Postgresql,
+            Dialect::MySql => DatasourceType::Mysql,
+            Dialect::Sqlite => DatasourceType::Sqlite,
         }
     }
 
-    pub fn from_type(t: &str) -> Option<Dialect> {
+    /// The dialect of a type; `None` for the types this crate has no connector for.
+    pub fn from_type(t: DatasourceType) -> Option<Dialect> {
         match t {
-            POSTGRESQL => Some(Dialect::Postgres),
-            MYSQL => Some(Dialect::MySql),
-            SQLITE => Some(Dialect::Sqlite),
-            _ => None,
+            DatasourceType::Postgresql => Some(Dialect::Postgres),
+            DatasourceType::Mysql => Some(Dialect::MySql),
+            DatasourceType::Sqlite => Some(Dialect::Sqlite),
+            DatasourceType::Oracle | DatasourceType::SqlServer | DatasourceType::MongoDb => None,
         }
     }
 }

@@ -23,7 +23,7 @@ pub fn options(
     target: &DialTarget,
     password: &str,
 ) -> Result<MySqlConnectOptions> {
-    let mode = ssl::mysql_mode(&d.ssl_mode)?;
+    let mode = ssl::mysql_mode(d)?;
     let mut o = MySqlConnectOptions::new()
         .host(&target.address)
         .port(d.port)

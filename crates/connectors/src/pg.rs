@@ -24,7 +24,7 @@ pub fn options(
     password: &str,
 ) -> Result<PgConnectOptions> {
     let ca = ssl::root_cert(d);
-    let mode = ssl::pg_mode(&d.ssl_mode, ca.is_some())?;
+    let mode = ssl::pg_mode(d, ca.is_some())?;
     let mut o = PgConnectOptions::new_without_pgpass()
         .host(&target.address)
         .port(d.port)

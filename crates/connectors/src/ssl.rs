@@ -1,5 +1,5 @@
-//! TLS modes per datasource type (docs/datasources.md, "TLS modes"): validation and the
-//! mapping onto sqlx.
+//! TLS modes per datasource type (docs/datasources.md, "TLS modes"): parsing text into
+//! the engine's [`TlsMode`] and the mapping onto sqlx.
 //!
 //! | type | mode | effect here |
 //! |---|---|---|
@@ -14,107 +14,79 @@
 //! | MYSQL | `skip-verify` | `Required` (TLS, no verification) |
 //! | MYSQL | `preferred` | `Preferred` (TLS if offered, no verification) |
 //! | SQLITE | `""` only | no network |
-//! | SQL_SERVER, ORACLE, MONGODB | validated only (allowlists as in docs/datasources.md) | no connector in this crate |
+//! | SQL_SERVER, ORACLE, MONGODB | validated only ([`DatasourceType::tls_modes`]) | no connector in this crate |
 //!
-//! The tenant CA is PEM text in `descriptor.host_attributes["sslRootCert"]`
-//! ([`SSL_ROOT_CERT_KEY`]); without it, verification uses the bundled Mozilla roots
-//! (webpki-roots). Matching of modes is exact and case-sensitive; an invalid mode is a
-//! `validation` error with reason `InvalidTlsMode` (the API's `FET-0413`).
+//! The tenant CA is PEM text in the descriptor's [`fetcher_engine::TlsMaterial`]; without
+//! it, verification uses the bundled Mozilla roots (webpki-roots). Matching of modes is
+//! exact and case-sensitive; an invalid mode is a `validation` error with reason
+//! `InvalidTlsMode` (the API's `FET-0413`).
 
-use fetcher_engine::{Category, ConnectionDescriptor, EngineError, Result};
+use fetcher_engine::{
+    Category, ConnectionDescriptor, DatasourceType, EngineError, Result, TlsMode,
+};
 use sqlx::mysql::MySqlSslMode;
 use sqlx::postgres::PgSslMode;
 
-use crate::error::{InvalidSslMode, msg};
+use crate::error::InvalidSslMode;
 
-/// Host attribute holding the tenant CA bundle (PEM).
-pub const SSL_ROOT_CERT_KEY: &str = "sslRootCert";
-
-/// Allowed modes per type (the empty string means "default").
-pub fn allowed_modes(datasource_type: &str) -> Option<&'static [&'static str]> {
-    Some(match datasource_type {
-        crate::POSTGRESQL => &[
-            "",
-            "disable",
-            "allow",
-            "prefer",
-            "require",
-            "verify-ca",
-            "verify-full",
-        ],
-        crate::MYSQL => &["", "false", "true", "skip-verify", "preferred"],
-        "SQL_SERVER" => &["", "disable", "false", "true", "strict"],
-        "ORACLE" => &[
-            "",
-            "disable",
-            "false",
-            "true",
-            "enable",
-            "verify",
-            "skip-verify",
-        ],
-        "MONGODB" => &["", "disable", "false", "true", "enable", "insecure"],
-        crate::SQLITE => &[""],
-        _ => return None,
-    })
-}
-
-/// Exact, case-sensitive check of `mode` against the type's allowlist. For the API layer.
+/// Parses `mode` as one of `ty`'s TLS modes: exact, case-sensitive. For hosts reading
+/// text (the API, the environment).
 ///
 /// Errors: `validation` / `the TLS mode is not one of the connection type's` (reason
 /// [`fetcher_engine::Reason::InvalidTlsMode`]), cause [`InvalidSslMode`] holding the mode
-/// as given (control characters replaced, cut to 64 characters) for a host's own wording;
-/// an unknown type is `validation` / `unsupported database type`.
-pub fn validate_ssl_mode(datasource_type: &str, mode: &str) -> Result<()> {
-    let allowed = allowed_modes(datasource_type)
-        .ok_or_else(|| EngineError::new(Category::Validation, msg::UNSUPPORTED_TYPE))?;
-    if allowed.contains(&mode) {
-        return Ok(());
-    }
+/// as given (control characters replaced, cut to 64 characters) for a host's own wording.
+pub fn validate_ssl_mode(ty: DatasourceType, mode: &str) -> Result<TlsMode> {
+    TlsMode::parse(ty, mode).ok_or_else(|| invalid(mode))
+}
+
+fn invalid(mode: &str) -> EngineError {
     let shown: String = mode
         .chars()
         .take(64)
         .map(|c| if c.is_control() { '?' } else { c })
         .collect();
-    Err(EngineError::wrap(
+    EngineError::wrap(
         Category::Validation,
         fetcher_engine::error::msg::TLS_MODE_INVALID,
         InvalidSslMode { shown },
-    ))
+    )
+}
+
+/// The descriptor's mode, checked against its type: a typed mode of another type's (a
+/// record patched to a new type, or written by another host) is refused, not guessed.
+pub fn checked_mode(d: &ConnectionDescriptor) -> Result<TlsMode> {
+    if d.ssl_mode.is_valid_for(d.datasource_type) {
+        Ok(d.ssl_mode)
+    } else {
+        Err(invalid(d.ssl_mode.as_str()))
+    }
 }
 
 /// The tenant CA, if any.
 pub fn root_cert(d: &ConnectionDescriptor) -> Option<Vec<u8>> {
-    match d.host_attributes.get(SSL_ROOT_CERT_KEY) {
-        Some(serde_json::Value::String(pem)) if !pem.trim().is_empty() => {
-            Some(pem.as_bytes().to_vec())
-        }
-        _ => None,
-    }
+    d.tls.root_cert_pem().map(<[u8]>::to_vec)
 }
 
-/// PostgreSQL mode (validated first).
-pub fn pg_mode(mode: &str, has_ca: bool) -> Result<PgSslMode> {
-    validate_ssl_mode(crate::POSTGRESQL, mode)?;
-    Ok(match mode {
-        "allow" => PgSslMode::Allow,
-        "prefer" => PgSslMode::Prefer,
-        "require" if has_ca => PgSslMode::VerifyCa,
-        "require" => PgSslMode::Require,
-        "verify-ca" => PgSslMode::VerifyCa,
-        "verify-full" => PgSslMode::VerifyFull,
+/// PostgreSQL mode (checked against the type first).
+pub fn pg_mode(d: &ConnectionDescriptor, has_ca: bool) -> Result<PgSslMode> {
+    Ok(match checked_mode(d)? {
+        TlsMode::Allow => PgSslMode::Allow,
+        TlsMode::Prefer => PgSslMode::Prefer,
+        TlsMode::Require if has_ca => PgSslMode::VerifyCa,
+        TlsMode::Require => PgSslMode::Require,
+        TlsMode::VerifyCa => PgSslMode::VerifyCa,
+        TlsMode::VerifyFull => PgSslMode::VerifyFull,
         _ => PgSslMode::Disable,
     })
 }
 
-/// MySQL mode (validated first). sqlx's own default is `Preferred`; `""` maps to
-/// `Disabled` explicitly, as the reference's `tls=false` default.
-pub fn mysql_mode(mode: &str) -> Result<MySqlSslMode> {
-    validate_ssl_mode(crate::MYSQL, mode)?;
-    Ok(match mode {
-        "true" => MySqlSslMode::VerifyIdentity,
-        "skip-verify" => MySqlSslMode::Required,
-        "preferred" => MySqlSslMode::Preferred,
+/// MySQL mode (checked against the type first). sqlx's own default is `Preferred`; the
+/// default maps to `Disabled` explicitly, as the reference's `tls=false` default.
+pub fn mysql_mode(d: &ConnectionDescriptor) -> Result<MySqlSslMode> {
+    Ok(match checked_mode(d)? {
+        TlsMode::True => MySqlSslMode::VerifyIdentity,
+        TlsMode::SkipVerify => MySqlSslMode::Required,
+        TlsMode::Preferred => MySqlSslMode::Preferred,
         _ => MySqlSslMode::Disabled,
     })
 }
@@ -122,9 +94,10 @@ pub fn mysql_mode(mode: &str) -> Result<MySqlSslMode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use DatasourceType as T;
 
     #[test]
-    fn allowlists_are_exact() {
+    fn parsing_is_exact() {
         for m in [
             "",
             "disable",
@@ -134,10 +107,10 @@ mod tests {
             "verify-ca",
             "verify-full",
         ] {
-            validate_ssl_mode("POSTGRESQL", m).unwrap();
+            assert_eq!(validate_ssl_mode(T::Postgresql, m).unwrap().as_str(), m);
         }
         for m in ["", "false", "true", "skip-verify", "preferred"] {
-            validate_ssl_mode("MYSQL", m).unwrap();
+            assert_eq!(validate_ssl_mode(T::Mysql, m).unwrap().as_str(), m);
         }
         let vectors = [
             "TRUE",
@@ -157,7 +130,7 @@ mod tests {
             "yes",
             "null",
         ];
-        for ty in ["POSTGRESQL", "MYSQL", "SQLITE"] {
+        for ty in T::ALL {
             for v in vectors {
                 let e = validate_ssl_mode(ty, v).unwrap_err();
                 assert_eq!(e.category(), Category::Validation);
@@ -169,46 +142,46 @@ mod tests {
                 assert!(e.cause_as::<InvalidSslMode>().is_some());
             }
         }
-        assert!(validate_ssl_mode("MYSQL", "require").is_err());
-        assert!(validate_ssl_mode("POSTGRESQL", "true").is_err());
-        assert!(validate_ssl_mode("SQLITE", "disable").is_err());
-        assert_eq!(
-            validate_ssl_mode("NOPE", "").unwrap_err().message(),
-            "unsupported database type"
-        );
+        assert!(validate_ssl_mode(T::Mysql, "require").is_err());
+        assert!(validate_ssl_mode(T::Postgresql, "true").is_err());
+        assert!(validate_ssl_mode(T::Sqlite, "disable").is_err());
         // The mode as given, for the host's wording; no code in the engine's text.
-        let e = validate_ssl_mode("MYSQL", "bad\nmode").unwrap_err();
+        let e = validate_ssl_mode(T::Mysql, "bad\nmode").unwrap_err();
         assert_eq!(e.cause_as::<InvalidSslMode>().unwrap().shown, "bad?mode");
         assert!(!e.message().contains("FET-"));
     }
 
+    fn descriptor(ty: DatasourceType, mode: TlsMode) -> ConnectionDescriptor {
+        ConnectionDescriptor {
+            datasource_type: ty,
+            ssl_mode: mode,
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn mappings() {
-        assert!(matches!(pg_mode("", false).unwrap(), PgSslMode::Disable));
+        let pg = |m| pg_mode(&descriptor(T::Postgresql, m), false).unwrap();
+        assert!(matches!(pg(TlsMode::Default), PgSslMode::Disable));
+        assert!(matches!(pg(TlsMode::Require), PgSslMode::Require));
+        assert!(matches!(pg(TlsMode::VerifyFull), PgSslMode::VerifyFull));
         assert!(matches!(
-            pg_mode("require", false).unwrap(),
-            PgSslMode::Require
-        ));
-        assert!(matches!(
-            pg_mode("require", true).unwrap(),
+            pg_mode(&descriptor(T::Postgresql, TlsMode::Require), true).unwrap(),
             PgSslMode::VerifyCa
         ));
-        assert!(matches!(
-            pg_mode("verify-full", false).unwrap(),
-            PgSslMode::VerifyFull
-        ));
-        assert!(matches!(mysql_mode("").unwrap(), MySqlSslMode::Disabled));
-        assert!(matches!(
-            mysql_mode("true").unwrap(),
-            MySqlSslMode::VerifyIdentity
-        ));
-        assert!(matches!(
-            mysql_mode("skip-verify").unwrap(),
-            MySqlSslMode::Required
-        ));
-        assert!(matches!(
-            mysql_mode("preferred").unwrap(),
-            MySqlSslMode::Preferred
-        ));
+        let my = |m| mysql_mode(&descriptor(T::Mysql, m)).unwrap();
+        assert!(matches!(my(TlsMode::Default), MySqlSslMode::Disabled));
+        assert!(matches!(my(TlsMode::True), MySqlSslMode::VerifyIdentity));
+        assert!(matches!(my(TlsMode::SkipVerify), MySqlSslMode::Required));
+        assert!(matches!(my(TlsMode::Preferred), MySqlSslMode::Preferred));
+    }
+
+    #[test]
+    fn a_mode_of_another_type_is_refused_not_guessed() {
+        // PostgreSQL's `require` on a record patched to MySQL: no MySQL meaning.
+        let e = mysql_mode(&descriptor(T::Mysql, TlsMode::Require)).unwrap_err();
+        assert_eq!(e.reason(), Some(fetcher_engine::Reason::InvalidTlsMode));
+        assert!(pg_mode(&descriptor(T::Postgresql, TlsMode::True), false).is_err());
+        assert!(checked_mode(&descriptor(T::Sqlite, TlsMode::Disable)).is_err());
     }
 }

@@ -160,7 +160,7 @@ async fn mysql_fixture_values_and_determinism() {
                          "filters": {"my1": {"transactions": {"amount": {"approx": [1]}}}}});
     assert!(serde_json::from_value::<ExtractionRequest>(unknown).is_err());
     let mut bad_tls = d.clone();
-    bad_tls.ssl_mode = "require".into();
+    bad_tls.ssl_mode = fetcher_engine::TlsMode::Require;
     let e = f
         .build_connector(&ctx, &tenant(), &bad_tls)
         .await
@@ -226,7 +226,7 @@ async fn mysql_wrong_password_and_tls_modes() {
         ("false", true),
     ] {
         let mut dm = d.clone();
-        dm.ssl_mode = mode.into();
+        dm.ssl_mode = mode.parse().unwrap();
         let mut c = ok.build_connector(&ctx, &tenant(), &dm).await.unwrap();
         assert_eq!(c.test_connection(&ctx).await.is_ok(), connects, "{mode}");
         c.close(&ctx).await.unwrap();

@@ -428,7 +428,7 @@ async fn bad_input_is_rejected_never_widened() {
 
     // Invalid TLS mode at build.
     let mut bad_tls = d.clone();
-    bad_tls.ssl_mode = "Require".into();
+    bad_tls.ssl_mode = fetcher_engine::TlsMode::True; // MySQL's spelling: no PostgreSQL meaning
     let e = f
         .build_connector(&ctx, &tenant(), &bad_tls)
         .await

@@ -50,7 +50,7 @@ impl Resolver for FakeDns {
 fn external(host: &str) -> ConnectionDescriptor {
     ConnectionDescriptor {
         config_name: "ext".into(),
-        datasource_type: "POSTGRESQL".into(),
+        datasource_type: fetcher_engine::DatasourceType::Postgresql,
         host: host.into(),
         port: 5432,
         database_name: "db".into(),
@@ -395,7 +395,7 @@ async fn factory_rejects_before_reveal_and_empty_password_is_no_exemption() {
     // Tenants may not name SQLite files.
     let f = SqlConnectorFactory::new(Dialect::Sqlite, creds, HostPolicy::multi_tenant());
     let mut lite = external("");
-    lite.datasource_type = "SQLITE".into();
+    lite.datasource_type = fetcher_engine::DatasourceType::Sqlite;
     lite.database_name = "/etc/passwd".into();
     let e = f.build_connector(&ctx, &tenant, &lite).await.unwrap_err();
     assert!(e.cause_as::<ForbiddenHost>().is_some());

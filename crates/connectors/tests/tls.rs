@@ -6,11 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use fetcher_connectors::{
-    Dialect, HostPolicy, SSL_ROOT_CERT_KEY, SqlConnectorFactory, StaticCredentials,
-};
+use fetcher_connectors::{Dialect, HostPolicy, SqlConnectorFactory, StaticCredentials};
 use fetcher_engine::ports::Connector;
-use fetcher_engine::{Category, ConnectionDescriptor, Context, TenantContext};
+use fetcher_engine::{Category, ConnectionDescriptor, Context, DatasourceType, TenantContext};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
 
 fn find_bin(name: &str) -> Option<PathBuf> {
@@ -169,18 +167,15 @@ fn start() -> Option<(Server, Pki)> {
 fn descriptor(host: &str, port: u16, mode: &str, ca: Option<&str>) -> ConnectionDescriptor {
     let mut d = ConnectionDescriptor {
         config_name: "tls".into(),
-        datasource_type: "POSTGRESQL".into(),
+        datasource_type: DatasourceType::Postgresql,
         host: host.into(),
         port,
         database_name: "postgres".into(),
         username: "postgres".into(),
-        ssl_mode: mode.into(),
+        ssl_mode: mode.parse().expect("a TLS mode spelling"),
         ..Default::default()
     };
-    if let Some(ca) = ca {
-        d.host_attributes
-            .insert(SSL_ROOT_CERT_KEY.into(), ca.into());
-    }
+    d.tls.root_cert = ca.map(str::to_owned);
     d
 }
 

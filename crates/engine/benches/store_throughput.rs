@@ -133,7 +133,7 @@ fn main() {
             },
             ..Default::default()
         });
-        registry.register("BENCH", factory);
+        registry.register(fetcher_engine::DatasourceType::Sqlite, factory);
         let store = MemoryConnectionStore::new();
         let engine = Engine::builder()
             .connector_registry(registry)
@@ -144,7 +144,7 @@ fn main() {
             .unwrap();
         let tenant = TenantContext::new("bench").unwrap();
         let ctx = Context::background();
-        let input = ConnectionInput { config_name: "bench".into(), datasource_type: "BENCH".into(), ..Default::default() };
+        let input = ConnectionInput { config_name: "bench".into(), datasource_type: fetcher_engine::DatasourceType::Sqlite, ..Default::default() };
         engine.create_connection(&ctx, &tenant, &input).await.unwrap();
         let mut req = ExtractionRequest::default();
         req.mapped_fields.insert("bench".into(), [("public.bench".to_string(), FIELDS.iter().map(|f| f.to_string()).collect())].into());

@@ -34,7 +34,7 @@ fn source(name: &str, rows: Vec<Row>, fields: &[&str]) -> TemplateBehaviour {
 async fn main() -> Result<()> {
     let registry = MemoryRegistry::new();
     registry.register(
-        "CRM",
+        DatasourceType::Postgresql,
         TemplateFactory::new(source(
             "public.accounts",
             table(&[
@@ -53,7 +53,7 @@ async fn main() -> Result<()> {
         )),
     );
     registry.register(
-        "BILLING",
+        DatasourceType::SqlServer,
         TemplateFactory::new(source(
             "public.invoices",
             table(&[&[
@@ -73,10 +73,13 @@ async fn main() -> Result<()> {
 
     let ctx = Context::background();
     let tenant = TenantContext::new("demo")?.with_request_id("job-1");
-    for (name, ty) in [("crm", "CRM"), ("billing", "BILLING")] {
+    for (name, ty) in [
+        ("crm", DatasourceType::Postgresql),
+        ("billing", DatasourceType::SqlServer),
+    ] {
         let input = ConnectionInput {
             config_name: name.into(),
-            datasource_type: ty.into(),
+            datasource_type: ty,
             ..Default::default()
         };
         engine.create_connection(&ctx, &tenant, &input).await?;

@@ -208,7 +208,7 @@ impl Engine {
         let factory = self
             .inner
             .registry
-            .connector(&descriptor.datasource_type)
+            .connector(descriptor.datasource_type)
             .ok_or_else(|| {
                 EngineError::new(
                     Category::NotFound,

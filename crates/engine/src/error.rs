@@ -107,6 +107,8 @@ pub enum Reason {
     ForbiddenHost,
     /// `validation`: the TLS mode is not one of the connection type's (the API: `FET-0413`).
     InvalidTlsMode,
+    /// `not_found`: the host registered no connector for the connection's datasource type.
+    NoConnector,
 }
 
 /// An engine failure: category + fixed message, with an optional hidden cause.
@@ -157,6 +159,9 @@ impl EngineError {
             (Category::Connect, msg::HOST_NOT_RESOLVED) => Some(Reason::HostNotResolved),
             (Category::Validation, msg::HOST_FORBIDDEN) => Some(Reason::ForbiddenHost),
             (Category::Validation, msg::TLS_MODE_INVALID) => Some(Reason::InvalidTlsMode),
+            (Category::NotFound, m) if m.starts_with(msg::NO_CONNECTOR_PREFIX) => {
+                Some(Reason::NoConnector)
+            }
             _ => None,
         }
     }
@@ -332,5 +337,10 @@ mod reason_tests {
         let e = EngineError::new(Category::Validation, msg::CONNECTION_EXISTS);
         assert_eq!(e.reason(), None);
         assert_eq!(EngineError::new(Category::Internal, "x").reason(), None);
+        let e = EngineError::new(
+            Category::NotFound,
+            format!("{}ORACLE", msg::NO_CONNECTOR_PREFIX),
+        );
+        assert_eq!(e.reason(), Some(Reason::NoConnector));
     }
 }

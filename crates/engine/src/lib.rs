@@ -113,7 +113,9 @@ pub use execute::{STORE_BATCH_ROWS, hex};
 pub use filter::{Condition, DatasourceFilters, Filters, Operator, TableFilters};
 pub use limits::Limits;
 pub use memory::EagerCursor;
-pub use model::{catalog::*, connection::*, extraction::*, incremental::*, result::*, segment::*};
+pub use model::{
+    catalog::*, connection::*, datasource::*, extraction::*, incremental::*, result::*, segment::*,
+};
 pub use ports::BoxFuture;
 pub use progress::{ExtractionProgress, ProgressSnapshot};
 pub use secret::Secret;

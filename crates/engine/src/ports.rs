@@ -32,9 +32,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Finds the factory for a datasource type. Required.
 ///
 /// A pure lookup: no I/O, deterministic by type. `None` means the type is not registered;
-/// the engine turns it into `not_found` / `no connector registered for datasource type <t>`.
+/// the engine turns it into `not_found` / `no connector registered for datasource type <t>`
+/// (reason [`crate::Reason::NoConnector`]).
 pub trait ConnectorRegistry: Send + Sync {
-    fn connector(&self, datasource_type: &str) -> Option<Arc<dyn ConnectorFactory>>;
+    fn connector(&self, datasource_type: DatasourceType) -> Option<Arc<dyn ConnectorFactory>>;
 }
 
 /// Builds one connector for one operation.

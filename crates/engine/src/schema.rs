@@ -206,7 +206,7 @@ fn missing_in(
 ) -> Vec<ValidationFailure> {
     let mut failures = Vec::new();
     for t in &ds.tables {
-        let Some(table) = snapshot.find_table(&descriptor.datasource_type, &t.name) else {
+        let Some(table) = snapshot.find_table(descriptor.datasource_type, &t.name) else {
             failures.push(failure(
                 failure_type::TABLE_NOT_FOUND,
                 &ds.config_name,

@@ -38,13 +38,14 @@ fn descriptor(name: &str, id: &str) -> ConnectionDescriptor {
     ConnectionDescriptor {
         id: id.into(),
         config_name: name.into(),
-        datasource_type: "POSTGRESQL".into(),
+        datasource_type: DatasourceType::Postgresql,
         host: "db.internal".into(),
         port: 5432,
         database_name: "app".into(),
         schema: "public".into(),
         username: "reader".into(),
-        ssl_mode: "require".into(),
+        ssl_mode: TlsMode::Require,
+        tls: TlsMaterial::default(),
         key_version: "1".into(),
         host_attributes: [("productName".to_string(), serde_json::json!("crm"))].into(),
     }

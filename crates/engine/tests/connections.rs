@@ -483,7 +483,7 @@ async fn test_connection_runs_build_test_close_and_reports_latency() {
 
     // Unregistered type: the shared unknown-type text, type appended verbatim.
     let odd = ConnectionInput {
-        datasource_type: "ORACLE".into(),
+        datasource_type: DatasourceType::Oracle,
         ..input("ora")
     };
     h.engine.create_connection(&ctx(), &t, &odd).await.unwrap();

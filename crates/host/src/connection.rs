@@ -1,30 +1,28 @@
-//! The API's connection record, typed: product, API id, metadata, timestamps and the
-//! TLS material next to the engine's descriptor fields. Stores keep the host part in the
-//! descriptor's `host_attributes` (the engine's opaque extension of a record); this
-//! module is the one codec between the two, so no other layer reads those keys.
+//! The API's connection record, typed: product, API id, metadata and timestamps next to
+//! the engine's descriptor fields (type, TLS mode and material typed by the engine).
+//! Stores keep the host part in the descriptor's `host_attributes` (the engine's opaque
+//! extension of a record); this module is the one codec between the two, so no other
+//! layer reads those keys.
 
 use std::collections::BTreeMap;
 
-use fetcher_engine::{ConnectionDescriptor, Timestamp};
+use fetcher_engine::{ConnectionDescriptor, DatasourceType, Timestamp, TlsMaterial, TlsMode};
 use serde_json::{Map, Value};
 
-/// Host-attribute keys of the record: read and written only by [`ConnectionRecord`]
-/// (the connectors read the CA under the same key, `fetcher_connectors::SSL_ROOT_CERT_KEY`).
+/// Host-attribute keys of the record: read and written only by [`ConnectionRecord`].
 mod attr {
     pub const ID: &str = "id";
     pub const PRODUCT: &str = "productName";
     pub const METADATA: &str = "metadata";
     pub const CREATED_AT: &str = "createdAt";
     pub const UPDATED_AT: &str = "updatedAt";
-    pub const SSL_CA: &str = fetcher_connectors::SSL_ROOT_CERT_KEY;
-    pub const SSL_CERT: &str = "sslCert";
 }
 
 /// A connection's TLS settings (docs/datasources.md, "TLS").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SslSettings {
-    /// `disable`, `require`, `verify-ca`, `verify-full`.
-    pub mode: String,
+    /// One of the type's modes (checked against it by the API before a store sees it).
+    pub mode: TlsMode,
     /// The tenant CA (PEM); empty for none.
     pub ca: String,
     /// The client certificate (PEM), if any.
@@ -39,7 +37,7 @@ pub struct ConnectionRecord {
     /// The owning product; empty for a legacy (unassigned) record.
     pub product: String,
     pub config_name: String,
-    pub datasource_type: String,
+    pub datasource_type: DatasourceType,
     pub host: String,
     pub port: u16,
     pub database_name: String,
@@ -73,8 +71,6 @@ impl ConnectionRecord {
             attr::METADATA,
             attr::CREATED_AT,
             attr::UPDATED_AT,
-            attr::SSL_CA,
-            attr::SSL_CERT,
         ] {
             other.remove(k);
         }
@@ -82,19 +78,16 @@ impl ConnectionRecord {
             s if s.is_empty() => d.id.clone(),
             s => s,
         };
-        let ssl = (!d.ssl_mode.is_empty()).then(|| {
-            let cert = attr_str(d, attr::SSL_CERT);
-            SslSettings {
-                mode: d.ssl_mode.clone(),
-                ca: attr_str(d, attr::SSL_CA),
-                cert: (!cert.is_empty()).then_some(cert),
-            }
+        let ssl = (!d.ssl_mode.is_default()).then(|| SslSettings {
+            mode: d.ssl_mode,
+            ca: d.tls.root_cert.clone().unwrap_or_default(),
+            cert: d.tls.client_cert.clone(),
         });
         ConnectionRecord {
             id,
             product: attr_str(d, attr::PRODUCT),
             config_name: d.config_name.clone(),
-            datasource_type: d.datasource_type.clone(),
+            datasource_type: d.datasource_type,
             host: d.host.clone(),
             port: d.port,
             database_name: d.database_name.clone(),
@@ -118,16 +111,20 @@ impl ConnectionRecord {
         ConnectionDescriptor {
             id: self.id.clone(),
             config_name: self.config_name.clone(),
-            datasource_type: self.datasource_type.clone(),
+            datasource_type: self.datasource_type,
             host: self.host.clone(),
             port: self.port,
             database_name: self.database_name.clone(),
             schema: self.schema.clone(),
             username: self.username.clone(),
-            ssl_mode: self
+            ssl_mode: self.ssl.as_ref().map(|s| s.mode).unwrap_or_default(),
+            tls: self
                 .ssl
                 .as_ref()
-                .map(|s| s.mode.clone())
+                .map(|s| TlsMaterial {
+                    root_cert: Some(s.ca.clone()).filter(|c| !c.is_empty()),
+                    client_cert: s.cert.clone(),
+                })
                 .unwrap_or_default(),
             key_version: self.key_version.clone(),
             host_attributes: self.attributes(),
@@ -151,14 +148,6 @@ impl ConnectionRecord {
             attr::UPDATED_AT.into(),
             Value::String(self.updated_at.clone()),
         );
-        if let Some(ssl) = &self.ssl {
-            if !ssl.ca.is_empty() {
-                a.insert(attr::SSL_CA.into(), Value::String(ssl.ca.clone()));
-            }
-            if let Some(c) = &ssl.cert {
-                a.insert(attr::SSL_CERT.into(), Value::String(c.clone()));
-            }
-        }
         a
     }
 
@@ -197,13 +186,13 @@ mod tests {
             id: "c-1".into(),
             product: "crm".into(),
             config_name: "ledger".into(),
-            datasource_type: "POSTGRESQL".into(),
+            datasource_type: fetcher_engine::DatasourceType::Postgresql,
             host: "db".into(),
             port: 5432,
             database_name: "ledger".into(),
             username: "reader".into(),
             ssl: Some(SslSettings {
-                mode: "verify-full".into(),
+                mode: TlsMode::VerifyFull,
                 ca: "PEM".into(),
                 cert: Some("CERT".into()),
             }),
@@ -213,10 +202,9 @@ mod tests {
             ..Default::default()
         };
         let d = r.descriptor();
-        assert_eq!(
-            d.host_attributes[fetcher_connectors::SSL_ROOT_CERT_KEY],
-            "PEM"
-        );
+        assert_eq!(d.tls.root_cert.as_deref(), Some("PEM"));
+        assert_eq!(d.tls.client_cert.as_deref(), Some("CERT"));
+        assert!(!d.host_attributes.contains_key("sslRootCert"));
         assert_eq!(ConnectionRecord::from_descriptor(&d), r);
         assert_eq!(ConnectionRecord::product_of(&d), "crm");
         assert!(ConnectionRecord::has_api_identity(&d));

@@ -107,7 +107,7 @@ pub fn derived_sync_id(
 /// type, and cannot resolve a key: then a key must be named.
 pub fn resolve(
     config: &str,
-    datasource_type: &str,
+    datasource_type: fetcher_engine::DatasourceType,
     schema: Option<&SchemaSnapshot>,
     tables: &BTreeMap<String, IncrementalSpec>,
 ) -> Result<BTreeMap<String, IncrementalSpec>, JobError> {

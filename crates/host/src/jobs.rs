@@ -342,7 +342,7 @@ impl JobService {
                 continue;
             };
             let selection = &mapped[&d.config_name];
-            if cached.missing(&d.datasource_type, selection).is_empty() {
+            if cached.missing(d.datasource_type, selection).is_empty() {
                 continue;
             }
             let ctx = Context::background().with_timeout(self.settings.test_timeout);
@@ -351,7 +351,7 @@ impl JobService {
                 .discover_schema_fresh(&ctx, tenant, &d.config_name)
                 .await
             {
-                for (table, field) in fresh.missing(&d.datasource_type, selection) {
+                for (table, field) in fresh.missing(d.datasource_type, selection) {
                     unknown.push((d.config_name.clone(), table, field));
                 }
             }
@@ -474,7 +474,7 @@ impl JobService {
             let schema = self.schema_for(tenant, config).await;
             out.insert(
                 config.clone(),
-                crate::incremental::resolve(config, &d.datasource_type, schema.as_ref(), tables)?,
+                crate::incremental::resolve(config, d.datasource_type, schema.as_ref(), tables)?,
             );
         }
         Ok(out)

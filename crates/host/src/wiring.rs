@@ -153,7 +153,7 @@ mod tests {
         let ctx = Context::background();
         let input = ConnectionInput {
             config_name: "pg".into(),
-            datasource_type: "POSTGRESQL".into(),
+            datasource_type: fetcher_engine::DatasourceType::Postgresql,
             host: "127.0.0.1".into(),
             port: 5432,
             database_name: "test".into(),
@@ -178,7 +178,7 @@ mod tests {
 
         let lite = ConnectionInput {
             config_name: "lite".into(),
-            datasource_type: "SQLITE".into(),
+            datasource_type: fetcher_engine::DatasourceType::Sqlite,
             database_name: "/nowhere/x.db".into(),
             ..Default::default()
         };
@@ -191,9 +191,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            refused
-                .message()
-                .starts_with(fetcher_engine::error::msg::NO_CONNECTOR_PREFIX),
+            refused.reason() == Some(fetcher_engine::Reason::NoConnector),
             "a Lambda-style host has no SQLite connector: {refused}"
         );
     }

@@ -420,7 +420,7 @@ async fn unassigned_and_assign() {
     let d = fetcher_engine::ConnectionDescriptor {
         id: legacy_id.clone(),
         config_name: "legacy-mysql".into(),
-        datasource_type: "MYSQL".into(),
+        datasource_type: fetcher_engine::DatasourceType::Mysql,
         host: "mysql.example.com".into(),
         port: 3306,
         database_name: "app".into(),

@@ -528,7 +528,7 @@ async fn unassigned_connection_cannot_serve_a_job() {
     let d = fetcher_engine::ConnectionDescriptor {
         id: "legacy".into(),
         config_name: "legacy-pg".into(),
-        datasource_type: "POSTGRESQL".into(),
+        datasource_type: fetcher_engine::DatasourceType::Postgresql,
         host: "h".into(),
         port: 1,
         database_name: "d".into(),

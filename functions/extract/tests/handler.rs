@@ -437,7 +437,7 @@ async fn a_reencryption_pass_moves_stored_credentials_to_the_current_key() {
     let ctx = fetcher_engine::Context::background();
     let input = fetcher_engine::ConnectionInput {
         config_name: "rotated-db".into(),
-        datasource_type: "POSTGRESQL".into(),
+        datasource_type: fetcher_engine::DatasourceType::Postgresql,
         host: "db.example.com".into(),
         port: 5432,
         database_name: "d".into(),

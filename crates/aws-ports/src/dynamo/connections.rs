@@ -29,6 +29,7 @@ pub(super) fn descriptor_from(item: &Item) -> fetcher_engine::Result<ConnectionD
         serde_json::from_str::<HostAttributes>(get_s(item, "attrs").ok_or_else(corrupt)?)
             .map_err(|_| corrupt())?;
     d.id = get_s(item, "id").ok_or_else(corrupt)?.to_owned();
+    d.lift_legacy_tls();
     Ok(d)
 }
 

@@ -209,7 +209,7 @@ async fn postgres(rows: u64) {
     let out = std::env::temp_dir().join(format!("{db}.ndjson"));
     let d = ConnectionDescriptor {
         config_name: "bench".into(),
-        datasource_type: "POSTGRESQL".into(),
+        datasource_type: fetcher_engine::DatasourceType::Postgresql,
         host: "127.0.0.1".into(),
         port: 5432,
         database_name: db.clone(),
@@ -297,7 +297,7 @@ async fn mysql(rows: u64) {
     let out = std::env::temp_dir().join(format!("{db}.ndjson"));
     let d = ConnectionDescriptor {
         config_name: "bench".into(),
-        datasource_type: "MYSQL".into(),
+        datasource_type: fetcher_engine::DatasourceType::Mysql,
         host: "127.0.0.1".into(),
         port: 3306,
         database_name: db.clone(),

@@ -68,7 +68,7 @@ impl PgDb {
     pub fn descriptor(&self, config: &str) -> ConnectionDescriptor {
         ConnectionDescriptor {
             config_name: config.into(),
-            datasource_type: "POSTGRESQL".into(),
+            datasource_type: fetcher_engine::DatasourceType::Postgresql,
             host: PG_HOST.into(),
             port: PG_PORT,
             database_name: self.name.clone(),
@@ -129,7 +129,7 @@ impl MyDb {
     pub fn descriptor(&self, config: &str) -> ConnectionDescriptor {
         ConnectionDescriptor {
             config_name: config.into(),
-            datasource_type: "MYSQL".into(),
+            datasource_type: fetcher_engine::DatasourceType::Mysql,
             host: "127.0.0.1".into(),
             port: MY_PORT,
             database_name: self.name.clone(),
@@ -174,7 +174,7 @@ impl LiteDb {
     pub fn descriptor(&self, config: &str) -> ConnectionDescriptor {
         ConnectionDescriptor {
             config_name: config.into(),
-            datasource_type: "SQLITE".into(),
+            datasource_type: fetcher_engine::DatasourceType::Sqlite,
             database_name: self.path.to_string_lossy().into_owned(),
             ..Default::default()
         }
@@ -207,7 +207,10 @@ pub async fn pg_harness(
     d: &ConnectionDescriptor,
 ) -> Harness {
     let registry = fetcher_engine::memory::MemoryRegistry::new();
-    registry.register("POSTGRESQL", Arc::new(factory));
+    registry.register(
+        fetcher_engine::DatasourceType::Postgresql,
+        Arc::new(factory),
+    );
     harness_with(registry, std::slice::from_ref(d)).await
 }
 

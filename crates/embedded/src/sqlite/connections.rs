@@ -10,6 +10,7 @@ pub(super) fn descriptor_from(
     let corrupt = || EngineError::new(Category::Internal, "stored connection is corrupt");
     let mut d: ConnectionDescriptor = serde_json::from_str(doc).map_err(|_| corrupt())?;
     d.host_attributes = serde_json::from_str::<HostAttributes>(attrs).map_err(|_| corrupt())?;
+    d.lift_legacy_tls();
     Ok(d)
 }
 

@@ -12,7 +12,7 @@ use crate::value::{Row, RowBatch};
 /// Registers factories by datasource type; a later registration overwrites.
 #[derive(Default)]
 pub struct MemoryRegistry {
-    factories: Mutex<BTreeMap<String, Arc<dyn ConnectorFactory>>>,
+    factories: Mutex<BTreeMap<DatasourceType, Arc<dyn ConnectorFactory>>>,
 }
 
 impl MemoryRegistry {
@@ -20,17 +20,21 @@ impl MemoryRegistry {
         Arc::default()
     }
 
-    pub fn register(&self, datasource_type: &str, factory: Arc<dyn ConnectorFactory>) {
+    pub fn register(&self, datasource_type: DatasourceType, factory: Arc<dyn ConnectorFactory>) {
         self.factories
             .lock()
             .unwrap()
-            .insert(datasource_type.to_owned(), factory);
+            .insert(datasource_type, factory);
     }
 }
 
 impl ConnectorRegistry for MemoryRegistry {
-    fn connector(&self, datasource_type: &str) -> Option<Arc<dyn ConnectorFactory>> {
-        self.factories.lock().unwrap().get(datasource_type).cloned()
+    fn connector(&self, datasource_type: DatasourceType) -> Option<Arc<dyn ConnectorFactory>> {
+        self.factories
+            .lock()
+            .unwrap()
+            .get(&datasource_type)
+            .cloned()
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::datasource::DatasourceType;
 use crate::time::Timestamp;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,7 +65,11 @@ impl SchemaSnapshot {
     /// datasource type's naming rules normalise it ([`normalize_table_name`]). Schema
     /// validation, job planning and the connectors all find tables through these rules,
     /// so a mapping validate-schema accepts is one a job runs.
-    pub fn find_table(&self, datasource_type: &str, requested: &str) -> Option<&TableSnapshot> {
+    pub fn find_table(
+        &self,
+        datasource_type: DatasourceType,
+        requested: &str,
+    ) -> Option<&TableSnapshot> {
         self.table(requested)
             .or_else(|| self.table(&normalize_table_name(datasource_type, requested)))
     }
@@ -76,10 +81,10 @@ impl SchemaSnapshot {
     /// creation and planning share.
     pub fn missing<'a>(
         &self,
-        datasource_type: &str,
+        datasource_type: DatasourceType,
         selection: impl IntoIterator<Item = (&'a String, &'a Vec<String>)>,
     ) -> Vec<(String, Option<String>)> {
-        let oracle = datasource_type == "ORACLE";
+        let oracle = datasource_type == DatasourceType::Oracle;
         let mut out = Vec::new();
         for (table, fields) in selection {
             let Some(found) = self.find_table(datasource_type, table) else {
@@ -117,7 +122,7 @@ impl TableSnapshot {
 /// spaces around it or a part is returned unchanged: it matches only a table of exactly
 /// that name, never a trimmed one, so a mistyped name is an unknown table rather than
 /// another table read in its place.
-pub fn normalize_table_name(datasource_type: &str, name: &str) -> String {
+pub fn normalize_table_name(datasource_type: DatasourceType, name: &str) -> String {
     let parts: Vec<&str> = name.split('.').collect();
     if parts.iter().any(|p| p.is_empty() || p.trim() != *p) {
         return name.to_owned();
@@ -135,10 +140,10 @@ pub fn normalize_table_name(datasource_type: &str, name: &str) -> String {
         }
     };
     match datasource_type {
-        "POSTGRESQL" => qualified("public"),
-        "SQL_SERVER" => qualified("dbo"),
-        "ORACLE" => qualified("").to_uppercase(),
-        _ => qualified(""),
+        DatasourceType::Postgresql => qualified("public"),
+        DatasourceType::SqlServer => qualified("dbo"),
+        DatasourceType::Oracle => qualified("").to_uppercase(),
+        DatasourceType::Mysql | DatasourceType::Sqlite | DatasourceType::MongoDb => qualified(""),
     }
 }
 
@@ -223,17 +228,23 @@ mod tests {
     #[test]
     fn table_names_normalise_by_datasource_type() {
         let n = normalize_table_name;
-        assert_eq!(n("POSTGRESQL", "public.users"), "users");
-        assert_eq!(n("POSTGRESQL", "PUBLIC.users"), "users");
-        assert_eq!(n("POSTGRESQL", "public.Users"), "Users");
-        assert_eq!(n("POSTGRESQL", "acc.inv"), "acc.inv");
-        assert_eq!(n("POSTGRESQL", "mydb.sales.orders"), "sales.orders");
-        assert_eq!(n("POSTGRESQL", "mydb.public.orders"), "orders");
-        assert_eq!(n("POSTGRESQL", "a.b.c.d"), "a.b.c.d");
-        assert_eq!(n("SQL_SERVER", "dbo.t"), "t");
-        assert_eq!(n("ORACLE", "hr.emp"), "HR.EMP");
-        assert_eq!(n("MYSQL", "db.s.t"), "s.t");
-        assert_eq!(n("MYSQL", "otherdb.users"), "otherdb.users");
+        assert_eq!(n(DatasourceType::Postgresql, "public.users"), "users");
+        assert_eq!(n(DatasourceType::Postgresql, "PUBLIC.users"), "users");
+        assert_eq!(n(DatasourceType::Postgresql, "public.Users"), "Users");
+        assert_eq!(n(DatasourceType::Postgresql, "acc.inv"), "acc.inv");
+        assert_eq!(
+            n(DatasourceType::Postgresql, "mydb.sales.orders"),
+            "sales.orders"
+        );
+        assert_eq!(
+            n(DatasourceType::Postgresql, "mydb.public.orders"),
+            "orders"
+        );
+        assert_eq!(n(DatasourceType::Postgresql, "a.b.c.d"), "a.b.c.d");
+        assert_eq!(n(DatasourceType::SqlServer, "dbo.t"), "t");
+        assert_eq!(n(DatasourceType::Oracle, "hr.emp"), "HR.EMP");
+        assert_eq!(n(DatasourceType::Mysql, "db.s.t"), "s.t");
+        assert_eq!(n(DatasourceType::Mysql, "otherdb.users"), "otherdb.users");
         // Never trimmed, never an empty part dropped (#30): these match only themselves.
         for odd in [
             " users",
@@ -243,7 +254,7 @@ mod tests {
             " public.users",
             "public. users",
         ] {
-            assert_eq!(n("POSTGRESQL", odd), odd);
+            assert_eq!(n(DatasourceType::Postgresql, odd), odd);
         }
         let snap = SchemaSnapshot {
             config_name: "c".into(),
@@ -254,9 +265,21 @@ mod tests {
             }],
             captured_at: None,
         };
-        assert!(snap.find_table("POSTGRESQL", "public.orders").is_some());
-        assert!(snap.find_table("POSTGRESQL", "orders").is_some());
-        assert!(snap.find_table("POSTGRESQL", "other.orders").is_none());
-        assert!(snap.find_table("MYSQL", "otherdb.orders").is_none());
+        assert!(
+            snap.find_table(DatasourceType::Postgresql, "public.orders")
+                .is_some()
+        );
+        assert!(
+            snap.find_table(DatasourceType::Postgresql, "orders")
+                .is_some()
+        );
+        assert!(
+            snap.find_table(DatasourceType::Postgresql, "other.orders")
+                .is_none()
+        );
+        assert!(
+            snap.find_table(DatasourceType::Mysql, "otherdb.orders")
+                .is_none()
+        );
     }
 }

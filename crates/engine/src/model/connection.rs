@@ -8,23 +8,58 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::datasource::{DatasourceType, TlsMode};
 use crate::secret::Secret;
 
 /// Opaque host data carried input → descriptor → store → back; never read, never
 /// serialized by the engine.
 pub type HostAttributes = BTreeMap<String, serde_json::Value>;
 
+/// A connection's TLS material beside its mode (docs/datasources.md, "TLS modes"): PEM
+/// text, public by nature (a private key is never stored). Stored with the descriptor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsMaterial {
+    /// The tenant's CA bundle: certificate chains are verified against it instead of the
+    /// bundled Mozilla roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_cert: Option<String>,
+    /// A client certificate, kept as given; no connector here presents one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert: Option<String>,
+}
+
+impl TlsMaterial {
+    pub fn is_empty(&self) -> bool {
+        self.root_cert.is_none() && self.client_cert.is_none()
+    }
+
+    /// The CA bundle, when it holds anything but white space.
+    pub fn root_cert_pem(&self) -> Option<&[u8]> {
+        self.root_cert
+            .as_deref()
+            .filter(|p| !p.trim().is_empty())
+            .map(str::as_bytes)
+    }
+}
+
+/// Host-attribute keys under which records written before [`TlsMaterial`] existed keep
+/// their TLS material; [`ConnectionDescriptor::lift_legacy_tls`] moves it.
+const LEGACY_ROOT_CERT: &str = "sslRootCert";
+const LEGACY_CLIENT_CERT: &str = "sslCert";
+
 /// A connection definition with its secret. Every rendering redacts the password.
 #[derive(Clone, Default)]
 pub struct ConnectionInput {
     pub config_name: String,
-    pub datasource_type: String,
+    pub datasource_type: DatasourceType,
     pub host: String,
     pub port: u16,
     pub database_name: String,
     pub schema: String,
     pub username: String,
-    pub ssl_mode: String,
+    pub ssl_mode: TlsMode,
+    pub tls: TlsMaterial,
     pub host_attributes: HostAttributes,
     /// The host's identity for the new record (opaque to the engine; empty for none):
     /// copied to the created descriptor's `id`.
@@ -63,13 +98,13 @@ impl fmt::Display for ConnectionInput {
             f,
             "ConnectionInput{{configName:{:?} type:{:?} host:{:?} port:{} database:{:?} schema:{:?} username:{:?} sslMode:{:?} password:{}}}",
             self.config_name,
-            self.datasource_type,
+            self.datasource_type.as_str(),
             self.host,
             self.port,
             self.database_name,
             self.schema,
             self.username,
-            self.ssl_mode,
+            self.ssl_mode.as_str(),
             self.redacted()
         )
     }
@@ -88,26 +123,26 @@ impl Serialize for ConnectionInput {
         struct Redacted<'a> {
             config_name: &'a str,
             #[serde(rename = "type")]
-            datasource_type: &'a str,
+            datasource_type: DatasourceType,
             host: &'a str,
             port: u16,
             database_name: &'a str,
             #[serde(skip_serializing_if = "str::is_empty")]
             schema: &'a str,
             user_name: &'a str,
-            #[serde(skip_serializing_if = "str::is_empty")]
-            ssl_mode: &'a str,
+            #[serde(skip_serializing_if = "TlsMode::is_default")]
+            ssl_mode: TlsMode,
             password: &'a str,
         }
         Redacted {
             config_name: &self.config_name,
-            datasource_type: &self.datasource_type,
+            datasource_type: self.datasource_type,
             host: &self.host,
             port: self.port,
             database_name: &self.database_name,
             schema: &self.schema,
             user_name: &self.username,
-            ssl_mode: &self.ssl_mode,
+            ssl_mode: self.ssl_mode,
             password: self.redacted(),
         }
         .serialize(s)
@@ -123,7 +158,7 @@ pub struct ConnectionDescriptor {
     pub id: String,
     pub config_name: String,
     #[serde(rename = "type")]
-    pub datasource_type: String,
+    pub datasource_type: DatasourceType,
     pub host: String,
     pub port: u16,
     pub database_name: String,
@@ -131,8 +166,10 @@ pub struct ConnectionDescriptor {
     pub schema: String,
     #[serde(rename = "userName")]
     pub username: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub ssl_mode: String,
+    #[serde(default, skip_serializing_if = "TlsMode::is_default")]
+    pub ssl_mode: TlsMode,
+    #[serde(default, skip_serializing_if = "TlsMaterial::is_empty")]
+    pub tls: TlsMaterial,
     /// Label of the key that protected the stored secret. The reference types this as an
     /// integer; the product records a free-form label, so it is text here. Empty means no
     /// protected secret (an internal datasource, or one without a password).
@@ -143,19 +180,37 @@ pub struct ConnectionDescriptor {
 }
 
 impl ConnectionDescriptor {
+    /// A record stored before TLS material was typed kept it in host attributes
+    /// (`sslRootCert`, `sslCert`): moved into [`ConnectionDescriptor::tls`], so a store
+    /// decoding old records hands out the typed form only.
+    pub fn lift_legacy_tls(&mut self) {
+        let mut take = |key: &str| match self.host_attributes.remove(key) {
+            Some(serde_json::Value::String(pem)) if !pem.is_empty() => Some(pem),
+            _ => None,
+        };
+        let (root, client) = (take(LEGACY_ROOT_CERT), take(LEGACY_CLIENT_CERT));
+        if self.tls.root_cert.is_none() {
+            self.tls.root_cert = root;
+        }
+        if self.tls.client_cert.is_none() {
+            self.tls.client_cert = client;
+        }
+    }
+
     /// Every non-secret field plus host attributes and identity; `key_version` stays
     /// empty.
     pub fn from_input(input: &ConnectionInput) -> Self {
         ConnectionDescriptor {
             id: input.id.clone(),
             config_name: input.config_name.clone(),
-            datasource_type: input.datasource_type.clone(),
+            datasource_type: input.datasource_type,
             host: input.host.clone(),
             port: input.port,
             database_name: input.database_name.clone(),
             schema: input.schema.clone(),
             username: input.username.clone(),
-            ssl_mode: input.ssl_mode.clone(),
+            ssl_mode: input.ssl_mode,
+            tls: input.tls.clone(),
             key_version: String::new(),
             host_attributes: input.host_attributes.clone(),
         }
@@ -183,13 +238,15 @@ impl fmt::Debug for ProtectedCredential {
 /// A partial update. The config name cannot be patched.
 #[derive(Clone, Default)]
 pub struct ConnectionPatch {
-    pub datasource_type: Option<String>,
+    pub datasource_type: Option<DatasourceType>,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub database_name: Option<String>,
     pub schema: Option<String>,
     pub username: Option<String>,
-    pub ssl_mode: Option<String>,
+    pub ssl_mode: Option<TlsMode>,
+    /// Present: replaces the TLS material.
+    pub tls: Option<TlsMaterial>,
     /// Present: replaces the whole map.
     pub host_attributes: Option<HostAttributes>,
     /// A new password; `Some("")` still counts as a password change.
@@ -219,7 +276,9 @@ impl ConnectionPatch {
                 dst.clone_from(v);
             }
         };
-        set(&mut d.datasource_type, &self.datasource_type);
+        if let Some(t) = self.datasource_type {
+            d.datasource_type = t;
+        }
         set(&mut d.host, &self.host);
         if let Some(p) = self.port {
             d.port = p;
@@ -227,7 +286,12 @@ impl ConnectionPatch {
         set(&mut d.database_name, &self.database_name);
         set(&mut d.schema, &self.schema);
         set(&mut d.username, &self.username);
-        set(&mut d.ssl_mode, &self.ssl_mode);
+        if let Some(m) = self.ssl_mode {
+            d.ssl_mode = m;
+        }
+        if let Some(t) = &self.tls {
+            d.tls = t.clone();
+        }
         if let Some(h) = &self.host_attributes {
             d.host_attributes = h.clone();
         }
@@ -302,7 +366,7 @@ mod tests {
     fn input() -> ConnectionInput {
         ConnectionInput {
             config_name: "pg".into(),
-            datasource_type: "POSTGRESQL".into(),
+            datasource_type: DatasourceType::Postgresql,
             host: "db".into(),
             port: 5432,
             database_name: "app".into(),
@@ -361,6 +425,32 @@ mod tests {
         d.key_version = "2".into();
         d.id = "abc".into();
         assert_eq!(serde_json::to_value(&d).unwrap()["keyVersion"], "2");
+    }
+
+    #[test]
+    fn legacy_tls_attributes_become_typed_material() {
+        let mut d = ConnectionDescriptor::from_input(&input());
+        d.host_attributes
+            .insert("sslRootCert".into(), "CA PEM".into());
+        d.host_attributes.insert("sslCert".into(), "".into());
+        d.host_attributes.insert("other".into(), 1.into());
+        d.lift_legacy_tls();
+        assert_eq!(d.tls.root_cert.as_deref(), Some("CA PEM"));
+        assert_eq!(d.tls.client_cert, None);
+        assert_eq!(d.host_attributes.keys().collect::<Vec<_>>(), ["other"]);
+        // Typed material already there wins; the legacy keys still go.
+        d.host_attributes.insert("sslRootCert".into(), "OLD".into());
+        d.lift_legacy_tls();
+        assert_eq!(d.tls.root_cert.as_deref(), Some("CA PEM"));
+        assert!(!d.host_attributes.contains_key("sslRootCert"));
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["tls"], serde_json::json!({"rootCert": "CA PEM"}));
+        assert_eq!(
+            serde_json::from_value::<ConnectionDescriptor>(json)
+                .unwrap()
+                .tls,
+            d.tls
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`connection`] | connection input (with its secret), descriptor, protected credential, patch, list and page, test result |
+//! | [`datasource`] | the closed vocabularies of a connection: datasource type, TLS mode |
 //! | [`catalog`] | discovered tables and fields, table-name normalisation, schema validation requests and reports |
 //! | [`extraction`] | the extraction request, its plan and steps, the execution mode, the recorded state of a run |
 //! | [`incremental`] | incremental reads: the spec (cursor, key, lookback), the watermark, a read after one |
@@ -20,6 +21,7 @@
 
 pub mod catalog;
 pub mod connection;
+pub mod datasource;
 pub mod extraction;
 pub mod filter;
 pub mod incremental;
@@ -34,6 +36,7 @@ pub mod value;
 
 pub use catalog::*;
 pub use connection::*;
+pub use datasource::*;
 pub use extraction::*;
 pub use incremental::*;
 pub use result::*;

@@ -9,12 +9,37 @@ use std::time::Duration;
 use fetcher_engine::memory::*;
 use fetcher_engine::*;
 
-pub const PG: &str = "POSTGRESQL";
+pub const PG: DatasourceType = DatasourceType::Postgresql;
+
+/// The harness's one factory: connections added by [`add_source`] get their own
+/// behaviour, by config name; every other connection the default.
+pub struct Sources {
+    default: Arc<TemplateFactory>,
+    named: std::sync::Mutex<BTreeMap<String, Arc<TemplateFactory>>>,
+}
+
+impl ports::ConnectorFactory for Sources {
+    fn build<'a>(
+        &'a self,
+        ctx: &'a Context,
+        tenant: &'a TenantContext,
+        descriptor: &'a ConnectionDescriptor,
+    ) -> BoxFuture<'a, Result<Option<Box<dyn ports::Connector>>>> {
+        let factory = self
+            .named
+            .lock()
+            .unwrap()
+            .get(&descriptor.config_name)
+            .cloned()
+            .unwrap_or_else(|| self.default.clone());
+        Box::pin(async move { factory.build(ctx, tenant, descriptor).await })
+    }
+}
 
 pub struct Harness {
     pub engine: Engine,
     pub store: Arc<MemoryConnectionStore>,
-    pub registry: Arc<MemoryRegistry>,
+    pub sources: Arc<Sources>,
     pub factory: Arc<TemplateFactory>,
     pub protector: Arc<MemoryCredentialProtector>,
     pub cache: Arc<MemorySchemaCache>,
@@ -48,7 +73,11 @@ pub fn harness(wiring: Wiring, behaviour: TemplateBehaviour, limits: Option<Limi
     let store = MemoryConnectionStore::new();
     let registry = MemoryRegistry::new();
     let factory = TemplateFactory::new(behaviour);
-    registry.register(PG, factory.clone());
+    let sources = Arc::new(Sources {
+        default: factory.clone(),
+        named: Default::default(),
+    });
+    registry.register(PG, sources.clone());
     let protector = MemoryCredentialProtector::new();
     let cache = MemorySchemaCache::new();
     let sink = MemoryResultSink::new();
@@ -77,7 +106,7 @@ pub fn harness(wiring: Wiring, behaviour: TemplateBehaviour, limits: Option<Limi
     Harness {
         engine: b.build().unwrap(),
         store,
-        registry,
+        sources,
         factory,
         protector,
         cache,
@@ -99,7 +128,7 @@ pub fn ctx() -> Context {
 pub fn input(name: &str) -> ConnectionInput {
     ConnectionInput {
         config_name: name.into(),
-        datasource_type: PG.into(),
+        datasource_type: PG,
         host: "db.internal".into(),
         port: 5432,
         database_name: "app".into(),
@@ -146,21 +175,20 @@ pub fn request(selection: &[(&str, &str, &[&str])]) -> ExtractionRequest {
     }
 }
 
-/// Registers a connector type whose connectors serve `behaviour`, and a connection
-/// `name` of that type for `tenant`.
+/// Creates a connection `name` for `tenant` whose connectors serve `behaviour`.
 pub async fn add_source(
     h: &Harness,
     tenant: &TenantContext,
     name: &str,
     behaviour: TemplateBehaviour,
 ) -> Arc<TemplateFactory> {
-    let ty = format!("T-{name}");
     let factory = TemplateFactory::new(behaviour);
-    h.registry.register(&ty, factory.clone());
-    let i = ConnectionInput {
-        datasource_type: ty,
-        ..input(name)
-    };
+    h.sources
+        .named
+        .lock()
+        .unwrap()
+        .insert(name.to_owned(), factory.clone());
+    let i = input(name);
     h.engine
         .create_connection(&ctx(), tenant, &i)
         .await

@@ -53,7 +53,7 @@ pub async fn world() -> World {
         },
         ..Default::default()
     });
-    registry.register("POSTGRESQL", factory.clone());
+    registry.register(fetcher_engine::DatasourceType::Postgresql, factory.clone());
     let store = MemoryConnectionStore::new();
     let engine = Engine::builder()
         .connector_registry(registry)
@@ -67,7 +67,7 @@ pub async fn world() -> World {
     let tenant = TenantContext::new("acme").unwrap();
     let input = ConnectionInput {
         config_name: "pg".into(),
-        datasource_type: "POSTGRESQL".into(),
+        datasource_type: fetcher_engine::DatasourceType::Postgresql,
         ..Default::default()
     };
     engine

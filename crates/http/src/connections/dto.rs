@@ -32,7 +32,7 @@ pub struct ConnectionBody {
     pub config_name: Option<String>,
     /// Required on create.
     #[serde(rename = "type")]
-    #[schema(value_type = Option<DatasourceType>)]
+    #[schema(value_type = Option<DatasourceTypeSchema>)]
     pub datasource_type: Option<String>,
     /// Required on create: a host name (RFC 952) or an IP literal.
     #[schema(max_length = 255)]
@@ -50,10 +50,12 @@ pub struct ConnectionBody {
     pub metadata: Option<Map<String, Value>>,
 }
 
-/// A connection's database type.
+/// A connection's database type: the OpenAPI picture of [`DatasourceType`] (the engine
+/// has no schema derive; its dependency boundary keeps utoipa out).
 #[derive(ToSchema)]
+#[schema(as = DatasourceType)]
 #[allow(dead_code, clippy::upper_case_acronyms, non_camel_case_types)]
-pub enum DatasourceType {
+pub enum DatasourceTypeSchema {
     POSTGRESQL,
     MYSQL,
     SQLITE,
@@ -65,7 +67,8 @@ pub enum DatasourceType {
 /// `ssl` in responses: only the mode.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct SslOutput {
-    pub mode: String,
+    #[schema(value_type = String)]
+    pub mode: TlsMode,
 }
 
 /// A connection as returned by create, get, PATCH, assign and lists. Never carries the
@@ -79,8 +82,8 @@ pub struct ConnectionResponse {
     pub product_name: String,
     pub config_name: String,
     #[serde(rename = "type")]
-    #[schema(value_type = DatasourceType)]
-    pub datasource_type: String,
+    #[schema(value_type = DatasourceTypeSchema)]
+    pub datasource_type: DatasourceType,
     pub host: String,
     pub port: u16,
     pub database_name: String,
@@ -121,7 +124,8 @@ pub struct ConnectionSchemaResponse {
     pub config_name: String,
     pub database_name: String,
     #[serde(rename = "type")]
-    pub datasource_type: String,
+    #[schema(value_type = DatasourceTypeSchema)]
+    pub datasource_type: DatasourceType,
     pub tables: Vec<TableSchema>,
 }
 
@@ -173,24 +177,24 @@ pub(super) fn response(r: &ConnectionRecord) -> ConnectionResponse {
         id: r.id.clone(),
         product_name: r.product.clone(),
         config_name: r.config_name.clone(),
-        datasource_type: r.datasource_type.clone(),
+        datasource_type: r.datasource_type,
         host: r.host.clone(),
         port: r.port,
         database_name: r.database_name.clone(),
         schema: r.schema.clone(),
         user_name: r.username.clone(),
-        ssl: r.ssl.as_ref().map(|s| SslOutput {
-            mode: s.mode.clone(),
-        }),
+        ssl: r.ssl.as_ref().map(|s| SslOutput { mode: s.mode }),
         metadata: r.metadata.clone().filter(|m| !m.is_empty()),
         created_at: time(&r.created_at),
         updated_at: time(&r.updated_at),
     }
 }
 
+/// The TLS settings of a request; the mode's text is parsed by `model_rules` (against
+/// the record's type), so it starts as the default here.
 pub(super) fn ssl_settings(s: &SslInput) -> SslSettings {
     SslSettings {
-        mode: s.mode.clone().unwrap_or_default(),
+        mode: TlsMode::Default,
         ca: s.ca.clone().unwrap_or_default(),
         cert: s.cert.clone().filter(|c| !c.is_empty()),
     }

@@ -29,7 +29,7 @@ pub async fn list_connections(
                 && query
                     .datasource_type
                     .as_ref()
-                    .is_none_or(|t| &r.datasource_type == t)
+                    .is_none_or(|t| r.datasource_type.as_str() == t)
                 && query.metadata.iter().all(|(k, v)| {
                     r.metadata
                         .as_ref()
@@ -166,11 +166,10 @@ pub(super) async fn create(
         }
     }
     let now = now_text();
-    let record = ConnectionRecord {
+    let mut record = ConnectionRecord {
         id: uuid::Uuid::now_v7().to_string(),
         product,
         config_name: b.config_name.as_deref().unwrap_or("").trim().to_owned(),
-        datasource_type: b.datasource_type.clone().unwrap_or_default(),
         host: b.host.as_deref().unwrap_or("").trim().to_owned(),
         port: u16::try_from(b.port.unwrap_or(0)).unwrap_or(0),
         database_name: b.database_name.as_deref().unwrap_or("").trim().to_owned(),
@@ -182,20 +181,21 @@ pub(super) async fn create(
         updated_at: now,
         ..Default::default()
     };
-    model_rules(&record)?;
+    model_rules(&mut record, TypedText::of(b))?;
     if sqlite_file_refused(cfg, &record) {
         return Err(ApiError::forbidden_host());
     }
     let d = record.descriptor();
     let input = ConnectionInput {
         config_name: d.config_name.clone(),
-        datasource_type: d.datasource_type.clone(),
+        datasource_type: d.datasource_type,
         host: d.host.clone(),
         port: d.port,
         database_name: d.database_name.clone(),
         schema: d.schema.clone(),
         username: d.username.clone(),
-        ssl_mode: d.ssl_mode.clone(),
+        ssl_mode: d.ssl_mode,
+        tls: d.tls.clone(),
         host_attributes: d.host_attributes.clone(),
         id: d.id.clone(),
         password: Secret::from(b.password.clone().unwrap_or_default().into_bytes()),
@@ -321,9 +321,6 @@ pub async fn update_connection(
     if let Some(v) = &b.config_name {
         r.config_name = v.trim().to_owned();
     }
-    if let Some(v) = &b.datasource_type {
-        r.datasource_type.clone_from(v);
-    }
     if let Some(v) = &b.host {
         r.host = v.trim().to_owned();
     }
@@ -339,6 +336,11 @@ pub async fn update_connection(
     if let Some(v) = &b.user_name {
         r.username = v.trim().to_owned();
     }
+    // An unknown type stays for `model_rules` to answer; a known one counts already for
+    // the SQLite check below.
+    if let Some(t) = b.datasource_type.as_deref().and_then(DatasourceType::parse) {
+        r.datasource_type = t;
+    }
     if let Some(s) = b.ssl.as_ref().filter(|s| s.mode.is_some()) {
         r.ssl = Some(ssl_settings(s));
     }
@@ -351,7 +353,7 @@ pub async fn update_connection(
     if sqlite_file_refused(st.config(), &r) {
         return Err(ApiError::forbidden_host());
     }
-    model_rules(&r)?;
+    model_rules(&mut r, TypedText::of(&b))?;
     credentials_follow_the_server(&b, &current.host, current.port)?;
     if r.config_name != current.config_name {
         match st

@@ -22,8 +22,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fetcher_connectors::{validate_host_input, validate_host_input_admitting, validate_ssl_mode};
 use fetcher_engine::{
-    Category, ConnectionDescriptor, ConnectionInput, ConnectionPatch, Context, EngineError, Reason,
-    Secret, TenantContext, Timestamp,
+    Category, ConnectionDescriptor, ConnectionInput, ConnectionPatch, Context, DatasourceType,
+    EngineError, Reason, Secret, TenantContext, Timestamp, TlsMode,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -46,17 +46,9 @@ pub use manage::*;
 pub use probe::*;
 use validate::*;
 
-/// The five connection types of the API.
-/// The reference's five types plus `SQLITE` (a local file: single-tenant only, rejected as
-/// a forbidden host in multi-tenant mode).
-pub const TYPES: [&str; 6] = [
-    "ORACLE",
-    "SQL_SERVER",
-    "POSTGRESQL",
-    "MONGODB",
-    "MYSQL",
-    "SQLITE",
-];
+/// The answer to a type outside [`DatasourceType::ALL`]: the reference's five types plus
+/// `SQLITE` (a local file: single-tenant only, rejected as a forbidden host in
+/// multi-tenant mode).
 const TYPE_ENUM_MESSAGE: &str =
     "type must be one of [ORACLE SQL_SERVER POSTGRESQL MONGODB MYSQL SQLITE]";
 const HOST_FORMAT_MESSAGE: &str = "host must be a valid hostname or IP address";

@@ -212,7 +212,7 @@ pub async fn validate_schema(
         };
         errors.extend(schema_problems(
             name,
-            &snapshot.missing(&d.datasource_type, tables),
+            &snapshot.missing(d.datasource_type, tables),
         ));
     }
     if errors.is_empty() {

@@ -76,8 +76,8 @@ pub(super) fn metadata_size(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), A
 
 /// A tenant may not point the service at a file on its own disk, nor may anyone on a
 /// host without local files (Lambda).
-pub(super) fn local_file_refused(cfg: &ApiConfig, datasource_type: &str) -> bool {
-    datasource_type == fetcher_connectors::SQLITE
+pub(super) fn local_file_refused(cfg: &ApiConfig, datasource_type: DatasourceType) -> bool {
+    datasource_type == DatasourceType::Sqlite
         && (cfg.multi_tenant
             || matches!(cfg.sqlite_files, fetcher_connectors::SqliteFiles::Nowhere))
 }
@@ -85,8 +85,8 @@ pub(super) fn local_file_refused(cfg: &ApiConfig, datasource_type: &str) -> bool
 /// The complete record (created, or patched and merged): a SQLite file must be one the
 /// host allows (under `--sqlite-dir`, no `..`, no symlink, not the service's own data).
 pub(super) fn sqlite_file_refused(cfg: &ApiConfig, r: &ConnectionRecord) -> bool {
-    r.datasource_type == fetcher_connectors::SQLITE
-        && (local_file_refused(cfg, &r.datasource_type)
+    r.datasource_type == DatasourceType::Sqlite
+        && (local_file_refused(cfg, r.datasource_type)
             || cfg.sqlite_files.resolve(&r.database_name).is_err())
 }
 
@@ -94,6 +94,7 @@ pub(super) fn ssrf_literal(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), Ap
     let guard = cfg.multi_tenant || cfg.guard_hosts;
     if b.datasource_type
         .as_deref()
+        .and_then(DatasourceType::parse)
         .is_some_and(|t| local_file_refused(cfg, t))
     {
         return Err(ApiError::forbidden_host());
@@ -111,7 +112,7 @@ pub(super) fn ssrf_literal(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), Ap
 /// Enum, host format and port range of present, non-empty values.
 pub(super) fn shape_rules(b: &ConnectionBody, invalid: &mut Fields) {
     if let Some(t) = b.datasource_type.as_deref().filter(|t| !t.is_empty())
-        && !TYPES.contains(&t)
+        && DatasourceType::parse(t).is_none()
     {
         invalid.insert("type".into(), TYPE_ENUM_MESSAGE.into());
     }
@@ -146,8 +147,27 @@ pub(super) fn shape_rules(b: &ConnectionBody, invalid: &mut Fields) {
     }
 }
 
-/// Layer 2 (docs/api.md, "Connections": the record) on the trimmed / patched record.
-pub(super) fn model_rules(r: &ConnectionRecord) -> Result<(), ApiError> {
+/// The request's text for the record's typed fields, where it gave one: layer 2 parses
+/// it into the record (the one place the API turns these texts into types).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct TypedText<'a> {
+    pub datasource_type: Option<&'a str>,
+    pub ssl_mode: Option<&'a str>,
+}
+
+impl<'a> TypedText<'a> {
+    pub(super) fn of(b: &'a ConnectionBody) -> Self {
+        TypedText {
+            datasource_type: b.datasource_type.as_deref(),
+            ssl_mode: b.ssl.as_ref().and_then(|s| s.mode.as_deref()),
+        }
+    }
+}
+
+/// Layer 2 (docs/api.md, "Connections": the record) on the trimmed / patched record: the
+/// request's type and TLS mode `text` are parsed into it here, the mode against the
+/// record's (possibly new) type; a stored mode is re-checked against a patched type.
+pub(super) fn model_rules(r: &mut ConnectionRecord, text: TypedText<'_>) -> Result<(), ApiError> {
     let (mut missing, mut invalid) = (Fields::new(), Fields::new());
     if r.product.is_empty() {
         missing.insert("product_name".into(), "product name is required".into());
@@ -182,15 +202,28 @@ pub(super) fn model_rules(r: &ConnectionRecord) -> Result<(), ApiError> {
     if r.username.is_empty() {
         missing.insert("username".into(), "username is required".into());
     }
-    let type_ok = TYPES.contains(&r.datasource_type.as_str());
-    if !type_ok {
-        invalid.insert("type".into(), "invalid connection type".into());
+    let parsed_type = text
+        .datasource_type
+        .map_or(Some(r.datasource_type), DatasourceType::parse);
+    let type_ok = parsed_type.is_some();
+    match parsed_type {
+        Some(t) => r.datasource_type = t,
+        None => {
+            invalid.insert("type".into(), "invalid connection type".into());
+        }
     }
-    if let Some(SslSettings { mode, ca, .. }) = &r.ssl {
-        if mode.is_empty() {
+    let ty = r.datasource_type;
+    if let Some(SslSettings { mode, ca, .. }) = &mut r.ssl {
+        let mode_text = text.ssl_mode.unwrap_or(mode.as_str());
+        if mode_text.is_empty() {
             missing.insert("ssl.mode".into(), "SSL mode is required".into());
-        } else if type_ok && let Err(e) = validate_ssl_mode(&r.datasource_type, mode) {
-            invalid.insert("ssl.mode".into(), ApiError::invalid_ssl_mode_text(&e));
+        } else if type_ok {
+            match validate_ssl_mode(ty, mode_text) {
+                Ok(m) => *mode = m,
+                Err(e) => {
+                    invalid.insert("ssl.mode".into(), ApiError::invalid_ssl_mode_text(&e));
+                }
+            }
         }
         if ca.is_empty() {
             missing.insert("ssl.ca".into(), "SSL CA is required".into());
@@ -316,20 +349,29 @@ mod tests {
         let mut r = ConnectionRecord {
             product: "p".into(),
             config_name: "core".into(),
-            datasource_type: "POSTGRESQL".into(),
+            datasource_type: DatasourceType::Postgresql,
             host: "h".into(),
             port: 1,
             database_name: "d".into(),
             username: "u".into(),
             ..Default::default()
         };
-        assert!(model_rules(&r).is_ok());
-        r.ssl = Some(SslSettings {
-            mode: "skip-verify".into(),
-            ca: "PEM".into(),
-            cert: None,
-        });
-        let e = model_rules(&r).unwrap_err();
+        let none = TypedText::default();
+        assert!(model_rules(&mut r, none).is_ok());
+        let pem = |ca: &str| {
+            Some(SslSettings {
+                mode: TlsMode::Default,
+                ca: ca.into(),
+                cert: None,
+            })
+        };
+        // MySQL's spelling on a PostgreSQL record: 400 with the mode as sent.
+        r.ssl = pem("PEM");
+        let skip = TypedText {
+            ssl_mode: Some("skip-verify"),
+            ..none
+        };
+        let e = model_rules(&mut r, skip).unwrap_err();
         assert_eq!(
             (e.body["code"].as_str(), e.body["entityType"].as_str()),
             (Some("FET-0001"), Some("connection"))
@@ -340,23 +382,47 @@ mod tests {
                 .unwrap()
                 .starts_with("FET-0413 - Invalid SSL mode. The provided SSL mode 'skip-verify'")
         );
-        r.ssl = Some(SslSettings {
-            mode: "skip-verify".into(),
-            ca: String::new(),
-            cert: None,
-        });
-        let e = model_rules(&r).unwrap_err();
+        r.ssl = pem("");
+        let e = model_rules(&mut r, skip).unwrap_err();
         assert_eq!(e.body["code"], "FET-0402");
         assert_eq!(e.body["fields"]["ssl.ca"], "SSL CA is required");
+        // A valid mode is parsed into the record.
+        r.ssl = pem("PEM");
+        let full = TypedText {
+            ssl_mode: Some("verify-full"),
+            ..none
+        };
+        model_rules(&mut r, full).unwrap();
+        assert_eq!(r.ssl.as_ref().unwrap().mode, TlsMode::VerifyFull);
+        // A patch to another type re-checks the stored mode against it.
+        let to_mysql = TypedText {
+            datasource_type: Some("MYSQL"),
+            ..none
+        };
+        let e = model_rules(&mut r, to_mysql).unwrap_err();
+        assert!(
+            e.body["fields"]["ssl.mode"]
+                .as_str()
+                .unwrap()
+                .contains("'verify-full'")
+        );
+        // An empty type on a patch is an invalid type, not a silent default.
+        let blank = TypedText {
+            datasource_type: Some(""),
+            ..none
+        };
         r.ssl = None;
+        let e = model_rules(&mut r, blank).unwrap_err();
+        assert_eq!(e.body["fields"]["type"], "invalid connection type");
+        r.datasource_type = DatasourceType::Postgresql;
         r.config_name = "ab".into();
         assert_eq!(
-            model_rules(&r).unwrap_err().body["fields"]["config_name"],
+            model_rules(&mut r, none).unwrap_err().body["fields"]["config_name"],
             "config name must be between 3 and 100 characters"
         );
         r.product.clear();
         assert_eq!(
-            model_rules(&r).unwrap_err().body["fields"],
+            model_rules(&mut r, none).unwrap_err().body["fields"],
             serde_json::json!({"product_name": "product name is required"})
         );
     }

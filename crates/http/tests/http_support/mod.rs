@@ -98,8 +98,10 @@ pub fn harness_with(opts: Options) -> Harness {
         ..Default::default()
     });
     let registry = MemoryRegistry::new();
-    for t in ["POSTGRESQL", "MYSQL", "ORACLE", "SQL_SERVER", "MONGODB"] {
-        registry.register(t, factory.clone());
+    for t in fetcher_engine::DatasourceType::ALL {
+        if t != fetcher_engine::DatasourceType::Sqlite {
+            registry.register(t, factory.clone());
+        }
     }
     let connections = MemoryConnectionStore::new();
     let jobs = MemoryJobStore::new();
