@@ -537,7 +537,10 @@ impl Handlers {
             .extractor
             .pipeline
             .jobs
-            .get("default", job_id)
+            .get(
+                "default",
+                fetcher_host::model::JobId::parse(job_id).expect("a UUID"),
+            )
             .await
             .expect("the job store answers")
             .expect("stored job");

@@ -70,7 +70,7 @@ async fn two_rotations_under_warm_functions_keep_everything_readable() {
                 "metadata": {"source": "lambda"}}),
             )
             .await;
-        let job_id = job.id.clone();
+        let job_id = job.id;
         assert_eq!(job.status, JobStatus::Completed, "{:?}", job.error);
         let credential = fetcher_engine::ports::ConnectionStore::credential(
             &extractor.store,
@@ -84,7 +84,7 @@ async fn two_rotations_under_warm_functions_keep_everything_readable() {
         .key_version;
         made.push(Made {
             connection_id: conn["id"].as_str().unwrap().to_owned(),
-            job_id,
+            job_id: job_id.to_string(),
             credential_version: credential,
             message_version: signed_with(&extractor, &m).await,
             result_version: job.result.unwrap().key_version,

@@ -349,7 +349,7 @@ async fn delivered(
 fn completed(job_id: &str) -> TerminalEvent {
     TerminalEvent::new(
         "acme",
-        job_id,
+        fetcher_host::model::JobId::parse(job_id).expect("a UUID"),
         JobStatus::Completed,
         format!(r#"{{"jobId":"{job_id}","metadata":{{"source":"t"}},"status":"completed"}}"#),
     )
@@ -609,7 +609,7 @@ async fn a_heartbeat_writes_only_the_lease_item() {
     store.insert(&job).await.unwrap();
     let now = fetcher_engine::Timestamp::now();
     let ClaimOutcome::Claimed { token, .. } = store
-        .claim(&tenant, &job.id, now, Duration::from_secs(60))
+        .claim(&tenant, job.id, now, Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -649,7 +649,7 @@ async fn a_heartbeat_writes_only_the_lease_item() {
         };
         assert!(
             !store
-                .renew(&tenant, &job.id, token, until, Some(progress))
+                .renew(&tenant, job.id, token, until, Some(progress))
                 .await
                 .unwrap()
         );
@@ -659,7 +659,7 @@ async fn a_heartbeat_writes_only_the_lease_item() {
     assert_eq!(doc_after, doc_before, "the job document is not rewritten");
     assert_ne!(lease_after, lease_before, "the lease item is");
     // The job reads with its live progress and lease.
-    let read = store.get(&tenant, &job.id).await.unwrap().unwrap();
+    let read = store.get(&tenant, job.id).await.unwrap().unwrap();
     assert_eq!(read.progress.unwrap().rows, 3000);
     // A cancel is seen by the next heartbeat; a lost claim fails it.
     let canceled = fetcher_host::model::PendingEvent {
@@ -671,15 +671,15 @@ async fn a_heartbeat_writes_only_the_lease_item() {
         event: &canceled,
         at: now,
     };
-    assert!(!store.transition(&tenant, &job.id, cancel).await.unwrap());
+    assert!(!store.transition(&tenant, job.id, cancel).await.unwrap());
     assert!(
         store
-            .renew(&tenant, &job.id, token, now, None)
+            .renew(&tenant, job.id, token, now, None)
             .await
             .unwrap()
     );
     let err = store
-        .renew(&tenant, &job.id, token + 1, now, None)
+        .renew(&tenant, job.id, token + 1, now, None)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), fetcher_host::ErrorKind::Conflict);

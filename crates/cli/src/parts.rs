@@ -29,7 +29,7 @@ use crate::result::{progress, stream_open};
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Manifest {
-    pub(crate) format: String,
+    pub(crate) format: fetcher_engine::StoredFormat,
     job_id: String,
     parts: Vec<ResultPart>,
 }
@@ -95,7 +95,7 @@ pub async fn open_parts(
     quiet: bool,
 ) -> Result<()> {
     let manifest = read_manifest(ring, manifest_file, hmac).await?;
-    if manifest.format != "parquet" {
+    if manifest.format != fetcher_engine::StoredFormat::Parquet {
         bail!(
             "a {} result opens to stdout: leave out --output-dir",
             manifest.format
@@ -144,7 +144,7 @@ pub(crate) async fn open_ndjson_parts<W: tokio::io::AsyncWrite + Unpin>(
     out: &mut W,
     quiet: bool,
 ) -> Result<()> {
-    if manifest.format != "ndjson" {
+    if manifest.format != fetcher_engine::StoredFormat::Ndjson {
         bail!("unknown part format {:?}", manifest.format);
     }
     let bar = progress(stored_total(manifest), quiet);

@@ -64,12 +64,14 @@ struct Target {
 }
 
 async fn locate(args: &OpenArgs) -> Result<Target> {
-    if uuid_like(&args.target) {
+    if uuid_like(&args.target)
+        && let Some(id) = fetcher_host::model::JobId::parse(&args.target)
+    {
         let store = SqliteStore::open(&args.data_dir.join("fetcher.db"))
             .await
             .context("opening the data directory")?;
         let job = store
-            .get(&args.tenant, &args.target)
+            .get(&args.tenant, id)
             .await?
             .with_context(|| format!("no job {} for tenant {}", args.target, args.tenant))?;
         let result = job.result.with_context(|| {
@@ -92,7 +94,7 @@ async fn locate(args: &OpenArgs) -> Result<Target> {
         return Ok(Target {
             file: args.data_dir.join("results").join(&result.path),
             hmac: Some(result.hmac),
-            job_id: Some(job.id),
+            job_id: Some(job.id.to_string()),
             format: Some(result.format),
         });
     }
@@ -155,7 +157,7 @@ async fn open(args: OpenArgs) -> Result<()> {
         // A long job's NDJSON in parts (docs/results.md, "Results in parts").
         let manifest =
             crate::parts::read_manifest(&ring, &target.file, target.hmac.as_deref()).await?;
-        if manifest.format == "parquet" {
+        if manifest.format == fetcher_engine::StoredFormat::Parquet {
             bail!("a parquet result is a set of files: pass --output-dir DIR");
         }
         let mut stdout = tokio::io::stdout();

@@ -109,7 +109,7 @@ mod tests {
     async fn posts_the_event_and_fails_on_non_2xx() {
         let event = TerminalEvent::new(
             "acme",
-            "j1",
+            fetcher_host::model::JobId::new(),
             JobStatus::Completed,
             r#"{"jobId":"j1","status":"completed"}"#.into(),
         );

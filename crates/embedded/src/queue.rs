@@ -158,7 +158,7 @@ impl Worker {
                 match self
                     .pipeline
                     .jobs
-                    .transition(&job.tenant_id, &job.id, back)
+                    .transition(&job.tenant_id, job.id, back)
                     .await
                 {
                     Ok(_) => info!(job_id = %job.id, "took back the claim of a previous process"),
@@ -178,7 +178,7 @@ impl Worker {
             if let Err(e) = self
                 .pipeline
                 .jobs
-                .transition(&job.tenant_id, &job.id, sent)
+                .transition(&job.tenant_id, job.id, sent)
                 .await
             {
                 warn!(job_id = %job.id, error = %e.log_detail(), "could not record a re-enqueue");

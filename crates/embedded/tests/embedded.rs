@@ -7,7 +7,7 @@ use fetcher_embedded::{EventLog, InProcessQueue, LocalDirObjectStore, SqliteStor
 use fetcher_engine::ports::{ConnectionStore, ExecutionStore, ResultSink, SchemaCache};
 use fetcher_engine::testing as engine_suites;
 use fetcher_host::memory::StaticKeyProvider;
-use fetcher_host::model::{JobStatus, TerminalEvent};
+use fetcher_host::model::{JobId, JobStatus, TerminalEvent};
 use fetcher_host::ports::*;
 use fetcher_host::sink::SealedResultSink;
 use fetcher_host::testing::{self as service_suites, DeliveredEvent};
@@ -61,7 +61,7 @@ async fn sqlite_store_survives_a_reopen() {
     };
     let s = SqliteStore::open(&path).await.unwrap();
     assert_eq!(
-        JobStore::get(&s, "acme", &job.id).await.unwrap(),
+        JobStore::get(&s, "acme", job.id).await.unwrap(),
         Some(job.clone())
     );
     let pending = s
@@ -69,7 +69,7 @@ async fn sqlite_store_survives_a_reopen() {
         .await
         .unwrap();
     assert_eq!(
-        pending.iter().map(|j| j.id.clone()).collect::<Vec<_>>(),
+        pending.iter().map(|j| j.id).collect::<Vec<_>>(),
         [job.id]
     );
 }
@@ -170,15 +170,16 @@ async fn sealed_result_sink_over_a_local_dir_conforms() {
 async fn the_event_log_appends_one_line_per_event() {
     let dir = tempfile::tempdir().unwrap();
     let log = EventLog::new(dir.path().join("events.ndjson"));
+    let j1 = JobId::new();
     let e1 = TerminalEvent::new(
         "acme",
-        "j1",
+        j1,
         JobStatus::Completed,
         r#"{"jobId":"j1","status":"completed"}"#.into(),
     );
     let e2 = TerminalEvent::new(
         "acme",
-        "j2",
+        JobId::new(),
         JobStatus::Failed,
         r#"{"jobId":"j2","status":"failed"}"#.into(),
     );
@@ -190,10 +191,10 @@ async fn the_event_log_appends_one_line_per_event() {
         format!("{}{}", event_line(&e1).unwrap(), event_line(&e2).unwrap())
     );
     let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
-    assert_eq!(first["id"], "fetcher.job.completed.j1");
+    assert_eq!(first["id"], format!("fetcher.job.completed.{j1}"));
     assert_eq!(first["detail-type"], "job.completed");
     assert_eq!(first["detail"]["status"], "completed");
-    let bad = TerminalEvent::new("acme", "j3", JobStatus::Failed, "not json".into());
+    let bad = TerminalEvent::new("acme", JobId::new(), JobStatus::Failed, "not json".into());
     assert!(log.publish(&bad).await.is_err());
 }
 

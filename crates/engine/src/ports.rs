@@ -323,8 +323,9 @@ pub enum ResultObject<'a> {
 /// A typed, per-table file format (Parquet) for store mode, supplied by a host; the
 /// engine stays free of its dependencies. One [`TableEncoder`] per `(config, table)`.
 pub trait TableFormat: Send + Sync {
-    /// The format's name (`parquet`): the reference's `format` and the parts' extension.
-    fn name(&self) -> &'static str;
+    /// The format written: the reference's and the manifest's `format`; its spelling is
+    /// the parts' extension.
+    fn format(&self) -> StoredFormat;
 
     /// An encoder for one table of the given columns (names and catalog types); `table`
     /// names it in the encoder's errors.

@@ -38,8 +38,8 @@ async fn direct_mode_matches_the_golden_bytes_every_time() {
         assert_eq!(d.integrity.as_ref().unwrap().digest, GOLDEN_DIRECT_SHA);
         assert_eq!(d.integrity.as_ref().unwrap().algorithm, "SHA-256");
         assert_eq!(
-            (d.format.as_str(), d.row_count, d.plaintext_size),
-            ("json", 5, 299)
+            (d.format, d.row_count, d.plaintext_size),
+            (StoredFormat::Json, 5, 299)
         );
         assert_eq!(
             d.protection,
@@ -91,7 +91,7 @@ async fn store_mode_matches_the_golden_ndjson_across_25_jittered_runs() {
         assert_eq!(bytes.len(), 294);
         assert_eq!(sha256_hex(&bytes), GOLDEN_NDJSON_SHA);
         assert_eq!((reference.row_count, reference.size_bytes), (5, 294));
-        assert_eq!(reference.format, "ndjson");
+        assert_eq!(reference.format, StoredFormat::Ndjson);
         assert_eq!(reference.completed_at, r.state.completed_at);
     }
     assert_eq!(h.sink.closes.load(Ordering::SeqCst), 25);

@@ -103,7 +103,7 @@ async fn segments_hold_exactly_the_bytes_of_one_run() {
     // segments, and a last that finds nothing after the last row (no part).
     assert_eq!(segments, 7);
     let reference = done.reference.unwrap();
-    assert_eq!(reference.format, "ndjson");
+    assert_eq!(reference.format, StoredFormat::Ndjson);
     assert_eq!(reference.row_count, 5500);
     assert_eq!(reference.parts.len(), 6);
     let mut joined = Vec::new();
@@ -259,15 +259,15 @@ async fn a_resume_point_outside_the_plan_is_refused() {
     }
 }
 
-/// A table format whose files are the rows' compact JSON lines: enough to see parts
-/// cut and continued without Parquet.
+/// A table format whose files are the rows' compact JSON lines (so NDJSON parts):
+/// enough to see parts cut and continued without Parquet.
 struct Lines;
 
 struct LinesEncoder;
 
 impl TableFormat for Lines {
-    fn name(&self) -> &'static str {
-        "lines"
+    fn format(&self) -> StoredFormat {
+        StoredFormat::Ndjson
     }
 
     fn encoder(&self, _: &str, _: &Arc<Columns>) -> Result<Box<dyn TableEncoder>> {
@@ -307,7 +307,7 @@ async fn file_parts_are_cut_per_segment_and_table_and_join_to_one_runs_files() {
     let (done, segments) = in_segments(&h, &plan, Some(format)).await;
     assert_eq!(segments, 6);
     let reference = done.reference.unwrap();
-    assert_eq!(reference.format, "lines");
+    assert_eq!(reference.format, StoredFormat::Ndjson);
     for table in &whole.parts {
         let joined: Vec<u8> = reference
             .parts

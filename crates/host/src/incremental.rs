@@ -243,7 +243,7 @@ impl JobService {
         if let Some(job) = &current.active_job {
             return Err(JobError::SyncBusy {
                 sync_id: id.to_owned(),
-                job_id: job.clone(),
+                job_id: *job,
             });
         }
         match self.store.reset_sync(&tenant.tenant_id, id, tables).await {

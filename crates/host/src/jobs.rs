@@ -32,7 +32,7 @@ use serde_json::Value;
 use crate::connection::ConnectionRecord;
 use crate::dedup::{self, Filters, MappedFields};
 use crate::error::ServiceError;
-use crate::model::{Job, JobRequest, JobStatus, PendingEvent, ResultFormat, Transition};
+use crate::model::{Job, JobId, JobRequest, JobStatus, PendingEvent, ResultFormat, Transition};
 use crate::ports::{InsertOutcome, JobQueue, JobStore, KeyProvider};
 
 /// `metadata.error` of a job whose message could not be enqueued.
@@ -110,7 +110,7 @@ pub enum JobError {
     SyncMismatch(String),
     /// Another job of the sync is pending or processing (a second job of a sync never
     /// runs beside it): 409 `FET-1024`, naming that job.
-    SyncBusy { sync_id: String, job_id: String },
+    SyncBusy { sync_id: String, job_id: JobId },
 }
 
 /// New or existing job.
@@ -441,7 +441,7 @@ impl JobService {
         if let Err(e) = store
             .fail(
                 &job.tenant_id,
-                &job.id,
+                job.id,
                 None,
                 PUBLISH_FAILED,
                 &event,
@@ -452,7 +452,7 @@ impl JobService {
             tracing::error!(job_id = %job.id, error = %e.log_detail(), "could not mark job failed after publish failure");
             return;
         }
-        if let Err(e) = store.clear_pending_event(&job.tenant_id, &job.id).await {
+        if let Err(e) = store.clear_pending_event(&job.tenant_id, job.id).await {
             tracing::error!(job_id = %job.id, error = %e.log_detail(), "could not clear the pending event of a publish failure");
         }
     }
@@ -485,7 +485,7 @@ impl JobService {
     /// `canceled` at once, its event in the outbox (published when its queued message
     /// reaches a worker, or by the repair pass); a `processing` one is asked, and its
     /// worker stops within one heartbeat. Returns the job as it is now.
-    pub async fn cancel(&self, tenant: &TenantContext, id: &str) -> Result<Job, JobError> {
+    pub async fn cancel(&self, tenant: &TenantContext, id: JobId) -> Result<Job, JobError> {
         let job = self.get(tenant, id).await?;
         if job.status.is_terminal() {
             return Err(JobError::Finished(job.status));
@@ -507,7 +507,7 @@ impl JobService {
         self.get(tenant, id).await
     }
 
-    pub async fn get(&self, tenant: &TenantContext, id: &str) -> Result<Job, JobError> {
+    pub async fn get(&self, tenant: &TenantContext, id: JobId) -> Result<Job, JobError> {
         self.store
             .get(&tenant.tenant_id, id)
             .await

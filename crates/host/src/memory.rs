@@ -31,7 +31,7 @@ pub struct MemoryJobStore {
 
 #[derive(Default)]
 struct JobsAndSyncs {
-    jobs: BTreeMap<(String, String), Job>,
+    jobs: BTreeMap<(String, JobId), Job>,
     syncs: BTreeMap<(String, String), SyncState>,
 }
 
@@ -50,14 +50,14 @@ impl MemoryJobStore {
     fn with_job<T>(
         &self,
         tenant: &str,
-        id: &str,
+        id: JobId,
         f: impl FnOnce(&mut Job) -> Result<T>,
     ) -> Result<T> {
         self.check()?;
         let mut state = self.state.lock().unwrap();
         let JobsAndSyncs { jobs, syncs } = &mut *state;
         let job = jobs
-            .get_mut(&(tenant.to_owned(), id.to_owned()))
+            .get_mut(&(tenant.to_owned(), id))
             .ok_or_else(job_not_found)?;
         let was_active = job.status.is_active();
         let out = f(job)?;
@@ -94,27 +94,27 @@ impl JobStore for MemoryJobStore {
                     .entry((job.tenant_id.clone(), sync.clone()))
                     .or_insert_with(|| SyncState::new(&job.tenant_id, sync));
                 if let Some(busy) = &s.active_job
-                    && let Some(other) = jobs.get(&(job.tenant_id.clone(), busy.clone()))
+                    && let Some(other) = jobs.get(&(job.tenant_id.clone(), *busy))
                 {
                     return InsertOutcome::SyncBusy(Box::new(other.clone()));
                 }
                 if job.status.is_active() {
-                    s.active_job = Some(job.id.clone());
+                    s.active_job = Some(job.id);
                 }
             }
-            jobs.insert((job.tenant_id.clone(), job.id.clone()), job.clone());
+            jobs.insert((job.tenant_id.clone(), job.id), job.clone());
             InsertOutcome::Created
         });
         ready(out)
     }
 
-    fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<Option<Job>>> {
+    fn get<'a>(&'a self, tenant: &'a str, id: JobId) -> BoxFuture<'a, Result<Option<Job>>> {
         let out = self.check().map(|()| {
             self.state
                 .lock()
                 .unwrap()
                 .jobs
-                .get(&(tenant.to_owned(), id.to_owned()))
+                .get(&(tenant.to_owned(), id))
                 .cloned()
         });
         ready(out)
@@ -144,13 +144,13 @@ impl JobStore for MemoryJobStore {
     fn claim<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         now: Timestamp,
         lease: Duration,
     ) -> BoxFuture<'a, Result<ClaimOutcome>> {
         let out = self.check().map(|()| {
             let mut state = self.state.lock().unwrap();
-            let Some(job) = state.jobs.get_mut(&(tenant.to_owned(), id.to_owned())) else {
+            let Some(job) = state.jobs.get_mut(&(tenant.to_owned(), id)) else {
                 return ClaimOutcome::NotFound;
             };
             match job.claim(now, lease) {
@@ -167,7 +167,7 @@ impl JobStore for MemoryJobStore {
     fn transition<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         change: Transition<'a>,
     ) -> BoxFuture<'a, Result<bool>> {
         ready(self.with_job(tenant, id, |job| job.apply(&change)))
@@ -344,7 +344,7 @@ pub struct MemoryEventPublisher {
     events: Mutex<Vec<TerminalEvent>>,
     pub fail: AtomicBool,
     /// Jobs whose events fail (a partially failing batch).
-    pub fail_jobs: Mutex<Vec<String>>,
+    pub fail_jobs: Mutex<Vec<JobId>>,
 }
 
 impl MemoryEventPublisher {

@@ -18,7 +18,7 @@ use fetcher_engine::FieldSelection;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorKind, ServiceError};
-use crate::model::{Job, QueueMessage, ResultFormat};
+use crate::model::{Job, JobId, QueueMessage, ResultFormat};
 
 /// The logical route both sides sign (the reference's work-queue name).
 pub const JOB_ROUTE: &str = "fetcher.extract-external-data.queue";
@@ -33,6 +33,8 @@ pub const HEADER_RETRY_COUNT: &str = "x-retry-count";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobMessage {
+    /// Text as the wire has it: a missing or malformed id is the reference's `FET-0051`,
+    /// not an unparseable body; [`Received::job_id`] is the parsed one.
     pub job_id: String,
     pub mapped_fields: BTreeMap<String, FieldSelection>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -55,7 +57,7 @@ pub struct JobMessage {
 /// Builds the signed message for `job`.
 pub fn encode(job: &Job, signer: &MessageSigner, request_id: &str, now_unix: i64) -> QueueMessage {
     let msg = JobMessage {
-        job_id: job.id.clone(),
+        job_id: job.id.to_string(),
         mapped_fields: job.request.mapped_fields.clone(),
         filters: job.request.filters.clone(),
         metadata: job.request.metadata.clone(),
@@ -77,7 +79,7 @@ pub fn encode(job: &Job, signer: &MessageSigner, request_id: &str, now_unix: i64
         now_unix,
     );
     let headers = BTreeMap::from([
-        (HEADER_JOB_ID.to_owned(), job.id.clone()),
+        (HEADER_JOB_ID.to_owned(), job.id.to_string()),
         (HEADER_TENANT_ID.to_owned(), job.tenant_id.clone()),
         (HEADER_REQUEST_ID.to_owned(), request_id.to_owned()),
         (HEADER_RETRY_COUNT.to_owned(), "0".to_owned()),
@@ -102,14 +104,14 @@ pub enum Rejected {
     /// is not failed; the repair pass sends it a fresh message.
     Stale {
         tenant: String,
-        job_id: String,
+        job_id: JobId,
         /// When it was signed.
         signed_at: fetcher_engine::Timestamp,
     },
     /// Signed, but the body is unusable. If a job id can be recovered the job fails.
     BadBody {
         tenant: String,
-        job_id: Option<String>,
+        job_id: Option<JobId>,
         error: ServiceError,
     },
 }
@@ -118,6 +120,8 @@ pub enum Rejected {
 #[derive(Debug, Clone)]
 pub struct Received {
     pub tenant: String,
+    /// The message's job, parsed.
+    pub job_id: JobId,
     pub request_id: String,
     pub message: JobMessage,
 }
@@ -134,10 +138,11 @@ pub fn decode(
     if let Err(e) = signer.verify(&received, &envelope, now_unix) {
         if e.kind() == fetcher_crypto::ErrorKind::Stale
             && let Ok(v) = signer.verify_ignoring_age(&received, &envelope)
+            && let Some(job_id) = JobId::parse(&v.job_id)
         {
             return Err(Rejected::Stale {
                 tenant,
-                job_id: v.job_id,
+                job_id,
                 signed_at: signed_at(v.timestamp),
             });
         }
@@ -148,12 +153,8 @@ pub fn decode(
     let request_id = header(msg, HEADER_REQUEST_ID).unwrap_or("").to_owned();
     let bad = |error: ServiceError| {
         let job_id = header(msg, HEADER_JOB_ID)
-            .filter(|id| uuid::Uuid::parse_str(id).is_ok())
-            .map(str::to_owned)
-            .or_else(|| {
-                Some(fetcher_crypto::envelope::job_id_from_body(&msg.body))
-                    .filter(|id| uuid::Uuid::parse_str(id).is_ok())
-            });
+            .and_then(JobId::parse)
+            .or_else(|| JobId::parse(&fetcher_crypto::envelope::job_id_from_body(&msg.body)));
         Rejected::BadBody {
             tenant: tenant.clone(),
             job_id,
@@ -168,12 +169,9 @@ pub fn decode(
             )));
         }
     };
-    if uuid::Uuid::parse_str(&message.job_id)
-        .map(|u| u.is_nil())
-        .unwrap_or(true)
-    {
+    let Some(job_id) = JobId::parse(&message.job_id).filter(|id| !id.is_nil()) else {
         return Err(bad(ServiceError::validation("FET-0051: jobId is required")));
-    }
+    };
     if message.mapped_fields.is_empty() {
         return Err(bad(ServiceError::validation(
             "FET-0052: mappedFields is required",
@@ -192,6 +190,7 @@ pub fn decode(
     }
     Ok(Received {
         tenant,
+        job_id,
         request_id,
         message,
     })
@@ -201,7 +200,7 @@ pub fn decode(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authentic {
     pub tenant: String,
-    pub job_id: String,
+    pub job_id: JobId,
     pub signed_at: fetcher_engine::Timestamp,
     /// The master key version whose internal HMAC key signed it.
     pub key_version: String,
@@ -216,7 +215,7 @@ pub fn authentic(msg: &QueueMessage, signer: &MessageSigner) -> Option<Authentic
         .ok()?;
     Some(Authentic {
         tenant,
-        job_id: v.job_id,
+        job_id: JobId::parse(&v.job_id)?,
         signed_at: signed_at(v.timestamp),
         key_version: v.key_version.unwrap_or_default(),
     })
@@ -297,7 +296,10 @@ mod tests {
             (got.tenant.as_str(), got.request_id.as_str()),
             ("acme", "req-1")
         );
-        assert_eq!(got.message.job_id, j.id);
+        assert_eq!(
+            (got.job_id, got.message.job_id.as_str()),
+            (j.id, j.id.to_string().as_str())
+        );
         assert_eq!(got.message.metadata["source"], "crm");
 
         // Another tenant's header: the signature no longer verifies.
@@ -324,7 +326,7 @@ mod tests {
                     job_id,
                     signed_at,
                 }) => {
-                    assert_eq!((tenant.as_str(), job_id.as_str()), ("acme", j.id.as_str()));
+                    assert_eq!((tenant.as_str(), job_id), ("acme", j.id));
                     assert_eq!(signed_at.unix_nanos(), 1_700_000_000 * 1_000_000_000);
                 }
                 other => panic!("{other:?}"),
@@ -359,7 +361,7 @@ mod tests {
                 error,
             }) => {
                 assert_eq!(tenant, "acme");
-                assert_eq!(job_id.as_deref(), Some(j.id.as_str()));
+                assert_eq!(job_id, Some(j.id));
                 assert!(error.message().contains("FET-0053"));
                 assert!(!error.is_retryable());
             }

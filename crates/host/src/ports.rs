@@ -46,7 +46,7 @@ pub trait JobStore: Send + Sync {
     /// Inserts a pending job unless an active job has the same request hash.
     fn insert<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Result<InsertOutcome>>;
 
-    fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<Option<Job>>>;
+    fn get<'a>(&'a self, tenant: &'a str, id: JobId) -> BoxFuture<'a, Result<Option<Job>>>;
 
     /// The most recent job (by creation time) with this hash created at or after `since`.
     fn find_recent_by_hash<'a>(
@@ -61,7 +61,7 @@ pub trait JobStore: Send + Sync {
     fn claim<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         now: Timestamp,
         lease: Duration,
     ) -> BoxFuture<'a, Result<ClaimOutcome>>;
@@ -73,7 +73,7 @@ pub trait JobStore: Send + Sync {
     fn transition<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         change: Transition<'a>,
     ) -> BoxFuture<'a, Result<bool>>;
 
@@ -82,7 +82,7 @@ pub trait JobStore: Send + Sync {
     fn renew<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         token: u32,
         until: Timestamp,
         progress: Option<Progress>,
@@ -100,7 +100,7 @@ pub trait JobStore: Send + Sync {
     fn complete<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         token: u32,
         result: &'a JobResult,
         event: &'a PendingEvent,
@@ -121,7 +121,7 @@ pub trait JobStore: Send + Sync {
     fn fail<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         token: Option<u32>,
         error: &'a str,
         event: &'a PendingEvent,
@@ -141,7 +141,7 @@ pub trait JobStore: Send + Sync {
     fn release<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         token: u32,
         error: Option<&'a str>,
     ) -> BoxFuture<'a, Result<()>> {
@@ -153,18 +153,14 @@ pub trait JobStore: Send + Sync {
     fn note_event_failure<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         max: u32,
     ) -> BoxFuture<'a, Result<bool>> {
         self.transition(tenant, id, Transition::NoteEventFailure { max })
     }
 
     /// Removes the pending-event marker once the event is published.
-    fn clear_pending_event<'a>(
-        &'a self,
-        tenant: &'a str,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<()>> {
+    fn clear_pending_event<'a>(&'a self, tenant: &'a str, id: JobId) -> BoxFuture<'a, Result<()>> {
         unit(self.transition(tenant, id, Transition::ClearPendingEvent))
     }
 

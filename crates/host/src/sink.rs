@@ -83,7 +83,7 @@ pub(crate) fn sealed_reference(
 ) -> ResultReference {
     ResultReference {
         path,
-        format: "json".into(),
+        format: fetcher_engine::StoredFormat::Json,
         size_bytes: plaintext as i64,
         stored_bytes: stored as i64,
         integrity: Some(ResultIntegrity {

@@ -27,7 +27,7 @@ async fn a_job_completes_with_a_sealed_result_and_one_event() {
     };
     assert_eq!((rows, bytes), (2, NDJSON.len() as u64));
 
-    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Completed);
     assert!(
         stored.pending_event.is_none(),
@@ -42,7 +42,7 @@ async fn a_job_completes_with_a_sealed_result_and_one_event() {
         (result.format, result.row_count, result.size_bytes),
         (ResultFormat::V2, 2, NDJSON.len() as u64)
     );
-    let plain = open_v2(&w, &result.path, &job.id, &result.hmac).await;
+    let plain = open_v2(&w, &result.path, &job.id.to_string(), &result.hmac).await;
     assert_eq!(std::str::from_utf8(&plain).unwrap(), NDJSON);
     let sha: String = {
         use sha2::Digest;
@@ -65,7 +65,7 @@ async fn a_job_completes_with_a_sealed_result_and_one_event() {
         ("job.completed", "acme")
     );
     let payload: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
-    assert_eq!(payload["jobId"], job.id.as_str());
+    assert_eq!(payload["jobId"], job.id.to_string());
     assert_eq!(payload["status"], "completed");
     assert_eq!(payload["metadata"], serde_json::json!({"source": "crm"}));
     assert_eq!(payload["result"]["path"], result.path.as_str());
@@ -108,7 +108,7 @@ async fn v1_results_open_with_the_reference_procedure() {
         w.pipeline.handle(&msg).await,
         Outcome::Completed { .. }
     ));
-    let result = result_of(&w, &job.id).await;
+    let result = result_of(&w, job.id).await;
     assert_eq!(result.path, format!("acme/external-data/{}.json", job.id));
     let object = read_all(w.objects.as_ref(), &result.path)
         .await
@@ -142,7 +142,7 @@ async fn a_v1_result_stays_under_its_own_ceiling_when_v2_is_unbounded() {
     let (job, msg) = submit(&w, Some(ResultFormat::V1)).await;
     let outcome = w.pipeline.handle(&msg).await;
     assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
-    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Failed);
     assert_eq!(
         w.events.events().last().unwrap().detail_type,
@@ -165,7 +165,7 @@ async fn a_parquet_job_stores_one_sealed_file_per_table_and_a_sealed_manifest() 
         matches!(outcome, Outcome::Completed { rows: 2, .. }),
         "{outcome:?}"
     );
-    let result = result_of(&w, &job.id).await;
+    let result = result_of(&w, job.id).await;
     assert_eq!(result.format, ResultFormat::Parquet);
     assert_eq!(
         result.path,
@@ -186,17 +186,17 @@ async fn a_parquet_job_stores_one_sealed_file_per_table_and_a_sealed_manifest() 
     assert_eq!(result.size_bytes, part.size_bytes as u64);
 
     // The manifest opens with its HMAC and lists what the job record lists.
-    let manifest = open_v2(&w, &result.path, &job.id, &result.hmac).await;
+    let manifest = open_v2(&w, &result.path, &job.id.to_string(), &result.hmac).await;
     let manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
     assert_eq!(manifest["format"], "parquet");
-    assert_eq!(manifest["jobId"], job.id.as_str());
+    assert_eq!(manifest["jobId"], job.id.to_string());
     assert_eq!(manifest["rowCount"], 2);
     assert_eq!(
         manifest["parts"],
         serde_json::to_value(&result.parts).unwrap()
     );
     // The part opens with its own HMAC, its SHA-256 is the plaintext's, and it is Parquet.
-    let file = open_v2(&w, &part.path, &job.id, &part.hmac).await;
+    let file = open_v2(&w, &part.path, &job.id.to_string(), &part.hmac).await;
     assert_eq!(file.len() as i64, part.size_bytes);
     assert_eq!(
         (&file[..4], &file[file.len() - 4..]),
@@ -223,7 +223,7 @@ async fn a_parquet_job_stores_one_sealed_file_per_table_and_a_sealed_manifest() 
         w.pipeline.handle(&msg).await,
         Outcome::Completed { .. }
     ));
-    let second = result_of(&w, &again.id).await;
+    let second = result_of(&w, again.id).await;
     assert_eq!(second.parts[0].sha256, part.sha256);
 }
 
@@ -245,7 +245,7 @@ async fn a_parquet_job_fails_cleanly_on_a_host_without_the_writer() {
     let (job, msg) = submit(&w, Some(ResultFormat::Parquet)).await;
     let outcome = w.pipeline.handle(&msg).await;
     assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
-    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Failed);
     assert!(
         stored
@@ -278,7 +278,7 @@ async fn a_failing_extraction_fails_the_job_with_a_sanitised_error() {
         panic!("{outcome:?}")
     };
     assert_eq!(error, "engine: [unavailable] failed to query datasource");
-    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Failed);
     assert_eq!(stored.error.as_deref(), Some(error.as_str()));
     let events = w.events.events();
@@ -301,7 +301,7 @@ async fn an_unpublished_event_is_republished_by_redelivery_or_repair() {
     w.events.fail.store(true, Ordering::SeqCst);
     let (job, msg) = submit(&w, None).await;
     assert!(w.pipeline.handle(&msg).await.should_retry());
-    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(
         stored.status,
         JobStatus::Completed,
@@ -318,7 +318,7 @@ async fn an_unpublished_event_is_republished_by_redelivery_or_repair() {
     assert_eq!(w.factory.build_count(), 2);
     assert!(
         w.jobs
-            .get("acme", &job.id)
+            .get("acme", job.id)
             .await
             .unwrap()
             .unwrap()
@@ -350,13 +350,13 @@ async fn a_repair_pass_clears_only_the_markers_of_published_events() {
         jobs.push(job.id);
     }
     w.events.fail.store(false, Ordering::SeqCst);
-    w.events.fail_jobs.lock().unwrap().push(jobs[1].clone());
+    w.events.fail_jobs.lock().unwrap().push(jobs[1]);
     assert_eq!(w.pipeline.repair_events(25).await.unwrap(), 2);
-    let marker = |id: &str| {
+    let marker = |id: &JobId| {
         let jobs = w.jobs.clone();
-        let id = id.to_owned();
+        let id = *id;
         async move {
-            jobs.get("acme", &id)
+            jobs.get("acme", id)
                 .await
                 .unwrap()
                 .unwrap()
@@ -370,7 +370,7 @@ async fn a_repair_pass_clears_only_the_markers_of_published_events() {
     w.events.fail_jobs.lock().unwrap().clear();
     assert_eq!(w.pipeline.repair_events(25).await.unwrap(), 1);
     assert!(!marker(&jobs[1]).await);
-    let ids: Vec<String> = w.events.events().iter().map(|e| e.job_id.clone()).collect();
+    let ids: Vec<JobId> = w.events.events().iter().map(|e| e.job_id).collect();
     assert_eq!(ids.len(), 3, "each event published once: {ids:?}");
     assert_eq!(ids.last(), Some(&jobs[1]));
 }
@@ -382,7 +382,7 @@ async fn an_event_that_never_publishes_is_quarantined_not_retried_forever() {
     let (job, msg) = submit(&w, None).await;
     w.events.fail.store(true, Ordering::SeqCst);
     let _ = w.pipeline.handle(&msg).await; // completes; its event cannot go out
-    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let j = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert!(j.pending_event.is_some(), "left in the outbox");
     // Each repair pass fails to publish it; the third sets it aside.
     for pass in 1..=3 {
@@ -392,7 +392,7 @@ async fn an_event_that_never_publishes_is_quarantined_not_retried_forever() {
             "pass {pass}"
         );
     }
-    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let j = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(j.pending_event, None);
     assert_eq!(j.quarantined_event.as_ref().map(|e| e.failures), Some(3));
     assert!(
@@ -428,7 +428,7 @@ async fn progress_rises_while_rows_flow_and_ends_at_the_results_figures() {
     });
     let mut seen = Vec::new();
     while !run.is_finished() {
-        let j = jobs.get("acme", &job.id).await.unwrap().unwrap();
+        let j = jobs.get("acme", job.id).await.unwrap().unwrap();
         if j.status == JobStatus::Processing
             && let Some(p) = j.progress
             && seen.last() != Some(&p.rows)
@@ -444,7 +444,7 @@ async fn progress_rises_while_rows_flow_and_ends_at_the_results_figures() {
     assert!(seen.len() >= 2, "progress rose while running: {seen:?}");
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
     assert!(*seen.last().unwrap() <= rows);
-    let done = jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let done = jobs.get("acme", job.id).await.unwrap().unwrap();
     let p = done.progress.expect("final figures");
     let result = done.result.unwrap();
     assert_eq!((p.rows, p.bytes), (result.row_count, result.size_bytes));

@@ -23,7 +23,7 @@ async fn retryable_failures_release_the_claim_then_fail_after_max_attempts() {
     for attempt in 1..=2 {
         let outcome = w.pipeline.handle(&msg).await;
         assert!(outcome.should_retry(), "attempt {attempt}: {outcome:?}");
-        let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+        let j = w.jobs.get("acme", job.id).await.unwrap().unwrap();
         assert_eq!((j.status, j.attempts), (JobStatus::Pending, attempt));
     }
     assert!(matches!(
@@ -52,7 +52,7 @@ async fn retryable_failures_release_the_claim_then_fail_after_max_attempts() {
         "engine: [validation] extraction request failed schema validation: unknown table 'pg.public.nope'"
     );
     assert_eq!(
-        w.jobs.get("acme", &bad.id).await.unwrap().unwrap().attempts,
+        w.jobs.get("acme", bad.id).await.unwrap().unwrap().attempts,
         1
     );
 }
@@ -65,21 +65,21 @@ async fn a_crashed_runs_lease_is_taken_over() {
     let long_ago = Timestamp::from_unix_nanos(Timestamp::now().unix_nanos() - 3_600_000_000_000);
     assert!(matches!(
         w.jobs
-            .claim("acme", &job.id, long_ago, Duration::from_secs(60))
+            .claim("acme", job.id, long_ago, Duration::from_secs(60))
             .await
             .unwrap(),
         ClaimOutcome::Claimed { .. }
     ));
     let outcome = w.pipeline.handle(&msg).await;
     assert!(matches!(outcome, Outcome::Completed { .. }), "{outcome:?}");
-    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!((stored.status, stored.attempts), (JobStatus::Completed, 2));
 
     // A live lease held by someone else: come back later.
     let (job2, msg2) = submit(&w, None).await;
     assert!(matches!(
         w.jobs
-            .claim("acme", &job2.id, Timestamp::now(), Duration::from_secs(600))
+            .claim("acme", job2.id, Timestamp::now(), Duration::from_secs(600))
             .await
             .unwrap(),
         ClaimOutcome::Claimed { .. }
@@ -96,7 +96,7 @@ async fn retryable_failures_are_retried_within_the_budget_only() {
     for attempt in 1..=6 {
         let outcome = w.pipeline.handle(&msg).await;
         assert!(outcome.should_retry(), "attempt {attempt}: {outcome:?}");
-        let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+        let j = w.jobs.get("acme", job.id).await.unwrap().unwrap();
         assert_eq!((j.status, j.attempts), (JobStatus::Pending, attempt));
     }
     // Past the budget: the next retryable failure fails the job, with its event.
@@ -105,7 +105,7 @@ async fn retryable_failures_are_retried_within_the_budget_only() {
         w.pipeline.handle(&msg).await,
         Outcome::Failed { .. }
     ));
-    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let j = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(j.status, JobStatus::Failed);
     assert_eq!(w.events.events().len(), 1);
 }
@@ -119,7 +119,7 @@ async fn a_job_out_of_retries_fails_with_its_first_error() {
     assert!(w.pipeline.handle(&msg).await.should_retry());
     let first = w
         .jobs
-        .get("acme", &job.id)
+        .get("acme", job.id)
         .await
         .unwrap()
         .unwrap()
@@ -158,7 +158,7 @@ async fn a_job_whose_workers_keep_dying_fails_at_the_claim_cap() {
         panic!("over the claim cap")
     };
     assert!(error.contains("abandoned"), "{error}");
-    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let j = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(j.status, JobStatus::Failed);
     assert_eq!(w.events.events().len(), 1);
     assert!(!w.pipeline.handle(&msg).await.should_retry());
@@ -179,14 +179,14 @@ async fn a_lost_lease_cancels_the_run_and_stores_nothing() {
     // Wait for the claim, then let another worker take the job over, as it would once
     // this run's lease had expired (a stalled process).
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while w.jobs.get("acme", &job.id).await.unwrap().unwrap().status != JobStatus::Processing {
+    while w.jobs.get("acme", job.id).await.unwrap().unwrap().status != JobStatus::Processing {
         assert!(std::time::Instant::now() < deadline, "never claimed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let later = Timestamp::from_unix_nanos(Timestamp::now().unix_nanos() + 3_600_000_000_000);
     assert!(matches!(
         w.jobs
-            .claim("acme", &job.id, later, Duration::from_secs(60))
+            .claim("acme", job.id, later, Duration::from_secs(60))
             .await
             .unwrap(),
         ClaimOutcome::Claimed { .. }
@@ -200,7 +200,7 @@ async fn a_lost_lease_cancels_the_run_and_stores_nothing() {
         matches!(outcome, Outcome::Skipped("lease lost")),
         "{outcome:?}"
     );
-    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!((stored.status, stored.attempts), (JobStatus::Processing, 2));
     assert!(w.objects.paths().is_empty(), "nothing stored");
     assert!(w.events.events().is_empty());
@@ -221,7 +221,7 @@ async fn an_aborted_run_stops_renewing_its_lease() {
     // Renewed while the run lives…
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let first = loop {
-        let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+        let j = w.jobs.get("acme", job.id).await.unwrap().unwrap();
         if j.status == JobStatus::Processing {
             break lease(j);
         }
@@ -229,14 +229,14 @@ async fn an_aborted_run_stops_renewing_its_lease() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     tokio::time::sleep(Duration::from_millis(250)).await;
-    let renewed = lease(w.jobs.get("acme", &job.id).await.unwrap().unwrap());
+    let renewed = lease(w.jobs.get("acme", job.id).await.unwrap().unwrap());
     assert!(renewed > first, "the heartbeat renews");
     // …and not after its task is aborted (a host's `abort_all`, a panic).
     run.abort();
     let _ = run.await;
-    let at_abort = lease(w.jobs.get("acme", &job.id).await.unwrap().unwrap());
+    let at_abort = lease(w.jobs.get("acme", job.id).await.unwrap().unwrap());
     tokio::time::sleep(Duration::from_millis(350)).await;
-    let after = lease(w.jobs.get("acme", &job.id).await.unwrap().unwrap());
+    let after = lease(w.jobs.get("acme", job.id).await.unwrap().unwrap());
     assert_eq!(after, at_abort, "no renewal once the run is gone");
 }
 
@@ -258,12 +258,12 @@ async fn a_run_past_the_hosts_deadline_fails_with_timeout_and_its_event() {
     }
     let first = run(&w, &msg).await;
     assert!(first.should_retry(), "{first:?}");
-    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Pending, "the claim is released");
     w.pipeline.config.max_attempts = 2;
     let outcome = run(&w, &msg).await;
     assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
-    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Failed);
     let events = w.events.events();
     assert_eq!(events.len(), 1);
@@ -288,7 +288,7 @@ async fn a_running_job_canceled_stops_within_a_heartbeat_and_leaves_nothing() {
         async move { p.handle(&msg).await }
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while jobs.get("acme", &job.id).await.unwrap().unwrap().status != JobStatus::Processing {
+    while jobs.get("acme", job.id).await.unwrap().unwrap().status != JobStatus::Processing {
         assert!(std::time::Instant::now() < deadline, "never claimed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -298,14 +298,14 @@ async fn a_running_job_canceled_stops_within_a_heartbeat_and_leaves_nothing() {
         event: &event,
         at: Timestamp::now(),
     };
-    assert!(!jobs.transition("acme", &job.id, change).await.unwrap());
+    assert!(!jobs.transition("acme", job.id, change).await.unwrap());
     let outcome = tokio::time::timeout(Duration::from_secs(5), run)
         .await
         .expect("the run stops")
         .unwrap();
     assert!(asked.elapsed() < Duration::from_secs(5), "seen within 5 s");
     assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
-    let stored = jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Canceled);
     assert!(stored.pending_event.is_none(), "published");
     assert!(objects.paths().is_empty(), "no object left");
@@ -330,7 +330,7 @@ async fn a_pending_cancel_makes_the_queued_message_publish_its_event_once() {
         event: &event,
         at: Timestamp::now(),
     };
-    assert!(w.jobs.transition("acme", &job.id, change).await.unwrap());
+    assert!(w.jobs.transition("acme", job.id, change).await.unwrap());
     // The message arrives: nothing runs, the outbox's event goes out.
     let first = w.pipeline.handle(&msg).await;
     assert!(
@@ -346,5 +346,5 @@ async fn a_pending_cancel_makes_the_queued_message_publish_its_event_once() {
         fetcher_host::model::EventType::Failed
     );
     assert!(w.objects.paths().is_empty());
-    wait_for_status(&w, &job.id, JobStatus::Canceled).await;
+    wait_for_status(&w, job.id, JobStatus::Canceled).await;
 }

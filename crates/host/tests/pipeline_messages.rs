@@ -25,7 +25,7 @@ async fn a_bad_signature_is_dropped_without_a_retry_loop() {
     let outcome = w.pipeline.handle(&msg).await;
     assert!(matches!(outcome, Outcome::Dropped { .. }), "{outcome:?}");
     assert!(!outcome.should_retry());
-    let stored = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let stored = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(
         stored.status,
         JobStatus::Pending,
@@ -106,7 +106,7 @@ async fn stranded_work_is_requeued() {
         .unwrap();
     assert_eq!(n, 1, "only the job whose message is gone");
     let sent = queue.sent();
-    assert_eq!(sent[0].headers["jobId"], lost.id);
+    assert_eq!(sent[0].headers["jobId"], lost.id.to_string());
     // Recorded: the next pass does not send it again.
     assert_eq!(
         w.pipeline
@@ -134,10 +134,10 @@ async fn an_expired_genuine_message_is_dropped_and_its_job_completes_later() {
         panic!("{out:?}")
     };
     assert_eq!(reason, DropReason::Expired);
-    assert_eq!(job_id.as_deref(), Some(job.id.as_str()));
+    assert_eq!(job_id, Some(job.id));
     assert!(!out_retries(&w, &old).await, "never retried");
     // Not failed: still pending, marked for the repair pass, no event.
-    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let j = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(j.status, JobStatus::Pending);
     assert!(j.message_dropped_at.is_some());
     assert!(w.events.events().is_empty());
@@ -183,7 +183,7 @@ async fn a_forged_message_for_an_existing_job_touches_nothing() {
         "{out:?}"
     );
     // The job is untouched: pending, unmarked, no event.
-    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let j = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_eq!(j, job);
     assert!(w.events.events().is_empty());
     // A forged message signed with another key: the same.
@@ -197,7 +197,7 @@ async fn a_forged_message_for_an_existing_job_touches_nothing() {
             ..
         }
     ));
-    assert_eq!(w.jobs.get("acme", &job.id).await.unwrap().unwrap(), job);
+    assert_eq!(w.jobs.get("acme", job.id).await.unwrap().unwrap(), job);
     // The genuine message still completes it.
     assert!(matches!(
         w.pipeline.handle(&genuine).await,
@@ -328,7 +328,7 @@ async fn a_message_signed_after_a_rotation_reloads_the_ring_instead_of_failing()
         "{outcome:?}"
     );
     assert_eq!(keys.reloads.load(Ordering::SeqCst), 1, "one reload");
-    let j = w.jobs.get("acme", &job.id).await.unwrap().unwrap();
+    let j = w.jobs.get("acme", job.id).await.unwrap().unwrap();
     assert_ne!(j.error.as_deref(), Some("invalid message signature"));
     // A forged message is still dropped (the reload is bounded to one per message).
     let mut forged = message::encode(

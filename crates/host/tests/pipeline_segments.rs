@@ -61,7 +61,7 @@ async fn drive(
     outcomes
 }
 
-async fn stored(w: &World, id: &str) -> Job {
+async fn stored(w: &World, id: JobId) -> Job {
     w.jobs.get("acme", id).await.unwrap().unwrap()
 }
 
@@ -74,9 +74,9 @@ async fn one_run(w: &mut World) -> Vec<u8> {
         Outcome::Completed { .. }
     ));
     w.pipeline.config.segment_after = after;
-    let r = result_of(w, &job.id).await;
+    let r = result_of(w, job.id).await;
     assert!(r.parts.is_empty(), "one object");
-    open_v2(w, &r.path, &job.id, &r.hmac).await
+    open_v2(w, &r.path, &job.id.to_string(), &r.hmac).await
 }
 
 #[tokio::test]
@@ -92,7 +92,7 @@ async fn a_long_job_runs_in_segments_whose_parts_are_one_runs_bytes() {
         matches!(first, Outcome::Continued { segment: 1, .. }),
         "{first:?}"
     );
-    let between = stored(&w, &job.id).await;
+    let between = stored(&w, job.id).await;
     assert_eq!(between.status, JobStatus::Pending);
     let c = between.checkpoint.clone().expect("checkpoint");
     assert_eq!(
@@ -115,7 +115,7 @@ async fn a_long_job_runs_in_segments_whose_parts_are_one_runs_bytes() {
         panic!("{outcomes:?}")
     };
     assert_eq!(*rows, ROWS as u64);
-    let done = stored(&w, &job.id).await;
+    let done = stored(&w, job.id).await;
     assert_eq!(done.status, JobStatus::Completed);
     let r = done.result.unwrap();
     assert_eq!(
@@ -135,12 +135,12 @@ async fn a_long_job_runs_in_segments_whose_parts_are_one_runs_bytes() {
     );
     let mut joined = Vec::new();
     for part in &r.parts {
-        joined.extend(open_v2(&w, &part.path, &job.id, &part.hmac).await);
+        joined.extend(open_v2(&w, &part.path, &job.id.to_string(), &part.hmac).await);
     }
     assert_eq!(joined, whole, "the parts are one run's bytes, in order");
     assert_eq!(r.size_bytes, whole.len() as u64);
     let manifest: serde_json::Value =
-        serde_json::from_slice(&open_v2(&w, &r.path, &job.id, &r.hmac).await).unwrap();
+        serde_json::from_slice(&open_v2(&w, &r.path, &job.id.to_string(), &r.hmac).await).unwrap();
     assert_eq!(manifest["format"], "ndjson");
     assert_eq!(manifest["rowCount"], ROWS);
     assert_eq!(manifest["parts"].as_array().unwrap().len(), 5);
@@ -168,7 +168,7 @@ async fn segments_of_a_parquet_job_are_parts_of_its_table() {
     let (job, msg) = submit(&w, Some(ResultFormat::Parquet)).await;
     let outcomes = drive(&w, &mut rx, msg).await;
     assert!(matches!(outcomes.last(), Some(Outcome::Completed { .. })));
-    let r = result_of(&w, &job.id).await;
+    let r = result_of(&w, job.id).await;
     assert_eq!(r.format, ResultFormat::Parquet);
     assert_eq!(r.parts.len(), 5);
     assert!(r.parts.iter().all(|p| p.table == "public.accounts"));
@@ -182,7 +182,7 @@ async fn segments_of_a_parquet_job_are_parts_of_its_table() {
             p.path,
             format!("acme/external-data/{}/part-{i:05}.parquet.v2", job.id)
         );
-        let file = open_v2(&w, &p.path, &job.id, &p.hmac).await;
+        let file = open_v2(&w, &p.path, &job.id.to_string(), &p.hmac).await;
         assert!(file.starts_with(b"PAR1") && file.ends_with(b"PAR1"));
     }
 }
@@ -194,7 +194,7 @@ async fn segments_do_not_spend_the_claim_cap_and_keep_the_watermark() {
     w.pipeline.config.max_attempts = 2;
     let (mut job, _) = submit(&w, None).await;
     // An incremental read on `id`: the template orders by it, so it is the cursor too.
-    job.id = uuid::Uuid::now_v7().to_string();
+    job.id = JobId::new();
     job.request_hash = format!("hash-{}", job.id);
     job.request.incremental.insert(
         "pg".into(),
@@ -215,7 +215,7 @@ async fn segments_do_not_spend_the_claim_cap_and_keep_the_watermark() {
     let outcomes = drive(&w, &mut rx, msg).await;
     assert_eq!(outcomes.len(), 6);
     assert!(matches!(outcomes.last(), Some(Outcome::Completed { .. })));
-    let done = stored(&w, &job.id).await;
+    let done = stored(&w, job.id).await;
     assert!(done.attempts >= 6, "one claim per segment");
     let span = &done.result.unwrap().watermarks["pg"]["public.accounts"];
     assert_eq!(span.from_watermark, None);
@@ -244,7 +244,7 @@ async fn a_redelivered_message_of_an_earlier_segment_does_nothing() {
         w.pipeline.handle(&second).await,
         Outcome::Continued { segment: 2, .. }
     ));
-    let before = stored(&w, &job.id).await;
+    let before = stored(&w, job.id).await;
     for stale in [&msg, &second] {
         let outcome = w.pipeline.handle(stale).await;
         assert!(
@@ -252,7 +252,7 @@ async fn a_redelivered_message_of_an_earlier_segment_does_nothing() {
             "{outcome:?}"
         );
     }
-    assert_eq!(stored(&w, &job.id).await, before, "nothing changed");
+    assert_eq!(stored(&w, job.id).await, before, "nothing changed");
     let third = rx.try_recv().unwrap();
     let outcomes = drive(&w, &mut rx, third).await;
     assert!(matches!(outcomes.last(), Some(Outcome::Completed { .. })));
@@ -271,17 +271,17 @@ async fn a_forged_or_redirected_continuation_is_dropped_and_the_job_goes_on() {
         body.replace("\"segment\":1", "\"segment\":2"),
         body.replacen("\"checkpoint\":\"", "\"checkpoint\":\"00", 1),
         // The same continuation pointed at another job.
-        body.replace(&job.id, &other.id),
+        body.replace(&job.id.to_string(), &other.id.to_string()),
     ];
     for forged in forgeries {
         let mut m = genuine.clone();
         m.body = forged.into_bytes();
         if m.body
-            .windows(other.id.len())
-            .any(|w| w == other.id.as_bytes())
+            .windows(36)
+            .any(|w| w == other.id.to_string().as_bytes())
         {
             m.headers
-                .insert(message::HEADER_JOB_ID.into(), other.id.clone());
+                .insert(message::HEADER_JOB_ID.into(), other.id.to_string());
         }
         let outcome = w.pipeline.handle(&m).await;
         assert!(
@@ -295,8 +295,8 @@ async fn a_forged_or_redirected_continuation_is_dropped_and_the_job_goes_on() {
             "{outcome:?}"
         );
     }
-    assert_eq!(stored(&w, &other.id).await.status, JobStatus::Pending);
-    assert!(stored(&w, &other.id).await.checkpoint.is_none());
+    assert_eq!(stored(&w, other.id).await.status, JobStatus::Pending);
+    assert!(stored(&w, other.id).await.checkpoint.is_none());
     let outcomes = drive(&w, &mut rx, genuine).await;
     assert!(matches!(outcomes.last(), Some(Outcome::Completed { .. })));
 }
@@ -308,12 +308,12 @@ async fn a_checkpoint_changed_in_the_store_fails_the_job_cleanly() {
     w.pipeline.handle(&msg).await;
     let genuine = rx.try_recv().unwrap();
     // Someone rewrites the checkpoint: resume much further on, skipping rows.
-    let mut job_now = stored(&w, &job.id).await;
+    let mut job_now = stored(&w, job.id).await;
     let mut tampered = job_now.checkpoint.clone().unwrap();
     tampered.resume.after = Some(vec![serde_json::json!(4000)]);
     let ClaimOutcome::Claimed { token, .. } = w
         .jobs
-        .claim("acme", &job.id, Timestamp::now(), Duration::from_secs(60))
+        .claim("acme", job.id, Timestamp::now(), Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -325,14 +325,14 @@ async fn a_checkpoint_changed_in_the_store_fails_the_job_cleanly() {
         progress: job_now.progress.take().unwrap(),
         at: Timestamp::now(),
     };
-    w.jobs.transition("acme", &job.id, change).await.unwrap();
+    w.jobs.transition("acme", job.id, change).await.unwrap();
     let parts = tampered.parts.clone();
     let outcome = w.pipeline.handle(&genuine).await;
     let Outcome::Failed { error, .. } = outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(error, CHECKPOINT_MISMATCH);
-    let failed = stored(&w, &job.id).await;
+    let failed = stored(&w, job.id).await;
     assert_eq!(failed.status, JobStatus::Failed);
     for p in parts {
         assert!(
@@ -357,7 +357,7 @@ async fn a_job_canceled_between_segments_leaves_no_part() {
     let second = rx.try_recv().unwrap();
     w.pipeline.handle(&second).await;
     let third = rx.try_recv().unwrap();
-    let parts = stored(&w, &job.id).await.checkpoint.unwrap().parts;
+    let parts = stored(&w, job.id).await.checkpoint.unwrap().parts;
     assert_eq!(parts.len(), 2);
     let event = canceled_event(&job);
     let change = Transition::Cancel {
@@ -365,7 +365,7 @@ async fn a_job_canceled_between_segments_leaves_no_part() {
         at: Timestamp::now(),
     };
     assert!(
-        w.jobs.transition("acme", &job.id, change).await.unwrap(),
+        w.jobs.transition("acme", job.id, change).await.unwrap(),
         "canceled at once"
     );
     // The continuation arrives: nothing runs, the parts go.
@@ -378,7 +378,7 @@ async fn a_job_canceled_between_segments_leaves_no_part() {
             p.path
         );
     }
-    assert_eq!(stored(&w, &job.id).await.status, JobStatus::Canceled);
+    assert_eq!(stored(&w, job.id).await.status, JobStatus::Canceled);
 }
 
 #[tokio::test]
@@ -388,7 +388,7 @@ async fn a_job_that_fails_in_a_later_segment_leaves_no_part() {
     let (job, msg) = submit(&w, None).await;
     w.pipeline.handle(&msg).await;
     let second = rx.try_recv().unwrap();
-    let parts = stored(&w, &job.id).await.checkpoint.unwrap().parts;
+    let parts = stored(&w, job.id).await.checkpoint.unwrap().parts;
     w.factory.behaviour.lock().unwrap().fail_query = true;
     let outcome = w.pipeline.handle(&second).await;
     assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");

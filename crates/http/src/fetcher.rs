@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, code};
-use super::extract::{RawBody, parse_id, parse_json};
+use super::extract::{RawBody, parse_json};
 use super::{AppState, Scope};
 use fetcher_host::dedup::{Filters, MappedFields};
 use fetcher_host::jobs::{CreateJob, Created, JobError};
@@ -249,7 +249,7 @@ pub fn job_response(job: &Job) -> JobResponse {
     }
     let result = job.result.as_ref();
     JobResponse {
-        id: job.id.clone(),
+        id: job.id.to_string(),
         metadata: (!metadata.is_empty()).then_some(metadata),
         mapped_fields: serde_json::to_value(&job.request.mapped_fields).unwrap_or(Value::Null),
         filters: (!job.request.filters.is_empty())
@@ -506,7 +506,7 @@ pub async fn create_job(
         ),
     };
     let body = FetcherResponse {
-        job_id: job.id.clone(),
+        job_id: job.id.to_string(),
         status: job.status.as_str().to_owned(),
         created_at: job.created_at.to_string(),
         message,
@@ -523,10 +523,10 @@ pub async fn cancel_job(
     scope: Scope,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id, "invalid job id")?;
+    let id = job_id(&id)?;
     let job = st
         .jobs()
-        .cancel(&scope.tenant, &id)
+        .cancel(&scope.tenant, id)
         .await
         .map_err(error_of)?;
     Ok((StatusCode::ACCEPTED, Json(job_response(&job))).into_response())
@@ -540,7 +540,13 @@ pub async fn get_job(
     scope: Scope,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id, "invalid job id")?;
-    let job = st.jobs().get(&scope.tenant, &id).await.map_err(error_of)?;
+    let id = job_id(&id)?;
+    let job = st.jobs().get(&scope.tenant, id).await.map_err(error_of)?;
     Ok(Json(job_response(&job)).into_response())
+}
+
+/// A job id from a route's path: any UUID text form, trimmed; 400 `FET-0404` otherwise.
+fn job_id(raw: &str) -> Result<fetcher_host::model::JobId, ApiError> {
+    fetcher_host::model::JobId::parse(raw.trim())
+        .ok_or_else(|| ApiError::invalid_path("invalid job id"))
 }

@@ -36,7 +36,7 @@ pub struct SyncResponse {
 fn response(s: &SyncState) -> SyncResponse {
     SyncResponse {
         sync_id: s.id.clone(),
-        active_job: s.active_job.clone(),
+        active_job: s.active_job.map(|j| j.to_string()),
         tables: serde_json::to_value(&s.tables).unwrap_or(Value::Null),
     }
 }

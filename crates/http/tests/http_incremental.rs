@@ -32,6 +32,7 @@ async fn create(h: &Harness, body: Value) -> Reply {
 /// Completes `id` in the store with the watermark `values` on `(cursor, key)` of
 /// `core-pg.users`.
 async fn complete(h: &Harness, id: &str, cursor: &str, key: &[&str], values: Value) {
+    let id = fetcher_host::model::JobId::parse(id).expect("a job id");
     let now = Timestamp::now();
     let ClaimOutcome::Claimed { token, .. } = h
         .jobs
@@ -191,7 +192,7 @@ async fn a_second_job_of_a_busy_sync_is_refused_and_a_reset_waits_for_it() {
     h.jobs
         .fail(
             "default",
-            &next_id,
+            fetcher_host::model::JobId::parse(&next_id).unwrap(),
             None,
             "x",
             &PendingEvent {

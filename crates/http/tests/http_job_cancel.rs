@@ -35,7 +35,12 @@ async fn a_pending_job_is_canceled_at_once_and_frees_its_slots() {
         v["metadata"]["error"],
         "engine: [canceled] job canceled by request"
     );
-    let stored = h.jobs.get("default", &id).await.unwrap().unwrap();
+    let stored = h
+        .jobs
+        .get("default", fetcher_host::model::JobId::parse(&id).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.status, JobStatus::Canceled);
     // Its job.failed event waits in the outbox for the worker that takes its message.
     let event = stored.pending_event.expect("in the outbox");
@@ -117,7 +122,12 @@ async fn a_processing_job_shows_progress_and_is_asked_to_stop() {
     let now = fetcher_engine::Timestamp::now();
     let fetcher_host::ports::ClaimOutcome::Claimed { token, .. } = h
         .jobs
-        .claim("default", &id, now, std::time::Duration::from_secs(60))
+        .claim(
+            "default",
+            fetcher_host::model::JobId::parse(&id).unwrap(),
+            now,
+            std::time::Duration::from_secs(60),
+        )
         .await
         .unwrap()
     else {
@@ -133,7 +143,13 @@ async fn a_processing_job_shows_progress_and_is_asked_to_stop() {
     };
     assert!(
         !h.jobs
-            .renew("default", &id, token, until, Some(progress))
+            .renew(
+                "default",
+                fetcher_host::model::JobId::parse(&id).unwrap(),
+                token,
+                until,
+                Some(progress)
+            )
             .await
             .unwrap()
     );
@@ -153,7 +169,13 @@ async fn a_processing_job_shows_progress_and_is_asked_to_stop() {
     assert!(v["cancelRequestedAt"].is_string(), "{v}");
     assert!(
         h.jobs
-            .renew("default", &id, token, until, None)
+            .renew(
+                "default",
+                fetcher_host::model::JobId::parse(&id).unwrap(),
+                token,
+                until,
+                None
+            )
             .await
             .unwrap(),
         "the worker's next heartbeat sees the request"
@@ -172,7 +194,14 @@ async fn a_processing_job_shows_progress_and_is_asked_to_stop() {
         failures: 0,
     };
     h.jobs
-        .complete("default", &id, token, &result, &event, now)
+        .complete(
+            "default",
+            fetcher_host::model::JobId::parse(&id).unwrap(),
+            token,
+            &result,
+            &event,
+            now,
+        )
         .await
         .unwrap();
     let v = h.get(&format!("/v1/fetcher/{id}")).await.json();

@@ -160,7 +160,7 @@ async fn failed_jobs_do_not_block_a_retry_and_completed_ones_do() {
     h.jobs
         .fail(
             "default",
-            &id,
+            fetcher_host::model::JobId::parse(&id).unwrap(),
             None,
             "boom",
             &event,
@@ -184,7 +184,7 @@ async fn failed_jobs_do_not_block_a_retry_and_completed_ones_do() {
         .jobs
         .claim(
             "default",
-            &id2,
+            fetcher_host::model::JobId::parse(&id2).unwrap(),
             fetcher_engine::Timestamp::now(),
             std::time::Duration::from_secs(60),
         )
@@ -202,7 +202,7 @@ async fn failed_jobs_do_not_block_a_retry_and_completed_ones_do() {
     h.jobs
         .complete(
             "default",
-            &id2,
+            fetcher_host::model::JobId::parse(&id2).unwrap(),
             token,
             &result,
             &PendingEvent {
@@ -273,7 +273,12 @@ async fn get_job_strips_internal_keys_and_scopes_errors() {
         )
     );
     assert!(v.get("completedAt").is_none() && v.get("resultPath").is_none());
-    let stored = h.jobs.get("default", &id).await.unwrap().unwrap();
+    let stored = h
+        .jobs
+        .get("default", fetcher_host::model::JobId::parse(&id).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.request.result_format, Some(ResultFormat::V2));
     let r = h
         .get("/v1/fetcher/0193a1c0-0d6e-7b11-9f2a-5c4d3e2f1a0b")
@@ -515,7 +520,7 @@ async fn a_host_shutting_down_refuses_new_jobs_and_keeps_those_that_raced_it() {
     let id = r.json()["jobId"].as_str().unwrap().to_owned();
     let kept = pending().await.unwrap();
     assert_eq!(kept.len(), 1);
-    assert_eq!(kept[0].id, id);
+    assert_eq!(kept[0].id.to_string(), id);
     let r = h.get(&format!("/v1/fetcher/{id}")).await;
     assert_eq!(r.json()["status"], "pending");
     assert!(h.jobs.list_pending_events(10).await.unwrap().is_empty());

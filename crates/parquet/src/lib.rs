@@ -79,8 +79,8 @@ impl Default for ParquetFormat {
 }
 
 impl TableFormat for ParquetFormat {
-    fn name(&self) -> &'static str {
-        "parquet"
+    fn format(&self) -> fetcher_engine::StoredFormat {
+        fetcher_engine::StoredFormat::Parquet
     }
 
     fn encoder(&self, table: &str, columns: &Arc<Columns>) -> Result<Box<dyn TableEncoder>> {

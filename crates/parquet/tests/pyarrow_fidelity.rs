@@ -52,7 +52,7 @@ async fn compare(h: &Harness, request: Value) -> Value {
         .await
         .unwrap();
     let reference = result.reference.unwrap();
-    assert_eq!(reference.format, "parquet");
+    assert_eq!(reference.format, fetcher_engine::StoredFormat::Parquet);
     let dir = tempfile::tempdir().unwrap();
     let nd = dir.path().join("result.ndjson");
     std::fs::write(&nd, &ndjson).unwrap();

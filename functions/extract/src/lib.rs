@@ -298,7 +298,7 @@ impl Extractor {
                 true
             }
             Ok(Outcome::Dropped { reason, job_id }) => {
-                warn!(%message_id, reason = reason.as_str(), job_id = job_id.as_deref().unwrap_or(""), "message dropped");
+                warn!(%message_id, reason = reason.as_str(), job_id = job_id.map(|j| j.to_string()).unwrap_or_default(), "message dropped");
                 self.metrics(&[("MessagesDropped", "Count", 1.0)]);
                 true
             }

@@ -150,7 +150,7 @@ async fn limits_come_from_the_environment_and_bad_values_are_refused() {
     assert_eq!(ex.pipeline.engine.limits().max_result_bytes, 1024);
 }
 
-async fn stored_job(ex: &Extractor, tenant: &str, id: &str) -> Job {
+async fn stored_job(ex: &Extractor, tenant: &str, id: fetcher_host::model::JobId) -> Job {
     ex.pipeline
         .jobs
         .get(tenant, id)
@@ -170,13 +170,13 @@ async fn a_permanent_failure_is_not_retried_and_a_redelivery_is_a_no_op() {
     let event = sqs_event(&[("m-1", &msg)]);
     let out = ex.handle(event.clone()).await;
     assert_eq!(out, json!({"batchItemFailures": []}));
-    let stored = stored_job(&ex, &tenant, &job.id).await;
+    let stored = stored_job(&ex, &tenant, job.id).await;
     assert_eq!(stored.status, JobStatus::Failed);
     assert_eq!(stored.pending_event, None, "the event was published");
     // The same delivery again: nothing happens, nothing is retried.
     let again = ex.handle(event).await;
     assert_eq!(again, json!({"batchItemFailures": []}));
-    let after = stored_job(&ex, &tenant, &job.id).await;
+    let after = stored_job(&ex, &tenant, job.id).await;
     assert_eq!(after, stored);
 }
 
@@ -195,7 +195,7 @@ async fn an_invalid_signature_is_dropped_and_touches_no_job() {
         json!({"batchItemFailures": []}),
         "deleted, not retried"
     );
-    let stored = stored_job(&ex, &tenant, &job.id).await;
+    let stored = stored_job(&ex, &tenant, job.id).await;
     assert_eq!(stored, job, "a forged message fails no job");
 }
 
@@ -214,7 +214,7 @@ async fn an_expired_genuine_message_is_dropped_and_its_job_sent_again_by_the_rep
         json!({"batchItemFailures": []}),
         "deleted, not retried"
     );
-    let stored = stored_job(&ex, &tenant, &job.id).await;
+    let stored = stored_job(&ex, &tenant, job.id).await;
     assert_eq!(stored.status, JobStatus::Pending, "not failed");
     assert!(
         stored.message_dropped_at.is_some(),
@@ -222,8 +222,8 @@ async fn an_expired_genuine_message_is_dropped_and_its_job_sent_again_by_the_rep
     );
     let out = ex.handle(json!({"action": "repair"})).await;
     assert!(out["requeued"].as_u64().unwrap() >= 1, "{out}");
-    assert_on_queue(&resources().await.queue_url, &job.id).await;
-    let after = stored_job(&ex, &tenant, &job.id).await;
+    assert_on_queue(&resources().await.queue_url, &job.id.to_string()).await;
+    let after = stored_job(&ex, &tenant, job.id).await;
     assert_eq!(after.message_dropped_at, None, "the re-enqueue is recorded");
 }
 
@@ -295,7 +295,7 @@ async fn the_repair_pass_requeues_stranded_jobs() {
     let out = ex.handle(json!({"action": "repair"})).await;
     assert!(out["requeued"].as_u64().unwrap() >= 1, "{out}");
     assert_eq!(out["failures"], 0, "{out}");
-    assert_on_queue(&resources().await.queue_url, &job.id).await;
+    assert_on_queue(&resources().await.queue_url, &job.id.to_string()).await;
 }
 
 #[tokio::test]

@@ -129,7 +129,10 @@ async fn bench() {
     let stored = extractor
         .pipeline
         .jobs
-        .get("default", job["jobId"].as_str().unwrap())
+        .get(
+            "default",
+            fetcher_host::model::JobId::parse(job["jobId"].as_str().unwrap()).unwrap(),
+        )
         .await
         .unwrap()
         .expect("job");

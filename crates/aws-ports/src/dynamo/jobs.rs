@@ -29,7 +29,7 @@ pub(super) fn corrupt() -> ServiceError {
 /// The job item: the JSON document, an optimistic-concurrency version and the sparse
 /// index attributes its listings need.
 pub(super) fn job_item(job: &Job, ver: i128) -> Item {
-    let mut item = key(job_pk(&job.tenant_id, &job.id), "J");
+    let mut item = key(job_pk(&job.tenant_id, &job.id.to_string()), "J");
     item.insert(
         "doc".into(),
         s(serde_json::to_string(job).expect("job is JSON")),
@@ -179,19 +179,19 @@ impl DynamoStore {
                 && let Some(mut sync) = self.load_sync(tenant, sync_id).await?
             {
                 sync.job_ended(&job);
-                items.push(end_sync(&self.table, &sync, &job.id));
+                items.push(end_sync(&self.table, &sync, &job.id.to_string()));
             }
             if was_active && job.status.is_terminal() {
                 items.push(delete(
                     &self.table,
                     key(lock_pk(tenant, &job.request_hash), "D"),
                     Some("attribute_not_exists(pk) OR jobId = :id"),
-                    &[(":id", s(&job.id))],
+                    &[(":id", s(job.id.to_string()))],
                 ));
                 for config in job.config_names() {
                     items.push(delete(
                         &self.table,
-                        key(active_pk(tenant, config), &job.id),
+                        key(active_pk(tenant, config), &job.id.to_string()),
                         None,
                         &[],
                     ));
@@ -255,7 +255,7 @@ impl JobStore for DynamoStore {
             let lock_key = key(lock_pk(tenant, &job.request_hash), "D");
             for _ in 0..MAX_RETRIES {
                 let mut lock = lock_key.clone();
-                lock.insert("jobId".into(), s(&job.id));
+                lock.insert("jobId".into(), s(job.id.to_string()));
                 let mut items = vec![
                     put(
                         &self.table,
@@ -272,11 +272,11 @@ impl JobStore for DynamoStore {
                     .filter(|_| job.status.is_active());
                 if let Some(sync) = in_sync {
                     // Index 2: the sync's one active job.
-                    items.push(claim_sync(&self.table, tenant, sync, &job.id));
+                    items.push(claim_sync(&self.table, tenant, sync, &job.id.to_string()));
                 }
                 if job.status.is_active() {
                     for config in job.config_names() {
-                        let mut marker = key(active_pk(tenant, config), &job.id);
+                        let mut marker = key(active_pk(tenant, config), &job.id.to_string());
                         marker.insert("createdAt".into(), s(pad(job.created_at)));
                         items.push(put(&self.table, marker, None, &[]));
                     }
@@ -307,7 +307,7 @@ impl JobStore for DynamoStore {
                         .await?
                         .and_then(|s| s.active_job);
                     match holder {
-                        Some(h) => match self.load_job(tenant, &h).await? {
+                        Some(h) => match self.load_job(tenant, &h.to_string()).await? {
                             Some((other, _)) => {
                                 return Ok(InsertOutcome::SyncBusy(Box::new(other)));
                             }
@@ -352,8 +352,13 @@ impl JobStore for DynamoStore {
         })
     }
 
-    fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<Option<Job>>> {
-        Box::pin(async move { Ok(self.load_job(tenant, id).await?.map(|(j, _)| j)) })
+    fn get<'a>(&'a self, tenant: &'a str, id: JobId) -> BoxFuture<'a, Result<Option<Job>>> {
+        Box::pin(async move {
+            Ok(self
+                .load_job(tenant, &id.to_string())
+                .await?
+                .map(|(j, _)| j))
+        })
     }
 
     fn find_recent_by_hash<'a>(
@@ -386,11 +391,12 @@ impl JobStore for DynamoStore {
     fn claim<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         now: Timestamp,
         lease: Duration,
     ) -> BoxFuture<'a, Result<ClaimOutcome>> {
         Box::pin(async move {
+            let id = &id.to_string();
             let out = self
                 .read_modify_write(tenant, id, |job| match job.claim(now, lease) {
                     Some(token) => Ok((
@@ -410,10 +416,11 @@ impl JobStore for DynamoStore {
     fn transition<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         change: Transition<'a>,
     ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
+            let id = &id.to_string();
             self.read_modify_write(tenant, id, |job| job.apply(&change).map(|q| (q, true)))
                 .await?
                 .ok_or_else(job_not_found)
@@ -464,7 +471,10 @@ impl JobStore for DynamoStore {
             let mut out = Vec::with_capacity(listed.len());
             for mut job in listed {
                 if job.status == JobStatus::Processing {
-                    match self.lease_until(&job.tenant_id, &job.id).await? {
+                    match self
+                        .lease_until(&job.tenant_id, &job.id.to_string())
+                        .await?
+                    {
                         Some(until) if until > now => continue,
                         Some(until) => job.lease_expires_at = Some(until),
                         None => {}
@@ -482,12 +492,13 @@ impl JobStore for DynamoStore {
     fn renew<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         token: u32,
         until: Timestamp,
         progress: Option<Progress>,
     ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
+            let id = &id.to_string();
             let mut update = "SET #u = :u ADD hb :one".to_owned();
             let mut req = self
                 .client

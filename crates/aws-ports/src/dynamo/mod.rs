@@ -32,7 +32,7 @@ use fetcher_engine::{
     HostAttributes, ProtectedCredential, SchemaSnapshot, TenantContext, Timestamp,
 };
 use fetcher_host::error::{Result, ServiceError};
-use fetcher_host::model::{Job, JobStatus, Progress, SyncState, Transition};
+use fetcher_host::model::{Job, JobId, JobStatus, Progress, SyncState, Transition};
 use fetcher_host::ports::{ClaimOutcome, InsertOutcome, JobStore, RateDecision, RateLimiter};
 
 type Item = HashMap<String, AttributeValue>;

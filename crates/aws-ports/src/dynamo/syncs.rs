@@ -52,7 +52,7 @@ fn sync_item(sync: &SyncState) -> Item {
         s(serde_json::to_string(&doc).expect("a sync is JSON")),
     );
     if let Some(job) = &sync.active_job {
-        item.insert("active".into(), s(job));
+        item.insert("active".into(), s(job.to_string()));
     }
     item
 }
@@ -60,7 +60,7 @@ fn sync_item(sync: &SyncState) -> Item {
 fn sync_from(item: &Item) -> Result<SyncState> {
     let mut sync: SyncState = serde_json::from_str(get_s(item, "doc").unwrap_or("{}"))
         .map_err(|_| ServiceError::internal("stored sync is corrupt"))?;
-    sync.active_job = get_s(item, "active").map(str::to_owned);
+    sync.active_job = get_s(item, "active").and_then(JobId::parse);
     Ok(sync)
 }
 

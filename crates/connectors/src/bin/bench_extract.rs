@@ -86,7 +86,7 @@ impl ResultStreamWriter for FileWriter {
             self.out.flush().map_err(io_err)?;
             Ok(ResultReference {
                 path: self.path.to_string_lossy().into_owned(),
-                format: "ndjson".into(),
+                format: fetcher_engine::StoredFormat::Ndjson,
                 size_bytes: self.bytes as i64,
                 ..Default::default()
             })

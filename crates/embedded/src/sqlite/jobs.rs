@@ -30,7 +30,7 @@ pub(super) async fn save_job(tx: &mut Transaction<'static, Sqlite>, job: &Job) -
         .bind(i64::from(job.pending_event.is_some()))
         .bind(serde_json::to_string(job).expect("job is JSON"))
         .bind(&job.tenant_id)
-        .bind(&job.id)
+        .bind(job.id.to_string())
         .execute(&mut **tx)
         .await
         .map_err(db_error)?;
@@ -77,7 +77,7 @@ pub(super) async fn insert_job<'e>(
 ) -> std::result::Result<(), sqlx::Error> {
     sqlx::query("INSERT INTO jobs (tenant, id, status, request_hash, created_at, completed_at, event_pending, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
         .bind(&job.tenant_id)
-        .bind(&job.id)
+        .bind(job.id.to_string())
         .bind(job.status.as_str())
         .bind(&job.request_hash)
         .bind(nanos(job.created_at))
@@ -109,11 +109,12 @@ impl JobStore for SqliteStore {
         })
     }
 
-    fn get<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<Option<Job>>> {
+    fn get<'a>(&'a self, tenant: &'a str, id: JobId) -> BoxFuture<'a, Result<Option<Job>>> {
         Box::pin(async move {
+            let id = id.to_string();
             let row = sqlx::query("SELECT doc FROM jobs WHERE tenant = ? AND id = ?")
                 .bind(tenant)
-                .bind(id)
+                .bind(&id)
                 .fetch_optional(&self.read)
                 .await
                 .map_err(db_error)?;
@@ -142,13 +143,13 @@ impl JobStore for SqliteStore {
     fn claim<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         now: Timestamp,
         lease: Duration,
     ) -> BoxFuture<'a, Result<ClaimOutcome>> {
         Box::pin(async move {
             let mut tx = self.tx().await?;
-            let Some(mut job) = load_job(&mut tx, tenant, id).await? else {
+            let Some(mut job) = load_job(&mut tx, tenant, &id.to_string()).await? else {
                 return Ok(ClaimOutcome::NotFound);
             };
             let Some(token) = job.claim(now, lease) else {
@@ -166,10 +167,14 @@ impl JobStore for SqliteStore {
     fn transition<'a>(
         &'a self,
         tenant: &'a str,
-        id: &'a str,
+        id: JobId,
         change: Transition<'a>,
     ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.read_modify_write(tenant, id, move |job| job.apply(&change)))
+        Box::pin(async move {
+            let id = id.to_string();
+            self.read_modify_write(tenant, &id, move |job| job.apply(&change))
+                .await
+        })
     }
 
     fn list_pending_events<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>> {

@@ -18,7 +18,7 @@ pub(super) async fn end_sync_job(tx: &mut Transaction<'static, Sqlite>, job: &Jo
         .bind(serde_json::to_string(&sync).expect("a sync is JSON"))
         .bind(&job.tenant_id)
         .bind(id)
-        .bind(&job.id)
+        .bind(job.id.to_string())
         .execute(&mut **tx)
         .await
         .map_err(db_error)?;
@@ -41,7 +41,7 @@ pub(super) async fn load_sync(
 
 pub(super) fn sync_from(doc: &str, active: Option<String>) -> Result<SyncState> {
     let mut s: SyncState = serde_json::from_str(doc).map_err(|_| corrupt())?;
-    s.active_job = active;
+    s.active_job = active.as_deref().and_then(JobId::parse);
     Ok(s)
 }
 
@@ -65,7 +65,7 @@ impl SqliteStore {
             .bind(&job.tenant_id)
             .bind(sync_id)
             .bind(serde_json::to_string(&fresh).expect("a sync is JSON"))
-            .bind(&job.id)
+            .bind(job.id.to_string())
             .execute(&mut *tx)
             .await
             .map_err(db_error)?
@@ -74,6 +74,7 @@ impl SqliteStore {
             let active = load_sync(&mut tx, &job.tenant_id, sync_id)
                 .await?
                 .and_then(|s| s.active_job)
+                .map(|j| j.to_string())
                 .unwrap_or_default();
             let other = load_job(&mut tx, &job.tenant_id, &active).await?;
             drop(tx); // rolls back the insert

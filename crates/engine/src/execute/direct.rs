@@ -119,7 +119,7 @@ impl Engine {
         Ok(ExtractionResult {
             state: completed_state(plan, completed_at),
             direct: Some(DirectResult {
-                format: "json".into(),
+                format: StoredFormat::Json,
                 row_count,
                 plaintext_size: data.len() as i64,
                 integrity: Some(ResultIntegrity::sha256(hex(&Sha256::digest(&data)))),

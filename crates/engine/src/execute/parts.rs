@@ -210,7 +210,7 @@ impl PartsOutput<'_> {
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Manifest<'a> {
-    format: &'a str,
+    format: StoredFormat,
     job_id: &'a str,
     row_count: i64,
     size_bytes: i64,
@@ -238,7 +238,7 @@ impl Engine {
             sink,
             tenant,
             job_id: &plan.request_id,
-            extension: format.name(),
+            extension: format.format().as_str(),
             first_index: segment.earlier_parts.len(),
             open: None,
             done: Vec::new(),
@@ -272,7 +272,7 @@ impl Engine {
         let mut all = segment.earlier_parts.clone();
         all.extend(done.iter().cloned());
         match self
-            .manifest_result(run, tenant, plan, format.name(), all, streamed.tally)
+            .manifest_result(run, tenant, plan, format.format(), all, streamed.tally)
             .await
         {
             Ok(r) => Ok(r),
@@ -291,7 +291,7 @@ impl Engine {
         run: &Context,
         tenant: &TenantContext,
         plan: &ExtractionPlan,
-        format: &str,
+        format: StoredFormat,
         parts: Vec<ResultPart>,
         tally: Tally,
     ) -> Result<ExtractionResult> {
@@ -319,7 +319,7 @@ impl Engine {
         .await;
         let mut reference =
             written.map_err(|_| EngineError::new(Category::Unavailable, msg::PERSIST_FAILED))?;
-        reference.format = format.into();
+        reference.format = format;
         reference.row_count = row_count;
         reference.size_bytes = size_bytes;
         reference.parts = parts;

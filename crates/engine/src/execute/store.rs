@@ -25,9 +25,6 @@ use crate::ports::{ResultObject, ResultStreamWriter, TableFormat};
 use crate::progress::ExtractionProgress;
 use crate::tenant::TenantContext;
 
-/// The extension of an NDJSON part.
-pub(super) const NDJSON: &str = "ndjson";
-
 /// Where the ordered writer puts the batches of a store-mode run.
 pub(super) enum Output<'w> {
     /// One NDJSON stream, hashed as it goes.
@@ -77,7 +74,7 @@ impl Engine {
         } else {
             let object = ResultObject::Part {
                 index: segment.earlier_parts.len(),
-                extension: NDJSON,
+                extension: StoredFormat::Ndjson.as_str(),
             };
             sink.open_object(run, tenant, &plan.request_id, object)
                 .await
@@ -119,7 +116,7 @@ impl Engine {
                     run,
                     tenant,
                     plan,
-                    NDJSON,
+                    StoredFormat::Ndjson,
                     segment.earlier_parts.clone(),
                     tally,
                 )
@@ -149,12 +146,12 @@ impl Engine {
             let mut parts = segment.earlier_parts.clone();
             parts.push(part);
             return self
-                .manifest_result(run, tenant, plan, NDJSON, parts, tally)
+                .manifest_result(run, tenant, plan, StoredFormat::Ndjson, parts, tally)
                 .await;
         }
         // The reference says `json` here although the bytes are NDJSON; we say what
         // they are.
-        reference.format = "ndjson".into();
+        reference.format = StoredFormat::Ndjson;
         reference.row_count = row_count;
         if reference.size_bytes == 0 {
             reference.size_bytes = total_bytes;

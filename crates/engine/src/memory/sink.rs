@@ -87,7 +87,7 @@ impl MemoryResultSink {
         st.objects.insert(path.clone(), payload);
         ResultReference {
             path,
-            format: "json".into(),
+            format: StoredFormat::Json,
             size_bytes: if switches.omit_size { 0 } else { size },
             integrity: (!switches.omit_integrity).then(|| ResultIntegrity::sha256(digest)),
             protection: switches.protection.clone(),

@@ -30,6 +30,37 @@ impl AppliedBy {
     }
 }
 
+/// How a result object is encoded (`format` of a direct result, a stored reference and a
+/// manifest): a closed set, spelled in lower case on the wire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoredFormat {
+    /// One indented JSON document (a direct result, the v1 payload).
+    #[default]
+    Json,
+    /// Newline-delimited JSON: one compact object per row.
+    Ndjson,
+    /// Apache Parquet files, one per table, listed by a manifest.
+    Parquet,
+}
+
+impl StoredFormat {
+    /// The wire spelling, also the extension of a part's file: `json`, `ndjson`, `parquet`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StoredFormat::Json => "json",
+            StoredFormat::Ndjson => "ndjson",
+            StoredFormat::Parquet => "parquet",
+        }
+    }
+}
+
+impl std::fmt::Display for StoredFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultIntegrity {
     /// e.g. `SHA-256` or `HMAC-SHA-256`.
@@ -76,7 +107,7 @@ pub struct DirectResult {
     /// Indented, sorted JSON (Base64 in JSON renderings).
     #[serde(with = "base64_bytes")]
     pub data: Vec<u8>,
-    pub format: String,
+    pub format: StoredFormat,
     pub row_count: i64,
     pub plaintext_size: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,7 +123,7 @@ pub struct DirectResult {
 #[serde(rename_all = "camelCase")]
 pub struct ResultReference {
     pub path: String,
-    pub format: String,
+    pub format: StoredFormat,
     pub row_count: i64,
     pub size_bytes: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -211,7 +242,7 @@ mod tests {
         let r = ExtractionResult {
             direct: Some(DirectResult {
                 data: b"{}".to_vec(),
-                format: "json".into(),
+                format: StoredFormat::Json,
                 ..Default::default()
             }),
             ..Default::default()

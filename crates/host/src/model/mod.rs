@@ -12,6 +12,60 @@ mod sync;
 pub use checkpoint::Checkpoint;
 pub use sync::{SyncState, SyncedTable, WatermarkSpan};
 
+/// A job's id: a UUID (v7 for the jobs this service creates), lowercase canonical text on
+/// the wire and in every store (docs/api.md, "Jobs"). Parsed where text arrives (a route's
+/// path, a queue message), so a store or a worker never meets a malformed one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(uuid::Uuid);
+
+impl JobId {
+    /// A new, time-ordered id.
+    pub fn new() -> JobId {
+        JobId(uuid::Uuid::now_v7())
+    }
+
+    /// The id `s` spells (any of the UUID text forms; shown canonical from then on),
+    /// `None` when it is no UUID.
+    pub fn parse(s: &str) -> Option<JobId> {
+        uuid::Uuid::try_parse(s).ok().map(JobId)
+    }
+
+    pub fn is_nil(&self) -> bool {
+        self.0.is_nil()
+    }
+
+    pub fn as_uuid(&self) -> &uuid::Uuid {
+        &self.0
+    }
+}
+
+impl Default for JobId {
+    /// The nil id: only for struct-update syntax in builders; never a stored job's.
+    fn default() -> JobId {
+        JobId(uuid::Uuid::nil())
+    }
+}
+
+impl From<uuid::Uuid> for JobId {
+    fn from(u: uuid::Uuid) -> JobId {
+        JobId(u)
+    }
+}
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+impl std::str::FromStr for JobId {
+    type Err = fetcher_engine::UnknownSpelling;
+    fn from_str(s: &str) -> Result<JobId, Self::Err> {
+        JobId::parse(s).ok_or(fetcher_engine::UnknownSpelling)
+    }
+}
+
 /// Job status (docs/api.md, "Job status"). Terminal states are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -192,8 +246,7 @@ fn is_zero(n: &u32) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Job {
-    /// UUID v7, lowercase canonical text.
-    pub id: String,
+    pub id: JobId,
     pub tenant_id: String,
     pub status: JobStatus,
     pub request: JobRequest,
@@ -278,7 +331,7 @@ impl Job {
     /// A new pending job.
     pub fn new(tenant_id: &str, request: JobRequest, request_hash: String) -> Job {
         Job {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: JobId::new(),
             tenant_id: tenant_id.to_owned(),
             status: JobStatus::Pending,
             request,
@@ -340,7 +393,7 @@ pub struct TerminalEvent {
     /// `job.completed` or `job.failed`.
     pub detail_type: EventType,
     pub tenant_id: String,
-    pub job_id: String,
+    pub job_id: JobId,
     /// The event payload (docs/events.md, "Detail"; compact JSON).
     pub payload: String,
 }
@@ -349,7 +402,12 @@ impl TerminalEvent {
     /// The event of a job that ended in `status`. Subscribers know two routes: a
     /// canceled job's event is a `job.failed` (its error says `canceled`), with that
     /// route's id.
-    pub fn new(tenant_id: &str, job_id: &str, status: JobStatus, payload: String) -> TerminalEvent {
+    pub fn new(
+        tenant_id: &str,
+        job_id: JobId,
+        status: JobStatus,
+        payload: String,
+    ) -> TerminalEvent {
         let detail_type = match status {
             JobStatus::Completed => EventType::Completed,
             _ => EventType::Failed,
@@ -358,7 +416,7 @@ impl TerminalEvent {
             id: format!("fetcher.{}.{job_id}", detail_type.as_str()),
             detail_type,
             tenant_id: tenant_id.to_owned(),
-            job_id: job_id.to_owned(),
+            job_id,
             payload,
         }
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use fetcher_engine::{Timestamp, Watermark};
 use serde::{Deserialize, Serialize};
 
-use super::{Job, JobStatus};
+use super::{Job, JobId, JobStatus};
 
 /// Where an incremental table's read started and where it ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,7 +30,7 @@ pub struct SyncState {
     pub tables: BTreeMap<String, BTreeMap<String, SyncedTable>>,
     /// The pending or processing job of the sync, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_job: Option<String>,
+    pub active_job: Option<JobId>,
 }
 
 /// One table's watermark in a sync, and the job that reached it.
@@ -38,7 +38,7 @@ pub struct SyncState {
 #[serde(rename_all = "camelCase")]
 pub struct SyncedTable {
     pub watermark: Watermark,
-    pub job_id: String,
+    pub job_id: JobId,
     pub updated_at: Timestamp,
 }
 
@@ -62,7 +62,7 @@ impl SyncState {
     /// (in the same write as its completion). A failed or canceled job changes no
     /// watermark.
     pub fn job_ended(&mut self, job: &Job) {
-        if self.active_job.as_deref() == Some(job.id.as_str()) {
+        if self.active_job == Some(job.id) {
             self.active_job = None;
         }
         if job.status != JobStatus::Completed {
@@ -77,7 +77,7 @@ impl SyncState {
                         table.clone(),
                         SyncedTable {
                             watermark: to.clone(),
-                            job_id: job.id.clone(),
+                            job_id: job.id,
                             updated_at: at,
                         },
                     );

@@ -21,10 +21,11 @@ impl Pipeline {
     ) -> Outcome {
         let Received {
             tenant,
+            job_id,
             message: m,
             request_id,
         } = r;
-        let job = match self.jobs.get(&tenant, &m.job_id).await {
+        let job = match self.jobs.get(&tenant, job_id).await {
             Ok(Some(j)) => j,
             Ok(None) => return Outcome::Skipped("job not found"),
             Err(e) => return Outcome::Retry(e),
@@ -50,7 +51,7 @@ impl Pipeline {
             Continuation::Mismatch => {
                 warn!(job_id = %job.id, "checkpoint does not match the continuation message; failing the job");
                 let outcome = self
-                    .fail_unclaimed(&tenant, &job.id, &job.request.metadata, CHECKPOINT_MISMATCH)
+                    .fail_unclaimed(&tenant, job.id, &job.request.metadata, CHECKPOINT_MISMATCH)
                     .await;
                 // Only a job this message failed loses its parts (a running one keeps
                 // them: its worker holds the checkpoint they belong to).
@@ -62,7 +63,7 @@ impl Pipeline {
         }
         let (job, token) = match self
             .jobs
-            .claim(&tenant, &job.id, Timestamp::now(), self.config.lease)
+            .claim(&tenant, job.id, Timestamp::now(), self.config.lease)
             .await
         {
             Ok(ClaimOutcome::Claimed { job, token }) => (*job, token),

@@ -26,7 +26,7 @@ impl Pipeline {
             std::process::abort();
         }
         let at = Timestamp::now();
-        let payload = completed_payload(&job.id, &job.request.metadata, &result, elapsed, at);
+        let payload = completed_payload(job.id, &job.request.metadata, &result, elapsed, at);
         let event = PendingEvent {
             status: JobStatus::Completed,
             payload,
@@ -34,7 +34,7 @@ impl Pipeline {
         };
         match self
             .jobs
-            .complete(&job.tenant_id, &job.id, token, &result, &event, at)
+            .complete(&job.tenant_id, job.id, token, &result, &event, at)
             .await
         {
             Ok(()) => {}
@@ -45,18 +45,13 @@ impl Pipeline {
         }
         info!(job_id = %job.id, rows = result.row_count, bytes = result.size_bytes, ms = elapsed.as_millis() as u64, "job completed");
         if let Err(e) = self
-            .publish_and_clear(
-                &job.tenant_id,
-                &job.id,
-                JobStatus::Completed,
-                &event.payload,
-            )
+            .publish_and_clear(&job.tenant_id, job.id, JobStatus::Completed, &event.payload)
             .await
         {
             return Outcome::Retry(e);
         }
         Outcome::Completed {
-            job_id: job.id.clone(),
+            job_id: job.id,
             rows: result.row_count,
             bytes: result.size_bytes,
             duration: elapsed,
@@ -66,14 +61,14 @@ impl Pipeline {
     pub(super) async fn fail_claimed(&self, job: &Job, token: u32, error: &str) -> Outcome {
         let event = PendingEvent {
             status: JobStatus::Failed,
-            payload: failed_payload(&job.id, &job.request.metadata, error),
+            payload: failed_payload(job.id, &job.request.metadata, error),
             failures: 0,
         };
         match self
             .jobs
             .fail(
                 &job.tenant_id,
-                &job.id,
+                job.id,
                 Some(token),
                 error,
                 &event,
@@ -95,13 +90,13 @@ impl Pipeline {
         warn!(job_id = %job.id, error, "job failed");
         self.discard_checkpoint(job).await;
         if let Err(e) = self
-            .publish_and_clear(&job.tenant_id, &job.id, JobStatus::Failed, &event.payload)
+            .publish_and_clear(&job.tenant_id, job.id, JobStatus::Failed, &event.payload)
             .await
         {
             return Outcome::Retry(e);
         }
         Outcome::Failed {
-            job_id: job.id.clone(),
+            job_id: job.id,
             error: error.to_owned(),
         }
     }
@@ -115,7 +110,7 @@ impl Pipeline {
             event: &event,
             at: Timestamp::now(),
         };
-        match self.jobs.transition(&job.tenant_id, &job.id, change).await {
+        match self.jobs.transition(&job.tenant_id, job.id, change).await {
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::Conflict => {
                 return Outcome::Skipped("claim lost before canceling");
@@ -125,13 +120,13 @@ impl Pipeline {
         info!(job_id = %job.id, "job canceled");
         self.discard_checkpoint(job).await;
         if let Err(e) = self
-            .publish_and_clear(&job.tenant_id, &job.id, JobStatus::Canceled, &event.payload)
+            .publish_and_clear(&job.tenant_id, job.id, JobStatus::Canceled, &event.payload)
             .await
         {
             return Outcome::Retry(e);
         }
         Outcome::Failed {
-            job_id: job.id.clone(),
+            job_id: job.id,
             error: CANCELED_ERROR.to_owned(),
         }
     }
@@ -140,7 +135,7 @@ impl Pipeline {
     pub(super) async fn fail_unclaimed(
         &self,
         tenant: &str,
-        job_id: &str,
+        job_id: JobId,
         metadata: &serde_json::Map<String, serde_json::Value>,
         error: &str,
     ) -> Outcome {
@@ -181,7 +176,7 @@ impl Pipeline {
     pub(super) async fn publish_and_clear(
         &self,
         tenant: &str,
-        job_id: &str,
+        job_id: JobId,
         status: JobStatus,
         payload: &str,
     ) -> Result<()> {
@@ -196,15 +191,15 @@ impl Pipeline {
 
     pub(super) async fn publish_then_clear(&self, event: &TerminalEvent) -> Result<()> {
         self.events.publish(event).await?;
-        self.clear_marker(&event.tenant_id, &event.job_id).await;
+        self.clear_marker(&event.tenant_id, event.job_id).await;
         Ok(())
     }
 
-    pub(super) async fn clear_marker(&self, tenant: &str, job_id: &str) {
+    pub(super) async fn clear_marker(&self, tenant: &str, job_id: JobId) {
         if let Err(e) = self.jobs.clear_pending_event(tenant, job_id).await {
             // The event is out; a later repair pass would publish it again with the same
             // id, which subscribers deduplicate.
-            warn!(job_id, error = %e.log_detail(), "could not clear the pending-event marker");
+            warn!(%job_id, error = %e.log_detail(), "could not clear the pending-event marker");
         }
     }
 }

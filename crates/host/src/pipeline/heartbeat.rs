@@ -28,7 +28,7 @@ impl Pipeline {
         let (jobs, tenant, id, lease, run) = (
             self.jobs.clone(),
             job.tenant_id.clone(),
-            job.id.clone(),
+            job.id,
             self.config.lease,
             run.clone(),
         );
@@ -54,7 +54,7 @@ impl Pipeline {
                     now.tables_done += tables;
                     now.tables_total = total;
                 }
-                match jobs.renew(&tenant, &id, token, until, Some(now)).await {
+                match jobs.renew(&tenant, id, token, until, Some(now)).await {
                     Ok(false) => {}
                     Ok(true) => {
                         if !seen.cancel_requested.swap(true, Ordering::SeqCst) {

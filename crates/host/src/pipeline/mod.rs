@@ -109,16 +109,16 @@ impl Default for PipelineConfig {
 pub enum Outcome {
     /// The job completed (delete the message).
     Completed {
-        job_id: String,
+        job_id: JobId,
         rows: u64,
         bytes: u64,
         duration: Duration,
     },
     /// The job failed for good (delete the message).
-    Failed { job_id: String, error: String },
+    Failed { job_id: JobId, error: String },
     /// A segment of a long job ended at a checkpoint and the job's next segment was
     /// sent (delete the message).
-    Continued { job_id: String, segment: u32 },
+    Continued { job_id: JobId, segment: u32 },
     /// Nothing to do: duplicate delivery, terminal job, unusable message (delete it).
     Skipped(&'static str),
     /// A message that does not verify (forged or corrupted), or an authentic one too old
@@ -127,7 +127,7 @@ pub enum Outcome {
     Dropped {
         reason: DropReason,
         /// The job an authentic message named.
-        job_id: Option<String>,
+        job_id: Option<JobId>,
     },
     /// Let the message come back later.
     Retry(ServiceError),

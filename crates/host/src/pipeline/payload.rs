@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fetcher_engine::Timestamp;
+use fetcher_engine::{StoredFormat, Timestamp};
 use serde::Serialize;
 
 use crate::model::*;
@@ -17,7 +17,7 @@ struct ResultDescriptor<'a> {
     size_bytes: u64,
     #[serde(skip_serializing_if = "is_zero")]
     row_count: u64,
-    format: &'static str,
+    format: StoredFormat,
     hmac: &'a str,
     integrity: Integrity<'a>,
     protection: Protection,
@@ -58,7 +58,7 @@ fn is_zero(v: &u64) -> bool {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct EventPayload<'a> {
-    job_id: &'a str,
+    job_id: JobId,
     metadata: &'a serde_json::Map<String, serde_json::Value>,
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -71,7 +71,7 @@ struct EventPayload<'a> {
 
 /// The `job.completed` payload.
 pub fn completed_payload(
-    job_id: &str,
+    job_id: JobId,
     metadata: &serde_json::Map<String, serde_json::Value>,
     r: &JobResult,
     elapsed: Duration,
@@ -87,9 +87,9 @@ pub fn completed_payload(
             row_count: r.row_count,
             // The reference's `json` for its formats; a Parquet job says so.
             format: if r.format == ResultFormat::Parquet {
-                "parquet"
+                StoredFormat::Parquet
             } else {
-                "json"
+                StoredFormat::Json
             },
             hmac: &r.hmac,
             integrity: Integrity {
@@ -115,7 +115,7 @@ pub fn completed_payload(
 
 /// The `job.failed` payload: the message metadata plus `error: {message}`.
 pub fn failed_payload(
-    job_id: &str,
+    job_id: JobId,
     metadata: &serde_json::Map<String, serde_json::Value>,
     error: &str,
 ) -> String {
@@ -136,7 +136,7 @@ pub fn failed_payload(
 pub fn canceled_event(job: &Job) -> PendingEvent {
     PendingEvent {
         status: JobStatus::Canceled,
-        payload: failed_payload(&job.id, &job.request.metadata, CANCELED_ERROR),
+        payload: failed_payload(job.id, &job.request.metadata, CANCELED_ERROR),
         failures: 0,
     }
 }

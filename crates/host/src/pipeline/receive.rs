@@ -57,7 +57,7 @@ impl Pipeline {
                 signed_at,
             }) => {
                 warn!(%job_id, signed_at = %signed_at, "job message dropped: authentic but older than the maximum message age; the repair pass sends its job a fresh one");
-                self.note_dropped(&tenant, &job_id, signed_at).await;
+                self.note_dropped(&tenant, job_id, signed_at).await;
                 Outcome::Dropped {
                     reason: DropReason::Expired,
                     job_id: Some(job_id),
@@ -68,7 +68,7 @@ impl Pipeline {
                 job_id: Some(job_id),
                 error,
             }) => {
-                self.fail_unclaimed(&tenant, &job_id, &serde_json::Map::new(), error.message())
+                self.fail_unclaimed(&tenant, job_id, &serde_json::Map::new(), error.message())
                     .await
             }
             Err(Rejected::BadBody { job_id: None, .. }) => {
@@ -80,7 +80,7 @@ impl Pipeline {
     /// Marks the job of an authentic message dropped unused, so the repair pass sends it a
     /// fresh one at its next run. Best effort: without the mark the repair pass still finds
     /// the job once its message is older than the queue's retention.
-    pub(super) async fn note_dropped(&self, tenant: &str, job_id: &str, signed_at: Timestamp) {
+    pub(super) async fn note_dropped(&self, tenant: &str, job_id: JobId, signed_at: Timestamp) {
         let change = Transition::MessageDropped {
             signed_at,
             at: Timestamp::now(),
@@ -89,7 +89,7 @@ impl Pipeline {
             Ok(_) => {}
             Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Conflict) => {}
             Err(e) => {
-                warn!(job_id, error = %e.log_detail(), "could not mark the job of a dropped message")
+                warn!(%job_id, error = %e.log_detail(), "could not mark the job of a dropped message")
             }
         }
     }
@@ -104,7 +104,7 @@ impl Pipeline {
         let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac);
         if let Some(a) = message::authentic(msg, &signer) {
             info!(job_id = %a.job_id, "job message leaves for the dead-letter queue; its job is marked for the repair pass");
-            self.note_dropped(&a.tenant, &a.job_id, a.signed_at).await;
+            self.note_dropped(&a.tenant, a.job_id, a.signed_at).await;
         }
     }
 }

@@ -33,7 +33,7 @@ impl Pipeline {
         }
         Ok(Some(TerminalEvent::new(
             &job.tenant_id,
-            &job.id,
+            job.id,
             event.status,
             event.payload.clone(),
         )))
@@ -92,7 +92,7 @@ impl Pipeline {
             let change = Transition::Requeued {
                 at: Timestamp::now(),
             };
-            if let Err(e) = self.jobs.transition(&job.tenant_id, &job.id, change).await
+            if let Err(e) = self.jobs.transition(&job.tenant_id, job.id, change).await
                 && e.kind() != ErrorKind::Conflict
             {
                 warn!(job_id = %job.id, error = %e.log_detail(), "re-enqueued, but the enqueue could not be recorded; the next pass may send it again");
@@ -131,7 +131,7 @@ impl Pipeline {
             match result {
                 Ok(()) => {
                     published += 1;
-                    self.clear_marker(&event.tenant_id, &event.job_id).await;
+                    self.clear_marker(&event.tenant_id, event.job_id).await;
                 }
                 Err(e) => {
                     warn!(job_id = %event.job_id, error = %e.log_detail(), "terminal event repair failed");
@@ -139,7 +139,7 @@ impl Pipeline {
                         .jobs
                         .note_event_failure(
                             &event.tenant_id,
-                            &event.job_id,
+                            event.job_id,
                             self.config.max_event_attempts,
                         )
                         .await

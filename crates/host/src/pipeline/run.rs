@@ -62,11 +62,7 @@ impl Pipeline {
         if extracted.is_err() && stop.is_done() {
             // Abandoned at shutdown: hand the job back now rather than leave its lease to
             // expire.
-            return match self
-                .jobs
-                .release(&job.tenant_id, &job.id, token, None)
-                .await
-            {
+            return match self.jobs.release(&job.tenant_id, job.id, token, None).await {
                 Ok(()) => {
                     info!(job_id = %job.id, "abandoned at shutdown; released for the next run");
                     Outcome::Skipped("abandoned at shutdown")
@@ -92,7 +88,7 @@ impl Pipeline {
                 let text = sanitize(e.message());
                 match self
                     .jobs
-                    .release(&job.tenant_id, &job.id, token, Some(&text))
+                    .release(&job.tenant_id, job.id, token, Some(&text))
                     .await
                 {
                     Ok(()) => Outcome::Retry(e),
@@ -140,7 +136,7 @@ impl Pipeline {
         segment: &Segment,
     ) -> Result<Extracted> {
         let ctx = stop.child();
-        let tenant = TenantContext::new(&job.tenant_id)?.with_request_id(&job.id);
+        let tenant = TenantContext::new(&job.tenant_id)?.with_request_id(&job.id.to_string());
         let request = ExtractionRequest {
             mapped_fields: job.request.mapped_fields.clone(),
             filters: job.request.filters.clone(),
@@ -154,7 +150,7 @@ impl Pipeline {
             incremental: self.incremental_reads(job).await?,
         };
         let mut plan = self.engine.plan_extraction(&ctx, &tenant, &request).await?;
-        plan.request_id.clone_from(&job.id);
+        plan.request_id = job.id.to_string();
         if let Some(c) = &job.checkpoint
             && plan.limits.max_result_bytes > 0
         {
@@ -281,7 +277,7 @@ impl Pipeline {
                     .take()
                     .ok_or_else(|| ServiceError::internal("direct mode returned no payload"))?;
                 let ring = self.keys.key_ring().await?;
-                let path = result_path(&job.tenant_id, &job.id, ResultFormat::V1);
+                let path = result_path(&job.tenant_id, &job.id.to_string(), ResultFormat::V1);
                 let mut r = store_v1(self.objects.as_ref(), &ring, &path, &d.data).await?;
                 // The engine hashed the document already.
                 if let (Some(i), Some(direct)) = (r.integrity.as_mut(), d.integrity) {

@@ -129,7 +129,7 @@ impl Pipeline {
             progress,
             at,
         };
-        if let Err(e) = self.jobs.transition(&job.tenant_id, &job.id, change).await {
+        if let Err(e) = self.jobs.transition(&job.tenant_id, job.id, change).await {
             // A cancel asked for meanwhile: the job ends canceled, every part removed.
             // Otherwise the parts stay: another worker that took the job over (or the
             // retry) runs this segment again from the same checkpoint and writes the
@@ -158,7 +158,7 @@ impl Pipeline {
             }
         }
         Outcome::Continued {
-            job_id: job.id.clone(),
+            job_id: job.id,
             segment,
         }
     }

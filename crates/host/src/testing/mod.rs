@@ -181,14 +181,15 @@ where
     F: Fn(Vec<String>) -> fetcher_engine::BoxFuture<'static, Vec<DeliveredEvent>>,
 {
     let tenant = unique_tenant("events").tenant_id;
-    let make = |i: usize, status: JobStatus| {
-        let job = format!("{}-{i}", uuid::Uuid::new_v4());
+    let make = |_: usize, status: JobStatus| {
+        let id = JobId::new();
+        let job = id.to_string();
         let payload = serde_json::json!({
             "jobId": job,
             "status": status.as_str(),
             "metadata": {"source": "conformance", "note": "ünïcödé <&>"},
         });
-        TerminalEvent::new(&tenant, &job, status, payload.to_string())
+        TerminalEvent::new(&tenant, id, status, payload.to_string())
     };
     let one = make(0, JobStatus::Completed);
     publisher.publish(&one).await.expect("publish");

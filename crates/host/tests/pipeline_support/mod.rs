@@ -119,7 +119,7 @@ pub async fn submit(w: &World, format: Option<ResultFormat>) -> (Job, QueueMessa
 }
 
 /// The stored result of a completed job of tenant `acme`.
-pub async fn result_of(w: &World, id: &str) -> JobResult {
+pub async fn result_of(w: &World, id: JobId) -> JobResult {
     let job = w.jobs.get("acme", id).await.unwrap().expect("job stored");
     job.result.expect("a completed job has a result")
 }
@@ -141,7 +141,7 @@ pub async fn claim_and_die(w: &World, job: &Job) {
     let now = fetcher_engine::Timestamp::now();
     let ClaimOutcome::Claimed { .. } = w
         .jobs
-        .claim("acme", &job.id, now, Duration::from_millis(1))
+        .claim("acme", job.id, now, Duration::from_millis(1))
         .await
         .unwrap()
     else {
@@ -153,7 +153,7 @@ pub async fn claim_and_die(w: &World, job: &Job) {
 /// A pending job created `ago` in the past (its message sent then).
 pub async fn submit_aged(w: &World, ago: Duration) -> (Job, QueueMessage) {
     let (mut job, _) = submit(w, None).await;
-    job.id = uuid::Uuid::now_v7().to_string();
+    job.id = JobId::new();
     job.request_hash = format!("hash-{}", job.id);
     job.created_at = fetcher_engine::Timestamp::from_unix_nanos(
         fetcher_engine::Timestamp::now().unix_nanos() - ago.as_nanos() as i128,
@@ -168,7 +168,7 @@ pub fn canceled_world_config(w: &mut World) {
     w.pipeline.config.progress_interval = Duration::from_millis(40);
 }
 
-pub async fn wait_for_status(w: &World, id: &str, status: JobStatus) {
+pub async fn wait_for_status(w: &World, id: JobId, status: JobStatus) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while w.jobs.get("acme", id).await.unwrap().unwrap().status != status {
         assert!(std::time::Instant::now() < deadline, "never {status:?}");

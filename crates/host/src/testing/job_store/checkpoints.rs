@@ -57,7 +57,7 @@ pub(super) async fn checkpoints(store: &dyn JobStore, t: &str) {
     store.insert(&job).await.unwrap();
     let now = Timestamp::now();
     let ClaimOutcome::Claimed { token, .. } = store
-        .claim(t, &job.id, now, Duration::from_secs(60))
+        .claim(t, job.id, now, Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -71,7 +71,7 @@ pub(super) async fn checkpoints(store: &dyn JobStore, t: &str) {
         progress: progress(now),
         at: now,
     };
-    let err = store.transition(t, &job.id, stale).await.unwrap_err();
+    let err = store.transition(t, job.id, stale).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Conflict);
     let change = Transition::Checkpoint {
         token,
@@ -79,8 +79,8 @@ pub(super) async fn checkpoints(store: &dyn JobStore, t: &str) {
         progress: progress(now),
         at: now,
     };
-    store.transition(t, &job.id, change).await.unwrap();
-    let got = store.get(t, &job.id).await.unwrap().unwrap();
+    store.transition(t, job.id, change).await.unwrap();
+    let got = store.get(t, job.id).await.unwrap().unwrap();
     assert_eq!(got.status, JobStatus::Pending);
     assert_eq!(got.lease_expires_at, None);
     assert_eq!(
@@ -106,7 +106,7 @@ pub(super) async fn checkpoints(store: &dyn JobStore, t: &str) {
     // The next segment's claim: a new token; a retryable failure keeps the checkpoint.
     let later = Timestamp::now();
     let ClaimOutcome::Claimed { token: next, job } = store
-        .claim(t, &job.id, later, Duration::from_secs(60))
+        .claim(t, job.id, later, Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -114,8 +114,8 @@ pub(super) async fn checkpoints(store: &dyn JobStore, t: &str) {
     };
     assert!(next > token);
     assert_eq!(job.segment_claims(), 1);
-    store.release(t, &job.id, next, Some("x")).await.unwrap();
-    let got = store.get(t, &job.id).await.unwrap().unwrap();
+    store.release(t, job.id, next, Some("x")).await.unwrap();
+    let got = store.get(t, job.id).await.unwrap().unwrap();
     assert_eq!(
         got.checkpoint.as_ref().map(Checkpoint::digest),
         Some(c.digest())
@@ -123,7 +123,7 @@ pub(super) async fn checkpoints(store: &dyn JobStore, t: &str) {
 
     // A cancel asked for during a segment refuses its checkpoint (the worker cancels).
     let ClaimOutcome::Claimed { token: third, .. } = store
-        .claim(t, &job.id, Timestamp::now(), Duration::from_secs(60))
+        .claim(t, job.id, Timestamp::now(), Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -134,7 +134,7 @@ pub(super) async fn checkpoints(store: &dyn JobStore, t: &str) {
         event: &canceled,
         at: Timestamp::now(),
     };
-    assert!(!store.transition(t, &job.id, cancel).await.unwrap());
+    assert!(!store.transition(t, job.id, cancel).await.unwrap());
     let next_cp = Checkpoint {
         segment: 2,
         ..checkpoint(third)
@@ -145,6 +145,6 @@ pub(super) async fn checkpoints(store: &dyn JobStore, t: &str) {
         progress: progress(now),
         at: Timestamp::now(),
     };
-    let err = store.transition(t, &job.id, refused).await.unwrap_err();
+    let err = store.transition(t, job.id, refused).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Conflict);
 }

@@ -37,7 +37,7 @@ fn at(secs: i64) -> Timestamp {
 }
 
 /// Whether the job is in the store's outbox (terminal, event not yet published).
-async fn in_outbox(store: &dyn JobStore, id: &str) -> bool {
+async fn in_outbox(store: &dyn JobStore, id: JobId) -> bool {
     store
         .list_pending_events(1000)
         .await
@@ -109,11 +109,14 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     let mut a = Job::new(t, request("a"), format!("hash-a-{t}"));
     a.created_at = Timestamp::now();
     assert_eq!(store.insert(&a).await.unwrap(), InsertOutcome::Created);
-    assert_eq!(store.get(t, &a.id).await.unwrap().as_ref(), Some(&a));
-    assert_eq!(store.get(&other, &a.id).await.unwrap(), None);
+    assert_eq!(store.get(t, a.id).await.unwrap().as_ref(), Some(&a));
+    assert_eq!(store.get(&other, a.id).await.unwrap(), None);
     assert_eq!(
         store
-            .get(t, "00000000-0000-7000-8000-000000000000")
+            .get(
+                t,
+                JobId::parse("00000000-0000-7000-8000-000000000000").unwrap()
+            )
             .await
             .unwrap(),
         None
@@ -126,7 +129,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
         other => panic!("duplicate insert: {other:?}"),
     }
     assert_eq!(
-        store.get(t, &dup.id).await.unwrap(),
+        store.get(t, dup.id).await.unwrap(),
         None,
         "the duplicate was not stored"
     );
@@ -164,10 +167,10 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     let now = Timestamp::now();
     let mut handles = Vec::new();
     for _ in 0..8 {
-        let (store, tenant, id) = (store.clone(), tenant.clone(), racing.id.clone());
+        let (store, tenant, id) = (store.clone(), tenant.clone(), racing.id);
         handles.push(tokio::spawn(async move {
             store
-                .claim(&tenant, &id, now, Duration::from_secs(60))
+                .claim(&tenant, id, now, Duration::from_secs(60))
                 .await
                 .unwrap()
         }));
@@ -181,12 +184,12 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
         }
     }
     assert_eq!(winners.len(), 1, "exactly one of 8 concurrent claims wins");
-    let stored = store.get(t, &racing.id).await.unwrap().unwrap();
+    let stored = store.get(t, racing.id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Processing);
     store
         .complete(
             t,
-            &racing.id,
+            racing.id,
             winners[0],
             &result(),
             &event(JobStatus::Completed),
@@ -234,7 +237,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     // taken over with a new token, and the old token can no longer finish the job.
     let now = Timestamp::now();
     let ClaimOutcome::Claimed { job, token } = store
-        .claim(t, &a.id, now, Duration::from_secs(60))
+        .claim(t, a.id, now, Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -243,14 +246,14 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     assert_eq!(job.status, JobStatus::Processing);
     assert!(matches!(
         store
-            .claim(t, &a.id, now, Duration::from_secs(60))
+            .claim(t, a.id, now, Duration::from_secs(60))
             .await
             .unwrap(),
         ClaimOutcome::NotClaimable(_)
     ));
     assert_eq!(
         store
-            .claim(&other, &a.id, now, Duration::from_secs(60))
+            .claim(&other, a.id, now, Duration::from_secs(60))
             .await
             .unwrap(),
         ClaimOutcome::NotFound
@@ -258,7 +261,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     store
         .renew(
             t,
-            &a.id,
+            a.id,
             token,
             Timestamp::from_unix_nanos(now.unix_nanos() + 120_000_000_000),
             None,
@@ -267,7 +270,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
         .unwrap();
     let later = Timestamp::from_unix_nanos(now.unix_nanos() + 600_000_000_000);
     let ClaimOutcome::Claimed { token: token2, .. } = store
-        .claim(t, &a.id, later, Duration::from_secs(60))
+        .claim(t, a.id, later, Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -277,7 +280,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     let err = store
         .complete(
             t,
-            &a.id,
+            a.id,
             token,
             &result(),
             &event(JobStatus::Completed),
@@ -292,7 +295,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     );
     assert_eq!(
         store
-            .renew(t, &a.id, token, later, None)
+            .renew(t, a.id, token, later, None)
             .await
             .unwrap_err()
             .kind(),
@@ -316,13 +319,13 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     store
         .release(
             t,
-            &a.id,
+            a.id,
             token2,
             Some("engine: [connect] failed to connect to datasource"),
         )
         .await
         .unwrap();
-    let released = store.get(t, &a.id).await.unwrap().unwrap();
+    let released = store.get(t, a.id).await.unwrap().unwrap();
     assert_eq!(released.status, JobStatus::Pending);
     assert_eq!(
         released.first_error.as_deref(),
@@ -330,7 +333,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
         "the first retryable error is kept"
     );
     let ClaimOutcome::Claimed { token: token3, .. } = store
-        .claim(t, &a.id, later, Duration::from_secs(60))
+        .claim(t, a.id, later, Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -341,7 +344,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     store
         .complete(
             t,
-            &a.id,
+            a.id,
             token3,
             &result(),
             &event(JobStatus::Completed),
@@ -349,28 +352,21 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
         )
         .await
         .unwrap();
-    let done = store.get(t, &a.id).await.unwrap().unwrap();
+    let done = store.get(t, a.id).await.unwrap().unwrap();
     assert_eq!(done.status, JobStatus::Completed);
     assert_eq!(done.result, Some(result()));
     assert_eq!(done.completed_at, Some(later));
     assert_eq!(done.pending_event, Some(event(JobStatus::Completed)));
     assert!(matches!(
         store
-            .claim(t, &a.id, later, Duration::from_secs(60))
+            .claim(t, a.id, later, Duration::from_secs(60))
             .await
             .unwrap(),
         ClaimOutcome::NotClaimable(_)
     ));
     assert!(
         store
-            .fail(
-                t,
-                &a.id,
-                Some(token3),
-                "x",
-                &event(JobStatus::Failed),
-                later
-            )
+            .fail(t, a.id, Some(token3), "x", &event(JobStatus::Failed), later)
             .await
             .is_err()
     );
@@ -379,39 +375,39 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     assert_eq!(store.insert(&again).await.unwrap(), InsertOutcome::Created);
 
     // The outbox: listed while pending, gone once cleared.
-    assert!(in_outbox(store.as_ref(), &a.id).await);
+    assert!(in_outbox(store.as_ref(), a.id).await);
     // Failed publishes are counted; at the limit the event is quarantined: kept on the
     // job, out of the outbox.
-    assert!(!store.note_event_failure(t, &a.id, 3).await.unwrap());
-    assert!(!store.note_event_failure(t, &a.id, 3).await.unwrap());
-    let counted = store.get(t, &a.id).await.unwrap().unwrap();
+    assert!(!store.note_event_failure(t, a.id, 3).await.unwrap());
+    assert!(!store.note_event_failure(t, a.id, 3).await.unwrap());
+    let counted = store.get(t, a.id).await.unwrap().unwrap();
     assert_eq!(counted.pending_event.as_ref().map(|e| e.failures), Some(2));
     assert!(
-        in_outbox(store.as_ref(), &a.id).await,
+        in_outbox(store.as_ref(), a.id).await,
         "still in the outbox below the limit"
     );
     let mut held = counted.clone();
     assert!(
-        store.note_event_failure(t, &a.id, 3).await.unwrap(),
+        store.note_event_failure(t, a.id, 3).await.unwrap(),
         "quarantined at the limit"
     );
-    let quarantined = store.get(t, &a.id).await.unwrap().unwrap();
+    let quarantined = store.get(t, a.id).await.unwrap().unwrap();
     assert_eq!(quarantined.pending_event, None);
     held.pending_event.as_mut().unwrap().failures = 3;
     assert_eq!(quarantined.quarantined_event, held.pending_event);
-    assert!(!in_outbox(store.as_ref(), &a.id).await, "out of the outbox");
-    store.clear_pending_event(t, &a.id).await.unwrap();
+    assert!(!in_outbox(store.as_ref(), a.id).await, "out of the outbox");
+    store.clear_pending_event(t, a.id).await.unwrap();
     assert_eq!(
-        store.get(t, &a.id).await.unwrap().unwrap().pending_event,
+        store.get(t, a.id).await.unwrap().unwrap().pending_event,
         None
     );
-    assert!(!in_outbox(store.as_ref(), &a.id).await);
+    assert!(!in_outbox(store.as_ref(), a.id).await);
 
     // Fail without a claim: only from pending.
     store
         .fail(
             t,
-            &again.id,
+            again.id,
             None,
             "FET-0053: bad message",
             &event(JobStatus::Failed),
@@ -419,7 +415,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
         )
         .await
         .unwrap();
-    let failed = store.get(t, &again.id).await.unwrap().unwrap();
+    let failed = store.get(t, again.id).await.unwrap().unwrap();
     assert_eq!(
         (failed.status, failed.error.as_deref()),
         (JobStatus::Failed, Some("FET-0053: bad message"))
@@ -427,14 +423,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     assert_eq!(failed.pending_event, Some(event(JobStatus::Failed)));
     assert_eq!(
         store
-            .fail(
-                t,
-                &again.id,
-                None,
-                "again",
-                &event(JobStatus::Failed),
-                later
-            )
+            .fail(t, again.id, None, "again", &event(JobStatus::Failed), later)
             .await
             .unwrap_err()
             .kind(),
@@ -445,7 +434,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     let b = Job::new(t, request("b"), format!("hash-b-{t}"));
     store.insert(&b).await.unwrap();
     let ClaimOutcome::Claimed { token, .. } = store
-        .claim(t, &b.id, later, Duration::from_secs(60))
+        .claim(t, b.id, later, Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -454,7 +443,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     store
         .fail(
             t,
-            &b.id,
+            b.id,
             Some(token),
             "failed to query datasource",
             &event(JobStatus::Failed),
@@ -463,12 +452,12 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
         .await
         .unwrap();
     assert_eq!(
-        store.get(t, &b.id).await.unwrap().unwrap().status,
+        store.get(t, b.id).await.unwrap().unwrap().status,
         JobStatus::Failed
     );
 
     // Transitions on unknown jobs fail.
-    let missing = "00000000-0000-7000-8000-00000000dead";
+    let missing = JobId::parse("00000000-0000-7000-8000-00000000dead").unwrap();
     assert!(
         store
             .complete(
@@ -508,10 +497,10 @@ async fn enqueue_record(store: &dyn JobStore, t: &str) {
         signed_at: Timestamp::from_unix_nanos(job.created_at.unix_nanos() - 3_600_000_000_000),
         at: now,
     };
-    assert!(!store.transition(t, &job.id, older).await.unwrap());
+    assert!(!store.transition(t, job.id, older).await.unwrap());
     assert_eq!(
         store
-            .get(t, &job.id)
+            .get(t, job.id)
             .await
             .unwrap()
             .unwrap()
@@ -522,16 +511,16 @@ async fn enqueue_record(store: &dyn JobStore, t: &str) {
         signed_at: job.created_at,
         at: now,
     };
-    assert!(store.transition(t, &job.id, latest).await.unwrap());
-    let marked = store.get(t, &job.id).await.unwrap().unwrap();
+    assert!(store.transition(t, job.id, latest).await.unwrap());
+    let marked = store.get(t, job.id).await.unwrap().unwrap();
     assert_eq!(marked.message_dropped_at, Some(now));
     assert_eq!(marked.status, JobStatus::Pending);
     let sent = Timestamp::from_unix_nanos(now.unix_nanos() + 1_000);
     store
-        .transition(t, &job.id, Transition::Requeued { at: sent })
+        .transition(t, job.id, Transition::Requeued { at: sent })
         .await
         .unwrap();
-    let requeued = store.get(t, &job.id).await.unwrap().unwrap();
+    let requeued = store.get(t, job.id).await.unwrap().unwrap();
     assert_eq!(
         (requeued.enqueued_at, requeued.message_dropped_at),
         (Some(sent), None)
@@ -539,15 +528,15 @@ async fn enqueue_record(store: &dyn JobStore, t: &str) {
     assert_eq!(requeued.last_enqueued_at(), sent);
     // Terminal: a re-enqueue is refused, a drop marks nothing.
     store
-        .fail(t, &job.id, None, "x", &event(JobStatus::Failed), now)
+        .fail(t, job.id, None, "x", &event(JobStatus::Failed), now)
         .await
         .unwrap();
     let err = store
-        .transition(t, &job.id, Transition::Requeued { at: sent })
+        .transition(t, job.id, Transition::Requeued { at: sent })
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Conflict);
-    assert!(!store.transition(t, &job.id, latest).await.unwrap());
+    assert!(!store.transition(t, job.id, latest).await.unwrap());
 }
 
 /// Cancellation: a pending job ends at once; a processing one is asked, sees it at its
@@ -565,13 +554,13 @@ async fn cancel(store: &dyn JobStore, t: &str) {
     let p = Job::new(t, request("cancel-pending"), format!("hash-cp-{t}"));
     store.insert(&p).await.unwrap();
     assert!(
-        store.transition(t, &p.id, cancel(now)).await.unwrap(),
+        store.transition(t, p.id, cancel(now)).await.unwrap(),
         "canceled at once"
     );
-    let got = store.get(t, &p.id).await.unwrap().unwrap();
+    let got = store.get(t, p.id).await.unwrap().unwrap();
     assert_eq!(got.status, JobStatus::Canceled);
     assert_eq!(got.error.as_deref(), Some(crate::model::CANCELED_ERROR));
-    assert!(in_outbox(store, &p.id).await);
+    assert!(in_outbox(store, p.id).await);
     assert!(
         !store.has_active_jobs(t, "pg").await.unwrap(),
         "a canceled job holds no connection"
@@ -584,7 +573,7 @@ async fn cancel(store: &dyn JobStore, t: &str) {
     );
     assert_eq!(
         store
-            .transition(t, &p.id, cancel(now))
+            .transition(t, p.id, cancel(now))
             .await
             .unwrap_err()
             .kind(),
@@ -594,7 +583,7 @@ async fn cancel(store: &dyn JobStore, t: &str) {
     assert!(
         !matches!(
             store
-                .claim(t, &p.id, now, Duration::from_secs(60))
+                .claim(t, p.id, now, Duration::from_secs(60))
                 .await
                 .unwrap(),
             ClaimOutcome::Claimed { .. }
@@ -605,7 +594,7 @@ async fn cancel(store: &dyn JobStore, t: &str) {
     let r = Job::new(t, request("cancel-running"), format!("hash-cr-{t}"));
     store.insert(&r).await.unwrap();
     let ClaimOutcome::Claimed { token, .. } = store
-        .claim(t, &r.id, now, Duration::from_secs(60))
+        .claim(t, r.id, now, Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -621,30 +610,30 @@ async fn cancel(store: &dyn JobStore, t: &str) {
     };
     assert!(
         !store
-            .renew(t, &r.id, token, until, Some(progress))
+            .renew(t, r.id, token, until, Some(progress))
             .await
             .unwrap()
     );
     assert_eq!(
-        store.get(t, &r.id).await.unwrap().unwrap().progress,
+        store.get(t, r.id).await.unwrap().unwrap().progress,
         Some(progress),
         "progress is stored with the heartbeat"
     );
     assert!(
-        !store.transition(t, &r.id, cancel(now)).await.unwrap(),
+        !store.transition(t, r.id, cancel(now)).await.unwrap(),
         "a running job is asked, not stopped"
     );
     assert_eq!(
-        store.get(t, &r.id).await.unwrap().unwrap().status,
+        store.get(t, r.id).await.unwrap().unwrap().status,
         JobStatus::Processing
     );
     assert!(
-        store.renew(t, &r.id, token, until, None).await.unwrap(),
+        store.renew(t, r.id, token, until, None).await.unwrap(),
         "the heartbeat sees the request"
     );
     assert_eq!(
         store
-            .release(t, &r.id, token, Some("x"))
+            .release(t, r.id, token, Some("x"))
             .await
             .unwrap_err()
             .kind(),
@@ -654,7 +643,7 @@ async fn cancel(store: &dyn JobStore, t: &str) {
     let failed = event(JobStatus::Failed);
     assert_eq!(
         store
-            .fail(t, &r.id, Some(token), "x", &failed, now)
+            .fail(t, r.id, Some(token), "x", &failed, now)
             .await
             .unwrap_err()
             .kind(),
@@ -666,12 +655,12 @@ async fn cancel(store: &dyn JobStore, t: &str) {
         event: &canceled,
         at: now,
     };
-    store.transition(t, &r.id, finish).await.unwrap();
-    let got = store.get(t, &r.id).await.unwrap().unwrap();
+    store.transition(t, r.id, finish).await.unwrap();
+    let got = store.get(t, r.id).await.unwrap().unwrap();
     assert_eq!(got.status, JobStatus::Canceled);
-    assert!(in_outbox(store, &r.id).await);
+    assert!(in_outbox(store, r.id).await);
     assert_eq!(
-        store.transition(t, &r.id, finish).await.unwrap_err().kind(),
+        store.transition(t, r.id, finish).await.unwrap_err().kind(),
         ErrorKind::Conflict,
         "once"
     );

@@ -40,7 +40,7 @@ pub(super) async fn syncs(store: &Arc<dyn JobStore>, t: &str) {
     let first = sync_job(t, "s1", "a");
     assert_eq!(store.insert(&first).await.unwrap(), InsertOutcome::Created);
     let s = store.sync(t, "s1").await.unwrap().expect("the sync exists");
-    assert_eq!(s.active_job.as_deref(), Some(first.id.as_str()));
+    assert_eq!(s.active_job, Some(first.id));
     assert!(s.tables.is_empty());
     // The same request again is its duplicate; another request of the sync is refused.
     let dup = Job::new(t, first.request.clone(), first.request_hash.clone());
@@ -53,7 +53,7 @@ pub(super) async fn syncs(store: &Arc<dyn JobStore>, t: &str) {
         other => panic!("a second active job of the sync: {other:?}"),
     }
     assert_eq!(
-        store.get(t, &second.id).await.unwrap(),
+        store.get(t, second.id).await.unwrap(),
         None,
         "nothing stored"
     );
@@ -67,7 +67,7 @@ pub(super) async fn syncs(store: &Arc<dyn JobStore>, t: &str) {
     // Completing the job records its watermarks and frees the sync, in the same write.
     let now = Timestamp::now();
     let ClaimOutcome::Claimed { token, .. } = store
-        .claim(t, &first.id, now, Duration::from_secs(60))
+        .claim(t, first.id, now, Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -75,14 +75,7 @@ pub(super) async fn syncs(store: &Arc<dyn JobStore>, t: &str) {
     };
     let done = result();
     store
-        .complete(
-            t,
-            &first.id,
-            token,
-            &done,
-            &event(JobStatus::Completed),
-            now,
-        )
+        .complete(t, first.id, token, &done, &event(JobStatus::Completed), now)
         .await
         .unwrap();
     let s = store.sync(t, "s1").await.unwrap().unwrap();
@@ -106,15 +99,12 @@ pub(super) async fn syncs(store: &Arc<dyn JobStore>, t: &str) {
     // The next job of the sync is created; failing it changes no watermark.
     assert_eq!(store.insert(&second).await.unwrap(), InsertOutcome::Created);
     store
-        .fail(t, &second.id, None, "x", &event(JobStatus::Failed), now)
+        .fail(t, second.id, None, "x", &event(JobStatus::Failed), now)
         .await
         .unwrap();
     let s = store.sync(t, "s1").await.unwrap().unwrap();
     assert_eq!(
-        (
-            s.active_job.as_deref(),
-            s.watermark("pg", "accounting.invoices")
-        ),
+        (s.active_job, s.watermark("pg", "accounting.invoices")),
         (None, Some(&reached))
     );
     // A canceled job of the sync frees it, and changes no watermark either.
@@ -125,7 +115,7 @@ pub(super) async fn syncs(store: &Arc<dyn JobStore>, t: &str) {
         store
             .transition(
                 t,
-                &third.id,
+                third.id,
                 Transition::Cancel {
                     event: &canceled,
                     at: now
@@ -136,10 +126,7 @@ pub(super) async fn syncs(store: &Arc<dyn JobStore>, t: &str) {
     );
     let s = store.sync(t, "s1").await.unwrap().unwrap();
     assert_eq!(
-        (
-            s.active_job.as_deref(),
-            s.watermark("pg", "accounting.invoices")
-        ),
+        (s.active_job, s.watermark("pg", "accounting.invoices")),
         (None, Some(&reached))
     );
     // Resets: of a table the sync does not hold (nothing changes), then of all.
