@@ -68,10 +68,7 @@ async fn sqlite_store_survives_a_reopen() {
         .list_pending(fetcher_engine::Timestamp::now(), 10)
         .await
         .unwrap();
-    assert_eq!(
-        pending.iter().map(|j| j.id).collect::<Vec<_>>(),
-        [job.id]
-    );
+    assert_eq!(pending.iter().map(|j| j.id).collect::<Vec<_>>(), [job.id]);
 }
 
 #[tokio::test]
