@@ -107,9 +107,10 @@ mod tests {
 
     #[tokio::test]
     async fn posts_the_event_and_fails_on_non_2xx() {
+        let id = fetcher_host::model::JobId::new();
         let event = TerminalEvent::new(
             "acme",
-            fetcher_host::model::JobId::new(),
+            id,
             JobStatus::Completed,
             r#"{"jobId":"j1","status":"completed"}"#.into(),
         );
@@ -124,7 +125,7 @@ mod tests {
         assert!(
             request
                 .to_ascii_lowercase()
-                .contains("ce-id: fetcher.job.completed.j1")
+                .contains(&format!("ce-id: fetcher.job.completed.{id}"))
         );
         assert!(request.contains(r#""detail":{"jobId":"j1","status":"completed"}"#));
 
