@@ -8,7 +8,7 @@ use fetcher_host::ports::JobStore;
 use http_support::*;
 use serde_json::json;
 
-async fn submit(h: &Harness) -> String {
+async fn submit(h: &Harness) -> fetcher_host::model::JobId {
     let r = h
         .call(
             Method::POST,
@@ -18,7 +18,7 @@ async fn submit(h: &Harness) -> String {
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
-    r.json()["jobId"].as_str().unwrap().to_owned()
+    job_id(&r.json())
 }
 
 #[tokio::test]
@@ -35,12 +35,7 @@ async fn a_pending_job_is_canceled_at_once_and_frees_its_slots() {
         v["metadata"]["error"],
         "engine: [canceled] job canceled by request"
     );
-    let stored = h
-        .jobs
-        .get("default", fetcher_host::model::JobId::parse(&id).unwrap())
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = h.jobs.get("default", id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Canceled);
     // Its job.failed event waits in the outbox for the worker that takes its message.
     let event = stored.pending_event.expect("in the outbox");
@@ -122,12 +117,7 @@ async fn a_processing_job_shows_progress_and_is_asked_to_stop() {
     let now = fetcher_engine::Timestamp::now();
     let fetcher_host::ports::ClaimOutcome::Claimed { token, .. } = h
         .jobs
-        .claim(
-            "default",
-            fetcher_host::model::JobId::parse(&id).unwrap(),
-            now,
-            std::time::Duration::from_secs(60),
-        )
+        .claim("default", id, now, std::time::Duration::from_secs(60))
         .await
         .unwrap()
     else {
@@ -143,13 +133,7 @@ async fn a_processing_job_shows_progress_and_is_asked_to_stop() {
     };
     assert!(
         !h.jobs
-            .renew(
-                "default",
-                fetcher_host::model::JobId::parse(&id).unwrap(),
-                token,
-                until,
-                Some(progress)
-            )
+            .renew("default", id, token, until, Some(progress))
             .await
             .unwrap()
     );
@@ -169,13 +153,7 @@ async fn a_processing_job_shows_progress_and_is_asked_to_stop() {
     assert!(v["cancelRequestedAt"].is_string(), "{v}");
     assert!(
         h.jobs
-            .renew(
-                "default",
-                fetcher_host::model::JobId::parse(&id).unwrap(),
-                token,
-                until,
-                None
-            )
+            .renew("default", id, token, until, None)
             .await
             .unwrap(),
         "the worker's next heartbeat sees the request"
@@ -194,14 +172,7 @@ async fn a_processing_job_shows_progress_and_is_asked_to_stop() {
         failures: 0,
     };
     h.jobs
-        .complete(
-            "default",
-            fetcher_host::model::JobId::parse(&id).unwrap(),
-            token,
-            &result,
-            &event,
-            now,
-        )
+        .complete("default", id, token, &result, &event, now)
         .await
         .unwrap();
     let v = h.get(&format!("/v1/fetcher/{id}")).await.json();

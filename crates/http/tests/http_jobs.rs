@@ -151,7 +151,7 @@ async fn failed_jobs_do_not_block_a_retry_and_completed_ones_do() {
         )
         .await
         .json();
-    let id = first["jobId"].as_str().unwrap().to_owned();
+    let id = job_id(&first);
     let event = PendingEvent {
         status: JobStatus::Failed,
         payload: "{}".into(),
@@ -160,7 +160,7 @@ async fn failed_jobs_do_not_block_a_retry_and_completed_ones_do() {
     h.jobs
         .fail(
             "default",
-            fetcher_host::model::JobId::parse(&id).unwrap(),
+            id,
             None,
             "boom",
             &event,
@@ -177,14 +177,14 @@ async fn failed_jobs_do_not_block_a_retry_and_completed_ones_do() {
         )
         .await;
     assert_eq!(retry.status, StatusCode::ACCEPTED);
-    let id2 = retry.json()["jobId"].as_str().unwrap().to_owned();
+    let id2 = job_id(&retry.json());
     assert_ne!(id, id2);
     // Completed within the window: duplicate, with the current status.
     let claim = h
         .jobs
         .claim(
             "default",
-            fetcher_host::model::JobId::parse(&id2).unwrap(),
+            id2,
             fetcher_engine::Timestamp::now(),
             std::time::Duration::from_secs(60),
         )
@@ -202,7 +202,7 @@ async fn failed_jobs_do_not_block_a_retry_and_completed_ones_do() {
     h.jobs
         .complete(
             "default",
-            fetcher_host::model::JobId::parse(&id2).unwrap(),
+            id2,
             token,
             &result,
             &PendingEvent {
@@ -228,7 +228,11 @@ async fn failed_jobs_do_not_block_a_retry_and_completed_ones_do() {
             dup.json()["status"].as_str(),
             dup.json()["jobId"].as_str()
         ),
-        (StatusCode::OK, Some("completed"), Some(id2.as_str()))
+        (
+            StatusCode::OK,
+            Some("completed"),
+            Some(id2.to_string().as_str())
+        )
     );
     // GET of the completed and the failed job.
     let got = h.get(&format!("/v1/fetcher/{id2}")).await.json();
@@ -256,7 +260,7 @@ async fn get_job_strips_internal_keys_and_scopes_errors() {
     body["resultFormat"] = json!("v2");
     let r = h.call(Method::POST, "/v1/fetcher", &[], Some(body)).await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
-    let id = r.json()["jobId"].as_str().unwrap().to_owned();
+    let id = job_id(&r.json());
     let got = h.get(&format!("/v1/fetcher/{id}")).await;
     assert_eq!(got.status, StatusCode::OK);
     let v = got.json();
@@ -273,12 +277,7 @@ async fn get_job_strips_internal_keys_and_scopes_errors() {
         )
     );
     assert!(v.get("completedAt").is_none() && v.get("resultPath").is_none());
-    let stored = h
-        .jobs
-        .get("default", fetcher_host::model::JobId::parse(&id).unwrap())
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = h.jobs.get("default", id).await.unwrap().unwrap();
     assert_eq!(stored.request.result_format, Some(ResultFormat::V2));
     let r = h
         .get("/v1/fetcher/0193a1c0-0d6e-7b11-9f2a-5c4d3e2f1a0b")

@@ -273,6 +273,11 @@ pub fn connection(name: &str) -> Value {
     })
 }
 
+/// The `jobId` of a job response, parsed: the job store's key.
+pub fn job_id(v: &Value) -> fetcher_host::model::JobId {
+    fetcher_host::model::JobId::parse(v["jobId"].as_str().expect("a jobId")).expect("a UUID")
+}
+
 pub fn job(ds: &str, source: &str) -> Value {
     json!({"dataRequest": {"mappedFields": {ds: {"users": ["id", "name"]}}}, "metadata": {"source": source}})
 }
