@@ -62,6 +62,10 @@ pub struct HostConfig {
     pub max_result_bytes: i64,
     /// PostgreSQL connections per step (docs/datasources.md, "Partitioned reads").
     pub read_partitions: usize,
+    /// Key ranges a big table is cut into at most, and rows per range at least
+    /// (docs/operations.md, "Fan-out").
+    pub fanout_ranges: usize,
+    pub fanout_range_rows: i64,
     /// The first back-off of a retried job message; doubles per receive up to 15 minutes.
     pub retry_backoff: Duration,
     /// How old a job message may be and still be trusted. It must exceed the queue's
@@ -141,6 +145,8 @@ impl HostConfig {
             extraction_timeout: s.extraction.extraction_timeout(),
             max_result_bytes: s.extraction.max_result_bytes(),
             read_partitions: s.extraction.read_partitions.into(),
+            fanout_ranges: s.extraction.fanout_ranges.into(),
+            fanout_range_rows: s.extraction.fanout_range_rows as i64,
             max_message_age: Duration::from_secs(s.max_message_age_secs),
             retry_backoff: Duration::from_secs(s.retry_backoff_secs),
             require_auth: !s.allow_unauthenticated,

@@ -424,6 +424,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                     crash_before_complete,
                     segment_after,
                     progress_interval: args.extraction.progress_interval(),
+                    fanout_ranges: args.extraction.fanout_ranges.into(),
+                    fanout_range_rows: args.extraction.fanout_range_rows as i64,
                     default_format: match args.result_format.as_str() {
                         "v1" => ResultFormat::V1,
                         "parquet" => ResultFormat::Parquet,

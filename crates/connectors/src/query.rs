@@ -183,16 +183,21 @@ pub fn select_sql(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &
     select_parts(dialect, t, selected, w).render("")
 }
 
-fn select_parts(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &Where) -> SelectSql {
-    let cols: Vec<String> = selected.iter().map(|c| column_expr(dialect, c)).collect();
-    let from = match dialect {
+/// The table's name as a `FROM` names it, quoted.
+pub fn from_name(dialect: Dialect, t: &TableInfo) -> String {
+    match dialect {
         Dialect::Postgres => format!(
             "{}.{}",
             quote_ident(dialect, &t.schema),
             quote_ident(dialect, &t.name)
         ),
         Dialect::MySql | Dialect::Sqlite => quote_ident(dialect, &t.name),
-    };
+    }
+}
+
+fn select_parts(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &Where) -> SelectSql {
+    let cols: Vec<String> = selected.iter().map(|c| column_expr(dialect, c)).collect();
+    let from = from_name(dialect, t);
     let order: Vec<String> = if t.primary_key.is_empty() {
         // Without a key, the selected columns' natural order, then their printed forms
         // byte-wise: values that compare equal but print differently (numeric `1.0` and
@@ -243,6 +248,24 @@ fn split_key(dialect: Dialect, t: &TableInfo) -> Option<SplitKey> {
             ),
         }
     })
+}
+
+/// The column a fanned-out job's ranges cut a table on (docs/datasources.md, "Fan-out"):
+/// its leading primary-key column when that is a plain signed integer (PostgreSQL
+/// `smallint`/`integer`/`bigint`, MySQL `TINYINT`…`BIGINT`), quoted. `None` otherwise.
+pub fn range_key(dialect: Dialect, t: &TableInfo) -> Option<String> {
+    let first = t.primary_key.first()?;
+    let c = t.column(first)?;
+    let integer = match dialect {
+        Dialect::Postgres => {
+            matches!(c.pg_oid, oid::INT2 | oid::INT4 | oid::INT8)
+                && !c.pg_text_cast
+                && !c.pg_raw_bytes
+        }
+        Dialect::MySql => c.kind == crate::catalog::Kind::Int,
+        Dialect::Sqlite => false,
+    };
+    integer.then(|| quote_ident(dialect, &c.name))
 }
 
 /// Validates the plan step against the catalog and plans every table, in ascending table
@@ -326,6 +349,27 @@ pub fn plan(
             Some(read) => Some(crate::incremental::columns(table, read)?),
             None => resume_key(table),
         };
+        if let Some(range) = step.key_ranges.get(requested) {
+            // One range of a fanned-out job: bounds are integers the host cut from the
+            // key's span, written as literals (`COPY` takes no parameters).
+            let key = range_key(dialect, table)
+                .ok_or_else(|| validation("a key range needs an integer leading primary key"))?;
+            let cond: Vec<String> = [
+                range.lo.map(|lo| format!("{key} >= {lo}")),
+                range.hi.map(|hi| format!("{key} < {hi}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            if !cond.is_empty() {
+                let cond = cond.join(" AND ");
+                w.sql = if w.sql.is_empty() {
+                    cond
+                } else {
+                    format!("({}) AND ({cond})", w.sql)
+                };
+            }
+        }
         if let Some(after) = resume.filter(|_| incremental.is_none()) {
             let key = order_key.as_ref().ok_or_else(|| {
                 validation("a read cannot resume in a table without a primary key")

@@ -289,7 +289,9 @@ fn handle_with_retry<'a>(
             Outcome::Completed { .. }
             | Outcome::Failed { .. }
             | Outcome::Dropped { .. }
-            | Outcome::Continued { .. } => {}
+            | Outcome::Continued { .. }
+            | Outcome::FannedOut { .. }
+            | Outcome::RangeDone { .. } => {}
             Outcome::Skipped(why) => info!(why, "message skipped"),
         }
         queue.finished();

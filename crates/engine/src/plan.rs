@@ -157,6 +157,7 @@ impl Engine {
                     .clone(),
                 resume_after: BTreeMap::new(),
                 positions: false,
+                key_ranges: BTreeMap::new(),
             })
             .collect();
         Ok(ExtractionPlan {

@@ -87,6 +87,21 @@ pub trait Connector: Send {
         step: &'a PlanStep,
     ) -> BoxFuture<'a, Result<Box<dyn RowCursor + 'a>>>;
 
+    /// The key span of `table` in `step` (with the step's filters it is an estimate over
+    /// the whole table): the smallest and largest value of its integer leading primary-key
+    /// column and the catalog's row estimate. `None` (the default) when the table has no
+    /// such key or the connector cannot tell: the table is then never fanned out. A
+    /// connector that answers must honour `step.key_ranges` in [`Connector::query_stream`]
+    /// (`lo <= key < hi` on that column, in the same order).
+    fn key_span<'a>(
+        &'a mut self,
+        _ctx: &'a Context,
+        _step: &'a PlanStep,
+        _table: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::KeySpan>>> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// Releases the connection. Idempotent.
     fn close<'a>(&'a mut self, ctx: &'a Context) -> BoxFuture<'a, Result<()>>;
 }

@@ -52,6 +52,10 @@ pub struct JobMessage {
     /// resumes only from the checkpoint this message was signed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
+    /// A fanned-out job's message for one of its ranges (docs/operations.md,
+    /// "Fan-out"); `segment` and `checkpoint` are then that range's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<usize>,
 }
 
 /// Builds the signed message for `job`.
@@ -65,6 +69,7 @@ pub fn encode(job: &Job, signer: &MessageSigner, request_id: &str, now_unix: i64
         result_format: job.request.result_format,
         segment: job.checkpoint.as_ref().map(|c| c.segment),
         checkpoint: job.checkpoint.as_ref().map(|c| c.digest()),
+        range: job.range,
     };
     // serde_json's map is sorted, and the struct's fields serialize in a fixed order.
     let value = serde_json::to_value(&msg).expect("job message is JSON");

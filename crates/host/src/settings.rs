@@ -61,6 +61,18 @@ pub struct ExtractionSettings {
     #[arg(long, env = "FETCHER_READ_PARTITIONS", default_value_t = 1,
         value_parser = clap::value_parser!(u16).range(1..=16))]
     pub read_partitions: u16,
+    /// Key ranges a job's big table is cut into at most, 1 to 64, each read by its own
+    /// worker at the same time (docs/operations.md, "Fan-out"): the most readers one job
+    /// puts on a customer database. `1` never fans out.
+    #[arg(long, env = "FETCHER_FANOUT_RANGES", default_value_t = 4,
+        value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub fanout_ranges: u16,
+    /// Rows (by the catalog's estimate) each range of a fanned-out table gets at least: a
+    /// table is fanned out from twice this many rows.
+    #[arg(long, env = "FETCHER_FANOUT_RANGE_ROWS",
+        default_value_t = crate::pipeline::DEFAULT_FANOUT_RANGE_ROWS as u64,
+        value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
+    pub fanout_range_rows: u64,
     /// Private networks (comma-separated CIDRs) whose addresses host safety admits: a VPC
     /// deployment's customer databases (docs/operations.md, "Private networks"). Only
     /// subnets of 10/8, 172.16/12, 192.168/16, 100.64/10 and fc00::/7; a list that would

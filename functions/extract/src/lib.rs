@@ -120,6 +120,7 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
     let max_message_age = config.max_message_age;
     let retry_backoff = config.retry_backoff;
     let progress_interval = config.progress_interval;
+    let (fanout_ranges, fanout_range_rows) = (config.fanout_ranges, config.fanout_range_rows);
     let stack = config.stack_name.clone();
     let secret = config.master_key_secret.clone();
     let host = Host::build(config, sdk)?;
@@ -148,6 +149,8 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
             max_message_age,
             progress_interval,
             segment_after: fetcher_host::settings::test_segment_after()?,
+            fanout_ranges,
+            fanout_range_rows,
             ..Default::default()
         },
     );
@@ -289,6 +292,23 @@ impl Extractor {
                 info!(%message_id, %job_id, segment, "job continues in another invocation");
                 self.metrics(&[
                     ("SegmentsContinued", "Count", 1.0),
+                    (
+                        "DurationMs",
+                        "Milliseconds",
+                        started.elapsed().as_millis() as f64,
+                    ),
+                ]);
+                true
+            }
+            Ok(Outcome::FannedOut { job_id, ranges }) => {
+                info!(%message_id, %job_id, ranges, "job fanned out over key ranges");
+                self.metrics(&[("JobsFannedOut", "Count", 1.0)]);
+                true
+            }
+            Ok(Outcome::RangeDone { job_id, range }) => {
+                info!(%message_id, %job_id, range, "range done; other ranges still running");
+                self.metrics(&[
+                    ("RangesDone", "Count", 1.0),
                     (
                         "DurationMs",
                         "Milliseconds",

@@ -22,10 +22,17 @@ pub(super) struct Lease {
 }
 
 impl Lease {
-    /// The lease a job's state calls for: one while it is processing.
+    /// The lease a job's state calls for: one while it is processing. A fanned-out job's
+    /// ranges each hold a claim of their own, kept in the job document
+    /// (docs/operations.md, "Fan-out"): its lease item names no claim (token 0, never a
+    /// claim's), so their heartbeats are transitions of the document.
     pub(super) fn of(job: &Job) -> Option<Lease> {
         (job.status == JobStatus::Processing).then(|| Lease {
-            token: job.attempts,
+            token: if job.fanout.is_some() {
+                0
+            } else {
+                job.attempts
+            },
             until: job.lease_expires_at.unwrap_or(job.created_at),
             progress: job.progress,
             cancel: job.cancel_requested_at.is_some(),

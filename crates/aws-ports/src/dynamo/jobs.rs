@@ -525,8 +525,17 @@ impl JobStore for DynamoStore {
                     .and_then(|v| v.as_bool().ok())
                     .copied()
                     .unwrap_or(false)),
+                // Not this claim's lease item: a lost claim, or a fanned-out job's range,
+                // whose claim the job document holds (the transition decides which).
                 Err(e) if is_conditional(&e) => {
-                    Err(ServiceError::conflict("job is not held by this claim"))
+                    let change = Transition::Renew {
+                        token,
+                        until,
+                        progress,
+                    };
+                    self.read_modify_write(tenant, id, |job| job.apply(&change).map(|q| (q, true)))
+                        .await?
+                        .ok_or_else(job_not_found)
                 }
                 Err(e) => Err(unavailable(e)),
             }

@@ -134,6 +134,80 @@ impl Engine {
         .await
     }
 
+    /// The manifest of a fanned-out job (docs/engine.md, "Fan-out"): `parts`, every
+    /// range's in order, listed by a sealed manifest written as the job's result (the
+    /// job is `tenant`'s request id), as the last segment of a continued job would. The
+    /// host calls it once, after its ranges are all done.
+    pub async fn seal_manifest(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        format: StoredFormat,
+        parts: Vec<ResultPart>,
+    ) -> Result<ExtractionResult> {
+        if self.inner.result_sink.is_none() {
+            return Err(EngineError::validation(msg::STORE_NEEDS_SINK));
+        }
+        tenant.validate_scope()?;
+        let plan = ExtractionPlan {
+            tenant_id: tenant.tenant_id.clone(),
+            request_id: tenant.request_id.clone(),
+            ..ExtractionPlan::default()
+        };
+        let mut tally = Tally::default();
+        for p in &parts {
+            *tally.row_counts.entry(p.config.clone()).or_default() += p.row_count;
+        }
+        self.manifest_result(ctx, tenant, &plan, format, parts, tally)
+            .await
+    }
+
+    /// The key span of each table of `plan`'s step of `config`, in the step's table
+    /// order (its integer leading primary key's smallest and largest value and the row
+    /// estimate; `None` for a table without such a key or a connector that cannot tell),
+    /// over one connection. What a host cuts a fanned-out job's ranges from.
+    pub async fn key_spans(
+        &self,
+        ctx: &Context,
+        plan: &ExtractionPlan,
+        config: &str,
+    ) -> Result<Vec<Option<KeySpan>>> {
+        let store = self
+            .inner
+            .connection_store
+            .as_ref()
+            .ok_or_else(|| EngineError::validation(msg::STORE_NOT_CONFIGURED))?;
+        let tenant = TenantContext {
+            tenant_id: plan.tenant_id.clone(),
+            request_id: plan.request_id.clone(),
+        };
+        tenant.validate_scope()?;
+        let step = plan
+            .steps
+            .iter()
+            .find(|s| s.config_name == config)
+            .ok_or_else(|| EngineError::validation(msg::UNKNOWN_DATASOURCE))?;
+        let descriptor = self
+            .require_connection(ctx, store, &tenant, config, msg::UNKNOWN_DATASOURCE)
+            .await?;
+        let mut connector: Box<dyn Connector> =
+            catch(self.build_connector(ctx, &tenant, &descriptor)).await?;
+        let spans = catch(async {
+            let mut spans = Vec::with_capacity(step.tables.len());
+            for table in &step.tables {
+                let span = connector
+                    .key_span(ctx, step, table)
+                    .await
+                    .map_err(|e| connector_error(e, ctx, msg::QUERY_FAILED))?;
+                spans.push(span);
+            }
+            Ok(spans)
+        })
+        .await;
+        let _ = connector.close(ctx).await;
+        spans
+    }
+
     async fn execute(
         &self,
         ctx: &Context,
@@ -430,8 +504,31 @@ fn stopped_result(
         reference: None,
         row_counts: tally.row_counts,
         watermarks: tally.watermarks,
-        stopped: at.map(|at| Stopped { at, parts }),
+        stopped: at.map(|at| Stopped {
+            at,
+            parts,
+            ended: false,
+        }),
     }
+}
+
+/// The result of a fanned-out job's range that read its plan to the end having sealed
+/// `parts`: a stop that is [`Stopped::ended`], where its last table is.
+fn ended_result(plan: &ExtractionPlan, parts: Vec<ResultPart>, tally: Tally) -> ExtractionResult {
+    let end = plan
+        .steps
+        .last()
+        .map(|s| point(s, s.tables.last().map_or("", String::as_str), None));
+    let end = end.unwrap_or(ResumePoint {
+        config: String::new(),
+        table: String::new(),
+        after: None,
+    });
+    let mut r = stopped_result(plan, parts, Some(end), tally);
+    if let Some(s) = r.stopped.as_mut() {
+        s.ended = true;
+    }
+    r
 }
 
 /// Where a (resumed) plan begins: its first step's datasource and first table.

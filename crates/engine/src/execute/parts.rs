@@ -239,7 +239,7 @@ impl Engine {
             tenant,
             job_id: &plan.request_id,
             extension: format.format().as_str(),
-            first_index: segment.earlier_parts.len(),
+            first_index: segment.first_part(),
             open: None,
             done: Vec::new(),
         });
@@ -268,6 +268,9 @@ impl Engine {
         let done = std::mem::take(&mut parts.done);
         if streamed.stopped.is_some() {
             return Ok(stopped_result(plan, done, streamed.stopped, streamed.tally));
+        }
+        if segment.part_base.is_some() {
+            return Ok(ended_result(plan, done, streamed.tally));
         }
         let mut all = segment.earlier_parts.clone();
         all.extend(done.iter().cloned());

@@ -16,7 +16,7 @@ use super::batch::{Batch, BufferPool, Producer, Sink};
 use super::failure::{FirstError, SetOnDrop, panic_error};
 use super::parts::{PartProducer, PartsOutput};
 use super::segment::StopSignal;
-use super::{Tally, hex, starts_at, stopped_result, stored_result};
+use super::{Tally, ended_result, hex, starts_at, stopped_result, stored_result};
 use crate::context::Context;
 use crate::engine::Engine;
 use crate::error::{Category, EngineError, Result, msg};
@@ -69,11 +69,11 @@ impl Engine {
             return Err(d.into());
         }
         let sink = self.inner.result_sink.as_ref().expect("checked at entry");
-        let opened = if segment.earlier_parts.is_empty() {
+        let opened = if !segment.in_parts() {
             sink.open_stream(run, tenant, &plan.request_id).await
         } else {
             let object = ResultObject::Part {
-                index: segment.earlier_parts.len(),
+                index: segment.first_part(),
                 extension: StoredFormat::Ndjson.as_str(),
             };
             sink.open_object(run, tenant, &plan.request_id, object)
@@ -105,11 +105,14 @@ impl Engine {
         };
         let digest = hex(&hasher.finalize());
         let row_count: i64 = tally.row_counts.values().sum();
-        if (stopped.is_some() || segment.continues()) && total_bytes == 0 {
+        if (stopped.is_some() || segment.in_parts()) && total_bytes == 0 {
             // A segment that wrote no row leaves no part.
             writer.abort(run).await;
             if stopped.is_some() {
                 return Ok(stopped_result(plan, Vec::new(), stopped, tally));
+            }
+            if segment.part_base.is_some() {
+                return Ok(ended_result(plan, Vec::new(), tally));
             }
             return self
                 .manifest_result(
@@ -127,7 +130,7 @@ impl Engine {
             .close(run)
             .await
             .map_err(|_| EngineError::new(Category::Unavailable, msg::PERSIST_FAILED))?;
-        if stopped.is_some() || segment.continues() {
+        if stopped.is_some() || segment.in_parts() {
             // One part of a segmented result, labelled with where it begins.
             let (config, table) = starts_at(plan);
             let part = ResultPart {
@@ -142,6 +145,9 @@ impl Engine {
             };
             if stopped.is_some() {
                 return Ok(stopped_result(plan, vec![part], stopped, tally));
+            }
+            if segment.part_base.is_some() {
+                return Ok(ended_result(plan, vec![part], tally));
             }
             let mut parts = segment.earlier_parts.clone();
             parts.push(part);

@@ -240,6 +240,31 @@ impl Connector for TemplateConnector {
         })
     }
 
+    /// The span of the canned rows' key (with [`TemplateBehaviour::key`] set): a table
+    /// of them can be fanned out.
+    fn key_span<'a>(
+        &'a mut self,
+        _: &'a Context,
+        _: &'a PlanStep,
+        table: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::KeySpan>>> {
+        let span = self.b.key.as_ref().and_then(|k| {
+            let keys: Vec<i64> = self
+                .b
+                .rows
+                .get(table)?
+                .iter()
+                .filter_map(|r| key_of(r, k))
+                .collect();
+            Some(crate::KeySpan {
+                min: *keys.iter().min()?,
+                max: *keys.iter().max()?,
+                rows: keys.len() as i64,
+            })
+        });
+        Box::pin(std::future::ready(Ok(span)))
+    }
+
     fn close<'a>(&'a mut self, _: &'a Context) -> BoxFuture<'a, Result<()>> {
         self.stats.note("close", &self.stats.closes);
         let out = if self.b.fail_close {
@@ -276,10 +301,19 @@ impl TemplateConnector {
             .filter_map(|(t, rows)| {
                 let fields = selected.get(t)?;
                 let after = step.resume_after.get(t).and_then(|p| p.first()?.as_i64());
-                let rows: Vec<Row> = match (&self.b.key, after) {
-                    (Some(k), Some(after)) => rows
+                let range = step.key_ranges.get(t);
+                let rows: Vec<Row> = match &self.b.key {
+                    Some(k) if after.is_some() || range.is_some() => rows
                         .iter()
-                        .filter(|r| key_of(r, k).is_some_and(|v| v > after))
+                        .filter(|r| {
+                            key_of(r, k).is_some_and(|v| {
+                                after.is_none_or(|a| v > a)
+                                    && range.is_none_or(|r| {
+                                        r.lo.is_none_or(|lo| v >= lo)
+                                            && r.hi.is_none_or(|hi| v < hi)
+                                    })
+                            })
+                        })
                         .cloned()
                         .collect(),
                     _ => rows.clone(),

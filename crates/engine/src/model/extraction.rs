@@ -98,6 +98,10 @@ pub struct PlanStep {
     /// the engine for a segmented run's steps.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub positions: bool,
+    /// `table → key range`: tables of which only that range of their integer leading
+    /// primary key is read (one range of a fanned-out job; docs/engine.md, "Fan-out").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub key_ranges: BTreeMap<String, crate::KeyRange>,
 }
 
 impl PlanStep {
@@ -122,6 +126,7 @@ impl PlanStep {
             incremental: request.incremental.get(config).cloned().unwrap_or_default(),
             resume_after: BTreeMap::new(),
             positions: false,
+            key_ranges: BTreeMap::new(),
         }
     }
 

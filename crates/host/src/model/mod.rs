@@ -7,9 +7,11 @@ use fetcher_engine::{FieldSelection, IncrementalSpec, Timestamp};
 use serde::{Deserialize, Serialize};
 
 mod checkpoint;
+mod fanout;
 mod sync;
 
 pub use checkpoint::Checkpoint;
+pub use fanout::{Fanout, FanoutRange, RangeState};
 pub use sync::{SyncState, SyncedTable, WatermarkSpan};
 
 /// A job's id: a UUID (v7 for the jobs this service creates), lowercase canonical text on
@@ -300,6 +302,14 @@ pub struct Job {
     /// earlier ones wrote (docs/engine.md, "Continued runs").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<Checkpoint>,
+    /// A job whose big table is read in key ranges by several workers at once
+    /// (docs/operations.md, "Fan-out").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fanout: Option<Fanout>,
+    /// On a worker's copy only ([`Job::range_view`]): the range of the fanned-out job it
+    /// runs. Never stored.
+    #[serde(skip)]
+    pub range: Option<usize>,
 }
 
 /// How far a running extraction is (docs/api.md, "Progress"): rows and bytes of the
@@ -350,6 +360,8 @@ impl Job {
             enqueued_at: None,
             message_dropped_at: None,
             checkpoint: None,
+            fanout: None,
+            range: None,
         }
     }
 
@@ -479,6 +491,29 @@ pub enum Transition<'a> {
         progress: Progress,
         at: Timestamp,
     },
+    /// The planner's claim splits the job into the ranges of `fanout`, whose messages
+    /// are sent at `at`; the job stays `processing` ([`Job::fan_out`]).
+    FanOut {
+        token: u32,
+        fanout: &'a Fanout,
+        at: Timestamp,
+    },
+    /// Claims a range of a fanned-out job, or its finish ([`Job::claim_range`]); answers
+    /// whether the claim is the finisher's.
+    ClaimRange {
+        index: usize,
+        token: u32,
+        now: Timestamp,
+        lease: std::time::Duration,
+    },
+    /// A range read to its end, with every part it wrote ([`Job::range_done`]); answers
+    /// whether it was the last, its claim then the finisher's until `until`.
+    RangeDone {
+        token: u32,
+        checkpoint: &'a Checkpoint,
+        progress: Progress,
+        until: Timestamp,
+    },
     /// Counts a failed publish of the pending event; quarantines it at `max`.
     NoteEventFailure { max: u32 },
     /// Removes the pending-event marker (the event is published).
@@ -536,6 +571,21 @@ impl Job {
             } => self
                 .end_segment(token, checkpoint, progress, at)
                 .map(|()| false),
+            Transition::FanOut { token, fanout, at } => {
+                self.fan_out(token, fanout, at).map(|()| false)
+            }
+            Transition::ClaimRange {
+                index,
+                token,
+                now,
+                lease,
+            } => self.claim_range(index, token, now, lease),
+            Transition::RangeDone {
+                token,
+                checkpoint,
+                progress,
+                until,
+            } => self.range_done(token, checkpoint, progress, until),
             Transition::NoteEventFailure { max } => Ok(self.note_event_failure(max)),
             Transition::ClearPendingEvent => {
                 self.pending_event = None;
@@ -578,7 +628,8 @@ impl Job {
 
     /// `pending → processing` (or a takeover); returns the claim token.
     pub fn claim(&mut self, now: Timestamp, lease: std::time::Duration) -> Option<u32> {
-        if !self.claimable_at(now) {
+        // A fanned-out job is claimed range by range ([`Job::claim_range`]).
+        if !self.claimable_at(now) || self.fanout.is_some() {
             return None;
         }
         self.status = JobStatus::Processing;
@@ -591,7 +642,11 @@ impl Job {
     }
 
     fn check_claim(&self, token: u32) -> crate::Result<()> {
-        if self.status == JobStatus::Processing && self.attempts == token {
+        let held = match &self.fanout {
+            Some(_) => self.holds_range_claim(token),
+            None => self.attempts == token,
+        };
+        if self.status == JobStatus::Processing && held {
             Ok(())
         } else {
             Err(crate::ServiceError::conflict(
@@ -608,6 +663,9 @@ impl Job {
         progress: Option<Progress>,
     ) -> crate::Result<bool> {
         self.check_claim(token)?;
+        if self.fanout.is_some() {
+            return self.renew_range(token, until, progress);
+        }
         self.lease_expires_at = Some(until);
         if progress.is_some() {
             self.progress = progress;
@@ -671,6 +729,13 @@ impl Job {
         at: Timestamp,
     ) -> crate::Result<()> {
         self.check_claim(token)?;
+        if self
+            .fanout
+            .as_ref()
+            .is_some_and(|f| f.finisher != Some(token))
+        {
+            return Err(crate::ServiceError::conflict("only the finisher completes"));
+        }
         self.status = JobStatus::Completed;
         // The final figures: the result's (a cancel asked for this late loses).
         let tables = self
@@ -748,6 +813,13 @@ impl Job {
     ) -> crate::Result<()> {
         self.check_claim(token)?;
         self.check_not_canceling()?;
+        if self.fanout.is_some() {
+            // A range's segment: the range waits for its next message, the job runs on.
+            self.release_range(token, Some((checkpoint, progress)))?;
+            self.enqueued_at = Some(at);
+            self.message_dropped_at = None;
+            return Ok(());
+        }
         self.status = JobStatus::Pending;
         self.lease_expires_at = None;
         self.checkpoint = Some(checkpoint.clone());
@@ -762,6 +834,12 @@ impl Job {
     pub fn release(&mut self, token: u32, error: Option<&str>) -> crate::Result<()> {
         self.check_claim(token)?;
         self.check_not_canceling()?;
+        if self.first_error.is_none() {
+            self.first_error = error.map(str::to_owned);
+        }
+        if self.fanout.is_some() {
+            return self.release_range(token, None);
+        }
         self.status = JobStatus::Pending;
         self.lease_expires_at = None;
         if self.first_error.is_none() {

@@ -43,6 +43,14 @@ impl Pipeline {
         if job.status.is_terminal() {
             return Outcome::Skipped("job already terminal");
         }
+        if job.fanout.is_some() {
+            return self
+                .process_range(job, &m, &request_id, stop, deadline)
+                .await;
+        }
+        if m.range.is_some() {
+            return Outcome::Skipped("range message of a job that is not split");
+        }
         match continuation(&job, &m) {
             Continuation::Current => {}
             Continuation::Superseded => {

@@ -9,6 +9,7 @@
 //! | 3. run the engine under the claim (store mode streams NDJSON through the v2 sealing writer into the object store in constant memory; Parquet parts; v1 when the job asks) and decide the outcome | `run`, with the lease `heartbeat` |
 //! | 4. record `completed` (path, sizes, rows, HMAC, digest) or `failed` (sanitised error) in the same write as the pending terminal event (the outbox marker); 5. publish `job.completed` / `job.failed` with the deterministic id `fetcher.job.<status>.<jobId>`, then clear the marker | `finish`, the payloads in `payload` |
 //! | a long job's segment that ran out of time: its checkpoint in the transition that returns the claim, then a signed continuation; the next message resumes only from that checkpoint (docs/operations.md, "Long jobs") | `segment` |
+//! | a big table cut into key ranges, each range a worker's, the last one to finish writing the manifest (docs/operations.md, "Fan-out") | `fanout` |
 //! | the repair pass: [`Pipeline::repair_events`] republishes markers a crash left behind, [`Pipeline::requeue_stranded`] re-sends lost messages | `repair` |
 //!
 //! Redelivered messages never produce a second result or event: terminal jobs are
@@ -30,6 +31,7 @@ use crate::model::*;
 use crate::ports::*;
 
 mod claim;
+mod fanout;
 mod finish;
 mod heartbeat;
 mod payload;
@@ -84,6 +86,13 @@ pub struct PipelineConfig {
     /// after it starts (or earlier, ahead of the deadline), so tests see jobs continued
     /// many times.
     pub segment_after: Option<std::time::Duration>,
+    /// Key ranges a job's big table is cut into at most, each read by its own worker
+    /// (docs/operations.md, "Fan-out"): the most readers one job puts on a customer
+    /// database. `1` never fans out.
+    pub fanout_ranges: usize,
+    /// Rows (by the catalog's estimate) each range gets at least: a table is fanned out
+    /// only from twice this, into at most `fanout_ranges` ranges.
+    pub fanout_range_rows: i64,
 }
 
 impl Default for PipelineConfig {
@@ -100,9 +109,15 @@ impl Default for PipelineConfig {
             crash_before_complete: false,
             checkpoint_margin: Duration::from_secs(60),
             segment_after: None,
+            fanout_ranges: 1,
+            fanout_range_rows: DEFAULT_FANOUT_RANGE_ROWS,
         }
     }
 }
+
+/// [`PipelineConfig::fanout_range_rows`]'s default: a range of 5 million rows reads in
+/// about 5 s at the measured speed, long enough that a worker's start-up is noise.
+pub const DEFAULT_FANOUT_RANGE_ROWS: i64 = 5_000_000;
 
 /// What to do with the message.
 #[derive(Debug)]
@@ -119,6 +134,12 @@ pub enum Outcome {
     /// A segment of a long job ended at a checkpoint and the job's next segment was
     /// sent (delete the message).
     Continued { job_id: JobId, segment: u32 },
+    /// The job's big table was cut into `ranges` key ranges and a message sent for each
+    /// (delete the message).
+    FannedOut { job_id: JobId, ranges: usize },
+    /// A range of a fanned-out job was read to its end; other ranges are still running
+    /// (delete the message).
+    RangeDone { job_id: JobId, range: usize },
     /// Nothing to do: duplicate delivery, terminal job, unusable message (delete it).
     Skipped(&'static str),
     /// A message that does not verify (forged or corrupted), or an authentic one too old

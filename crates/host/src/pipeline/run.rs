@@ -44,6 +44,11 @@ impl Pipeline {
             Some(d) => stop.with_deadline(d),
             None => stop.child(),
         };
+        if job.range.is_none()
+            && let Some(fanout) = self.plan_fanout(&job, format, &run).await
+        {
+            return self.fan_out(&job, token, fanout, request_id).await;
+        }
         let progress = Arc::new(ExtractionProgress::default());
         let heartbeat = self.heartbeat(&job, token, &run, progress.clone());
         let extracted = self.extract(&job, &run, &progress, &segment).await;
@@ -136,32 +141,16 @@ impl Pipeline {
         segment: &Segment,
     ) -> Result<Extracted> {
         let ctx = stop.child();
-        let tenant = TenantContext::new(&job.tenant_id)?.with_request_id(&job.id.to_string());
-        let request = ExtractionRequest {
-            mapped_fields: job.request.mapped_fields.clone(),
-            filters: job.request.filters.clone(),
-            metadata: job
-                .request
-                .metadata
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            overrides: None,
-            incremental: self.incremental_reads(job).await?,
-        };
-        let mut plan = self.engine.plan_extraction(&ctx, &tenant, &request).await?;
-        plan.request_id = job.id.to_string();
-        if let Some(c) = &job.checkpoint
-            && plan.limits.max_result_bytes > 0
-        {
-            // The result's ceiling covers every segment.
-            plan.limits.max_result_bytes -= c.bytes as i64;
+        let (request, mut plan) = self.plan_of(job, &ctx).await?;
+        if let (Some(index), Some(fanout)) = (job.range, &job.fanout) {
+            plan = super::fanout::range_plan(&plan, fanout, index)?;
+        }
+        let before = job.bytes_so_far();
+        if before > 0 && plan.limits.max_result_bytes > 0 {
+            // The result's ceiling covers every segment (and every range).
+            plan.limits.max_result_bytes -= before as i64;
             if plan.limits.max_result_bytes <= 0 {
-                return Err(fetcher_engine::EngineError::new(
-                    fetcher_engine::Category::LimitExceeded,
-                    fetcher_engine::error::msg::RESULT_TOO_LARGE,
-                )
-                .into());
+                return Err(result_too_large());
             }
         }
         let (out, result) = self
@@ -187,6 +176,31 @@ impl Pipeline {
         let mut result = result.ok_or_else(|| ServiceError::internal("no result"))?;
         result.watermarks = spans(&request, &reached);
         Ok(Extracted::Done(result))
+    }
+
+    /// The job's request as the engine takes it, and its plan (connections looked up,
+    /// the schema checked, the sync's watermarks read now).
+    pub(super) async fn plan_of(
+        &self,
+        job: &Job,
+        ctx: &Context,
+    ) -> Result<(ExtractionRequest, fetcher_engine::ExtractionPlan)> {
+        let tenant = TenantContext::new(&job.tenant_id)?.with_request_id(&job.id.to_string());
+        let request = ExtractionRequest {
+            mapped_fields: job.request.mapped_fields.clone(),
+            filters: job.request.filters.clone(),
+            metadata: job
+                .request
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            overrides: None,
+            incremental: self.incremental_reads(job).await?,
+        };
+        let mut plan = self.engine.plan_extraction(ctx, &tenant, &request).await?;
+        plan.request_id = job.id.to_string();
+        Ok((request, plan))
     }
 
     /// The incremental reads of `job`: each table read after its sync's watermark (read
@@ -295,6 +309,15 @@ impl Pipeline {
 /// job was created before a change of the stored watermark, which a reset allows).
 pub const SYNC_COLUMNS_CHANGED: &str =
     "incremental read does not match its sync's watermark columns; reset the sync";
+
+/// The job's failure when its parts together pass the result's ceiling.
+pub(super) fn result_too_large() -> ServiceError {
+    fetcher_engine::EngineError::new(
+        fetcher_engine::Category::LimitExceeded,
+        fetcher_engine::error::msg::RESULT_TOO_LARGE,
+    )
+    .into()
+}
 
 /// What a run did: the job's result, or the segment that stopped.
 pub(super) enum Extracted {

@@ -72,6 +72,7 @@ impl Pipeline {
             (true, a, b) => a.or(b),
         };
         Segment {
+            part_base: super::fanout::part_base(job),
             stop_at,
             resume: job.checkpoint.as_ref().map(|c| c.resume.clone()),
             earlier_parts: job
@@ -83,7 +84,8 @@ impl Pipeline {
     }
 
     /// Ends a segment that stopped: the checkpoint, in the transition that gives the
-    /// claim back, then the continuation message.
+    /// claim back, then the continuation message. A range of a fanned-out job that read
+    /// its range to the end is done instead ([`Pipeline::range_finished`]).
     pub(super) async fn continue_later(
         &self,
         job: &Job,
@@ -91,30 +93,10 @@ impl Pipeline {
         request_id: &str,
         run: SegmentRun,
     ) -> Outcome {
-        let earlier = job.checkpoint.as_ref();
-        let mut parts: Vec<ResultPart> = earlier.map(|c| c.parts.clone()).unwrap_or_default();
-        parts.extend(run.stopped.parts.iter().cloned());
-        let mut watermarks = earlier.map(|c| c.watermarks.clone()).unwrap_or_default();
-        for (config, tables) in run.watermarks {
-            watermarks.entry(config).or_default().extend(tables);
+        if run.stopped.ended {
+            return self.range_finished(job, token, run).await;
         }
-        let checkpoint = Checkpoint {
-            segment: earlier.map_or(0, |c| c.segment) + 1,
-            tables_done: tables_before(job, &run.stopped.at),
-            resume: run.stopped.at.clone(),
-            rows: earlier.map_or(0, |c| c.rows) + run.rows,
-            bytes: earlier.map_or(0, |c| c.bytes)
-                + run
-                    .stopped
-                    .parts
-                    .iter()
-                    .map(|p| p.size_bytes.max(0) as u64)
-                    .sum::<u64>(),
-            parts,
-            watermarks,
-            claims: job.attempts,
-            elapsed_ms: earlier.map_or(0, |c| c.elapsed_ms) + run.elapsed.as_millis() as u64,
-        };
+        let checkpoint = next_checkpoint(job, &run);
         let at = Timestamp::now();
         let progress = Progress {
             rows: checkpoint.rows,
@@ -130,27 +112,14 @@ impl Pipeline {
             at,
         };
         if let Err(e) = self.jobs.transition(&job.tenant_id, job.id, change).await {
-            // A cancel asked for meanwhile: the job ends canceled, every part removed.
-            // Otherwise the parts stay: another worker that took the job over (or the
-            // retry) runs this segment again from the same checkpoint and writes the
-            // same part keys, so removing them could remove its parts.
-            return match e.kind() {
-                ErrorKind::Conflict => match self.cancel_claimed(job, token).await {
-                    Outcome::Skipped(_) => Outcome::Skipped("claim lost before the checkpoint"),
-                    canceled => {
-                        self.discard(&run.stopped.parts).await;
-                        canceled
-                    }
-                },
-                _ => Outcome::Retry(e),
-            };
+            return self.segment_refused(job, token, &run, e).await;
         }
         let mut next = job.clone();
         next.checkpoint = Some(checkpoint);
         let segment = next.checkpoint.as_ref().map_or(0, |c| c.segment);
         match self.send_continuation(&next, request_id).await {
             Ok(()) => {
-                info!(job_id = %job.id, segment, rows = progress.rows, "segment done; the job continues in the next");
+                info!(job_id = %job.id, range = ?job.range, segment, rows = progress.rows, "segment done; the job continues in the next");
             }
             Err(e) => {
                 // The job is pending with its checkpoint: the repair pass sends it again.
@@ -160,6 +129,38 @@ impl Pipeline {
         Outcome::Continued {
             job_id: job.id,
             segment,
+        }
+    }
+
+    /// The store refused the write that ends a segment (`e`). A cancel asked for
+    /// meanwhile: the job ends canceled, every part removed. Otherwise the parts stay
+    /// unless the job failed or was canceled meanwhile: another worker that took the job
+    /// over (or the retry) runs this segment again from the same checkpoint and writes the
+    /// same part keys, so removing them could remove its parts.
+    pub(super) async fn segment_refused(
+        &self,
+        job: &Job,
+        token: u32,
+        run: &SegmentRun,
+        e: crate::ServiceError,
+    ) -> Outcome {
+        if e.kind() != ErrorKind::Conflict {
+            return Outcome::Retry(e);
+        }
+        match self.cancel_claimed(job, token).await {
+            Outcome::Skipped(_) => {
+                let ended = self.jobs.get(&job.tenant_id, job.id).await;
+                if let Ok(Some(j)) = ended
+                    && matches!(j.status, JobStatus::Failed | JobStatus::Canceled)
+                {
+                    self.discard(&run.stopped.parts).await;
+                }
+                Outcome::Skipped("claim lost before the checkpoint")
+            }
+            canceled => {
+                self.discard(&run.stopped.parts).await;
+                canceled
+            }
         }
     }
 
@@ -175,11 +176,26 @@ impl Pipeline {
     }
 
     /// Removes a continued job's parts (it failed or was canceled: none of it is a
-    /// result). Best effort: a part left behind is logged.
+    /// result), and a fanned-out job's, every range's as the store has them now. Best
+    /// effort: a part left behind is logged.
     pub(super) async fn discard_checkpoint(&self, job: &Job) {
-        if let Some(c) = &job.checkpoint {
-            self.discard(&c.parts).await;
+        let mut parts: Vec<ResultPart> = job
+            .checkpoint
+            .as_ref()
+            .map(|c| c.parts.clone())
+            .unwrap_or_default();
+        if job.fanout.is_some() {
+            let fresh = match self.jobs.get(&job.tenant_id, job.id).await {
+                Ok(Some(j)) => j,
+                _ => job.clone(),
+            };
+            for p in fresh.fanout.as_ref().map(Fanout::parts).unwrap_or_default() {
+                if !parts.iter().any(|q| q.path == p.path) {
+                    parts.push(p);
+                }
+            }
         }
+        self.discard(&parts).await;
     }
 
     pub(super) async fn discard(&self, parts: &[ResultPart]) {
@@ -202,6 +218,37 @@ pub(super) struct SegmentRun {
         std::collections::BTreeMap<String, fetcher_engine::Watermark>,
     >,
     pub(super) elapsed: Duration,
+}
+
+/// The checkpoint after `run`: `job`'s (a range's view: the range's) and what the run did.
+pub(super) fn next_checkpoint(job: &Job, run: &SegmentRun) -> Checkpoint {
+    let earlier = job.checkpoint.as_ref();
+    let mut parts: Vec<ResultPart> = earlier.map(|c| c.parts.clone()).unwrap_or_default();
+    parts.extend(run.stopped.parts.iter().cloned());
+    let mut watermarks = earlier.map(|c| c.watermarks.clone()).unwrap_or_default();
+    for (config, tables) in &run.watermarks {
+        watermarks
+            .entry(config.clone())
+            .or_default()
+            .extend(tables.iter().map(|(t, w)| (t.clone(), w.clone())));
+    }
+    Checkpoint {
+        segment: earlier.map_or(0, |c| c.segment) + 1,
+        tables_done: tables_before(job, &run.stopped.at),
+        resume: run.stopped.at.clone(),
+        rows: earlier.map_or(0, |c| c.rows) + run.rows,
+        bytes: earlier.map_or(0, |c| c.bytes)
+            + run
+                .stopped
+                .parts
+                .iter()
+                .map(|p| p.size_bytes.max(0) as u64)
+                .sum::<u64>(),
+        parts,
+        watermarks,
+        claims: job.attempts,
+        elapsed_ms: earlier.map_or(0, |c| c.elapsed_ms) + run.elapsed.as_millis() as u64,
+    }
 }
 
 /// The job's tables, counted over every datasource.

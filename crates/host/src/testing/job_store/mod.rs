@@ -11,6 +11,7 @@ use crate::model::*;
 use crate::ports::*;
 
 mod checkpoints;
+mod fanout;
 mod syncs;
 
 fn request(tag: &str) -> JobRequest {
@@ -481,6 +482,7 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
     cancel(store.as_ref(), &unique_tenant("jobs-cancel").tenant_id).await;
     enqueue_record(store.as_ref(), &unique_tenant("jobs-enqueue").tenant_id).await;
     checkpoints::checkpoints(store.as_ref(), &unique_tenant("jobs-checkpoint").tenant_id).await;
+    fanout::fanouts(store, &unique_tenant("jobs-fanout").tenant_id).await;
     syncs::syncs(store, &unique_tenant("jobs-sync").tenant_id).await;
 }
 
