@@ -189,9 +189,9 @@ print(json.dumps({k: a[k].num_rows for k in a}))
     );
 }
 
-#[test]
-fn a_job_over_big_tables_continues_across_segments_exactly() {
-    let pg = PgDb::create("fetcher_long");
+/// A PostgreSQL database with `big` of `PG_ROWS` rows.
+fn pg_big(name: &str) -> PgDb {
+    let pg = PgDb::create(name);
     psql(
         &pg.0,
         &format!(
@@ -199,9 +199,16 @@ fn a_job_over_big_tables_continues_across_segments_exactly() {
              ts timestamptz NOT NULL, nt text); \
              INSERT INTO big SELECT g, md5(g::text)::uuid, 'name-' || g, (g * 1.2345)::numeric(18,4), \
              '2024-01-01T00:00:00Z'::timestamptz + g * interval '1 second', \
-             CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || g END FROM generate_series(1, {PG_ROWS}) g"
+             CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || g END FROM generate_series(1, {PG_ROWS}) g; \
+             ANALYZE big"
         ),
     );
+    pg
+}
+
+#[test]
+fn a_job_over_big_tables_continues_across_segments_exactly() {
+    let pg = pg_big("fetcher_long");
     let my = MyDb::create();
 
     // One uninterrupted run of each format.
@@ -431,4 +438,128 @@ fn a_serve_killed_mid_segment_finishes_the_job_exactly_after_restart() {
         stored, listed,
         "every object of the job is the manifest or a listed part"
     );
+}
+
+/// The paths of a completed job's manifest and listed parts, under `results`.
+fn listed_objects(results: &Path, done: &Value) -> Vec<String> {
+    let mut listed: Vec<String> = done["resultParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap().to_owned())
+        .chain([done["resultPath"].as_str().unwrap().to_owned()])
+        .map(|p| results.join(p).to_string_lossy().into_owned())
+        .collect();
+    listed.sort();
+    listed
+}
+
+/// Fan-out (docs/operations.md, "Fan-out") on `serve`: the 2M-row PostgreSQL table is cut
+/// into 4 key ranges read by 4 workers at once (each continued across 1 s segments too),
+/// the 1M-row MariaDB table of a second job likewise; the parts, in manifest order, are one
+/// uninterrupted run's bytes (NDJSON) and values (Parquet), and nothing else of the jobs
+/// is left. Then kill -9 mid-range and a restart: the ranges are taken back and the result
+/// is still exact, with no orphan part.
+#[test]
+fn big_tables_fan_out_over_four_ranges_and_give_one_runs_bytes() {
+    let pg = pg_big("fetcher_fanout");
+    let my = MyDb::create();
+    let shop_only = |format: &str, run: &str| {
+        json!({"dataRequest": {"mappedFields": {"shop": {"big": ["id", "t", "ts"]}}},
+               "metadata": {"source": "reporter", "run": run}, "resultFormat": format})
+    };
+    let whole_of = |body: &Value| {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = Server::start_with(
+            dir.path(),
+            &["--max-result-bytes", "0"],
+            None,
+            &[("FETCHER_FANOUT_RANGES", "1")],
+        );
+        register(&plain, &[ledger(&pg), shop(&my)]);
+        let id = submit(&plain, body);
+        let done = plain.wait_job(&id, Duration::from_secs(600));
+        assert_eq!(done["status"], "completed", "{done}");
+        assert!(done.get("resultParts").is_none() || body["resultFormat"] == "parquet");
+        let out = if body["resultFormat"] == "parquet" {
+            parquet_files(dir.path(), &id, done["resultParts"].as_array().unwrap())
+        } else {
+            vec![(String::new(), ndjson(dir.path(), &id))]
+        };
+        (dir, out)
+    };
+    let (_d1, whole) = whole_of(&job("v2", "whole"));
+    let (_d2, whole_pq) = whole_of(&job("parquet", "whole"));
+    let (_d3, whole_shop) = whole_of(&shop_only("v2", "whole"));
+
+    let fan_env = [
+        ("FETCHER_FANOUT_RANGES", "4"),
+        ("FETCHER_FANOUT_RANGE_ROWS", "200000"),
+        ("FETCHER_TEST_SEGMENT_SECS", "1"),
+    ];
+    let args = ["--workers", "4", "--max-result-bytes", "0"];
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &args, None, &fan_env);
+    register(&server, &[ledger(&pg), shop(&my)]);
+    let results = dir.path().join("results");
+    for (body, whole) in [
+        (job("v2", "fanned"), &whole[0].1),
+        (shop_only("v2", "fanned"), &whole_shop[0].1),
+    ] {
+        let id = submit(&server, &body);
+        let done = server.wait_job(&id, Duration::from_secs(600));
+        assert_eq!(done["status"], "completed", "{done}");
+        let parts = done["resultParts"].as_array().unwrap();
+        // Range i's parts are numbered from i * 100000: all four ranges wrote some.
+        for i in 1..4 {
+            let prefix = format!("part-{i}");
+            assert!(
+                parts
+                    .iter()
+                    .any(|p| p["path"].as_str().unwrap().contains(&prefix)),
+                "no part of range {i}: {done}"
+            );
+        }
+        let joined = ndjson(dir.path(), &id);
+        assert!(
+            joined == *whole,
+            "the ranges' parts are not one run's bytes ({} vs {} bytes)",
+            joined.len(),
+            whole.len()
+        );
+        let mut stored = objects_of(&results, &id);
+        stored.sort();
+        assert_eq!(stored, listed_objects(&results, &done), "no orphan part");
+    }
+    let pq_id = submit(&server, &job("parquet", "fanned"));
+    let done = server.wait_job(&pq_id, Duration::from_secs(600));
+    assert_eq!(done["status"], "completed", "{done}");
+    let parts = done["resultParts"].as_array().unwrap();
+    same_parquet(&whole_pq, &parquet_files(dir.path(), &pq_id, parts));
+
+    // kill -9 while the ranges run, then a restart on the same directory.
+    let id = submit(&server, &job("v2", "killed"));
+    let started = Instant::now();
+    loop {
+        let (_, v) = server.request("GET", &format!("/v1/fetcher/{id}"), None, &[]);
+        if v["progress"]["rows"].as_u64().unwrap_or(0) > PG_ROWS / 3 {
+            break;
+        }
+        assert_ne!(v["status"], "completed", "finished before the kill: {v}");
+        assert!(started.elapsed() < Duration::from_secs(300), "{v}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut server = server;
+    server.kill();
+    let server = Server::start_with(dir.path(), &args, None, &fan_env);
+    let done = server.wait_job(&id, Duration::from_secs(600));
+    assert_eq!(done["status"], "completed", "{done}");
+    let joined = ndjson(dir.path(), &id);
+    assert!(
+        joined == whole[0].1,
+        "not one run's bytes after the restart"
+    );
+    let mut stored = objects_of(&results, &id);
+    stored.sort();
+    assert_eq!(stored, listed_objects(&results, &done), "no orphan part");
 }

@@ -149,21 +149,23 @@ impl Worker {
         let jobs = self.pipeline.jobs.list_pending(horizon, 10_000).await?;
         for job in &jobs {
             if self.config.reclaim_leases && job.status == JobStatus::Processing {
-                // Its worker was this store's previous process: the claim goes back
-                // (a canceled job's is refused, and the cancel ends it when it is taken).
-                let back = Transition::Release {
-                    token: job.attempts,
-                    error: None,
-                };
-                match self
-                    .pipeline
-                    .jobs
-                    .transition(&job.tenant_id, job.id, back)
-                    .await
-                {
-                    Ok(_) => info!(job_id = %job.id, "took back the claim of a previous process"),
-                    Err(e) => {
-                        warn!(job_id = %job.id, error = %e.log_detail(), "could not take back a previous process's claim")
+                // Its workers were this store's previous process: the claims go back
+                // (every range's of a fanned-out job; a canceled job's are refused, and
+                // the cancel ends it when it is taken).
+                for token in job.claims_held() {
+                    let back = Transition::Release { token, error: None };
+                    match self
+                        .pipeline
+                        .jobs
+                        .transition(&job.tenant_id, job.id, back)
+                        .await
+                    {
+                        Ok(_) => {
+                            info!(job_id = %job.id, "took back the claim of a previous process")
+                        }
+                        Err(e) => {
+                            warn!(job_id = %job.id, error = %e.log_detail(), "could not take back a previous process's claim")
+                        }
                     }
                 }
             }

@@ -264,6 +264,12 @@ impl Job {
     ) -> crate::Result<()> {
         let total = self.tables_total();
         let fanout = self.fanout.as_mut().expect("a fanned-out job");
+        if fanout.finisher == Some(token) {
+            // The finisher gives the job back: the next message of a range finishes it.
+            fanout.finisher = None;
+            self.lease_expires_at = None;
+            return Ok(());
+        }
         let range = fanout
             .running(token)
             .ok_or_else(|| conflict("range is not held by this claim"))?;
@@ -275,6 +281,21 @@ impl Job {
             self.progress = Some(fanout.progress(total, p.updated_at));
         }
         Ok(())
+    }
+
+    /// The claims a worker holds on the job now: the job's one claim, or a fanned-out
+    /// job's running ranges' and finisher's (what a restarted `serve` takes back).
+    pub fn claims_held(&self) -> Vec<u32> {
+        match &self.fanout {
+            None => vec![self.attempts],
+            Some(f) => f
+                .ranges
+                .iter()
+                .filter(|r| r.state == RangeState::Running)
+                .map(|r| r.token)
+                .chain(f.finisher)
+                .collect(),
+        }
     }
 
     /// Whether `token` holds a claim of this fanned-out job (a running range's or the
