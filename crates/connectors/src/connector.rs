@@ -477,7 +477,8 @@ impl Connector for SqlConnector {
 
     /// `min`, `max` of the integer leading key and the catalog's row estimate
     /// (`reltuples`, `information_schema.tables.table_rows`; the key's width when the
-    /// table was never analysed). SQLite tables are not fanned out.
+    /// table was never analysed), found with two small queries on the table alone (no
+    /// full discovery: every job's planner asks). SQLite tables are not fanned out.
     fn key_span<'a>(
         &'a mut self,
         ctx: &'a Context,
@@ -485,53 +486,16 @@ impl Connector for SqlConnector {
         table: &'a str,
     ) -> BoxFuture<'a, Result<Option<fetcher_engine::KeySpan>>> {
         Box::pin(async move {
-            self.load_catalog(ctx).await?;
-            let dialect = self.dialect;
-            let catalog = self.catalog.as_ref().expect("loaded");
-            let Some(t) = catalog.lookup(dialect, table) else {
-                return Err(error::validation(msg::TABLE_NOT_FOUND));
-            };
-            let Some(key) = query::range_key(dialect, t) else {
-                return Ok(None);
-            };
-            let from = query::from_name(dialect, t);
-            let name = t.name.clone();
-            let span: (Option<i64>, Option<i64>, Option<i64>) = match self.conn.as_mut() {
-                Some(Conn::Pg(c)) => {
-                    let sql = format!(
-                        "SELECT min({key})::int8, max({key})::int8, \
-                         (SELECT reltuples::int8 FROM pg_class WHERE oid = $1::regclass) FROM {from}"
-                    );
-                    sqlx::query_as(&sql)
-                        .bind(&from)
-                        .fetch_one(c)
-                        .await
-                        .map_err(error::query_failed)?
+            let conn = self.connect(ctx).await?;
+            let fut = async {
+                match conn {
+                    Conn::Pg(c) => crate::pg::key_span(c, table).await,
+                    Conn::My(c) => crate::mysql::key_span(c, table).await,
+                    #[cfg(feature = "sqlite")]
+                    Conn::Lite(_) => Ok(None),
                 }
-                Some(Conn::My(c)) => {
-                    let sql = format!(
-                        "SELECT CAST(min({key}) AS SIGNED), CAST(max({key}) AS SIGNED), \
-                         (SELECT CAST(table_rows AS SIGNED) FROM information_schema.tables \
-                          WHERE table_schema = DATABASE() AND table_name = ?) FROM {from}"
-                    );
-                    sqlx::query_as(&sql)
-                        .bind(&name)
-                        .fetch_one(c)
-                        .await
-                        .map_err(error::query_failed)?
-                }
-                _ => return Ok(None),
             };
-            Ok(match span {
-                (Some(min), Some(max), rows) => Some(fetcher_engine::KeySpan {
-                    min,
-                    max,
-                    rows: rows
-                        .filter(|r| *r > 0)
-                        .unwrap_or_else(|| max.saturating_sub(min).saturating_add(1)),
-                }),
-                _ => None, // an empty table
-            })
+            bounded(ctx, DISCOVER_TIMEOUT, fut, discover_timeout).await
         })
     }
 

@@ -382,6 +382,52 @@ pub async fn produce(mut conn: MySqlConnection, plans: Vec<TablePlan>, tx: mpsc:
     let _ = tx.send(Msg::End).await;
 }
 
+/// The key span of `table` (`name`, or `schema.name`; the connection's database when no
+/// schema is named): its primary key's leading column when that is a signed `TINYINT` …
+/// `BIGINT`, with its `min`, `max` and `information_schema` row estimate; `None` for any
+/// other table, an empty one, or one that does not exist (docs/datasources.md, "Fan-out
+/// key spans").
+pub async fn key_span(
+    conn: &mut MySqlConnection,
+    table: &str,
+) -> Result<Option<fetcher_engine::KeySpan>> {
+    let (schema, name) = match table.split_once('.') {
+        Some((s, n)) => (Some(s), n),
+        None => (None, table),
+    };
+    let found: Option<(String, String, Option<i64>)> = sqlx::query_as(
+        "SELECT CAST(k.COLUMN_NAME AS CHAR), CAST(k.TABLE_SCHEMA AS CHAR), CAST(t.TABLE_ROWS AS SIGNED) \
+         FROM information_schema.KEY_COLUMN_USAGE k \
+         JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA \
+           AND c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME \
+         JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = k.TABLE_SCHEMA AND t.TABLE_NAME = k.TABLE_NAME \
+         WHERE k.TABLE_SCHEMA = COALESCE(?, DATABASE()) AND k.TABLE_NAME = ? \
+           AND k.CONSTRAINT_NAME = 'PRIMARY' AND k.ORDINAL_POSITION = 1 \
+           AND c.DATA_TYPE IN ('tinyint', 'smallint', 'mediumint', 'int', 'bigint') \
+           AND c.COLUMN_TYPE NOT LIKE '%unsigned%'",
+    )
+    .bind(schema)
+    .bind(name)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(query_failed)?;
+    let Some((column, schema, rows)) = found else {
+        return Ok(None);
+    };
+    let q = |s: &str| crate::filter::quote_ident(Dialect::MySql, s);
+    let sql = format!(
+        "SELECT CAST(min({c}) AS SIGNED), CAST(max({c}) AS SIGNED) FROM {s}.{t}",
+        c = q(&column),
+        s = q(&schema),
+        t = q(name)
+    );
+    let (min, max): (Option<i64>, Option<i64>) = sqlx::query_as(&sql)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(query_failed)?;
+    Ok(crate::query::key_span((min, max, rows)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

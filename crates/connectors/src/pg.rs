@@ -369,3 +369,37 @@ pub async fn produce(mut conn: PgConnection, plans: Vec<TablePlan>, tx: mpsc::Se
     let _ = conn.close().await;
     let _ = tx.send(Msg::End).await;
 }
+
+/// The key span of `table` (as requested; resolved like the server resolves a name): its
+/// primary key's leading column when that is `smallint`, `integer` or `bigint`, with its
+/// `min`, `max` and `reltuples`; `None` for any other table, an empty one, or a name the
+/// server does not know (docs/datasources.md, "Fan-out key spans").
+pub async fn key_span(
+    conn: &mut PgConnection,
+    table: &str,
+) -> Result<Option<fetcher_engine::KeySpan>> {
+    let key: Option<(String, String)> = sqlx::query_as(
+        "SELECT a.attname::text, to_regclass($1)::text FROM pg_index i \
+         JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+         WHERE i.indrelid = to_regclass($1) AND i.indisprimary AND a.atttypid IN (20, 21, 23)",
+    )
+    .bind(table)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(query_failed)?;
+    let Some((column, relation)) = key else {
+        return Ok(None);
+    };
+    // `relation` is the server's own quoted spelling of the table.
+    let column = crate::filter::quote_ident(Dialect::Postgres, &column);
+    let sql = format!(
+        "SELECT min({column})::int8, max({column})::int8, \
+         (SELECT reltuples::int8 FROM pg_class WHERE oid = to_regclass($1)) FROM {relation}"
+    );
+    let span: (Option<i64>, Option<i64>, Option<i64>) = sqlx::query_as(&sql)
+        .bind(table)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(query_failed)?;
+    Ok(crate::query::key_span(span))
+}

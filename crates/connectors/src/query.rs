@@ -184,7 +184,7 @@ pub fn select_sql(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &
 }
 
 /// The table's name as a `FROM` names it, quoted.
-pub fn from_name(dialect: Dialect, t: &TableInfo) -> String {
+fn from_name(dialect: Dialect, t: &TableInfo) -> String {
     match dialect {
         Dialect::Postgres => format!(
             "{}.{}",
@@ -253,7 +253,7 @@ fn split_key(dialect: Dialect, t: &TableInfo) -> Option<SplitKey> {
 /// The column a fanned-out job's ranges cut a table on (docs/datasources.md, "Fan-out"):
 /// its leading primary-key column when that is a plain signed integer (PostgreSQL
 /// `smallint`/`integer`/`bigint`, MySQL `TINYINT`…`BIGINT`), quoted. `None` otherwise.
-pub fn range_key(dialect: Dialect, t: &TableInfo) -> Option<String> {
+fn range_key(dialect: Dialect, t: &TableInfo) -> Option<String> {
     let first = t.primary_key.first()?;
     let c = t.column(first)?;
     let integer = match dialect {
@@ -266,6 +266,22 @@ pub fn range_key(dialect: Dialect, t: &TableInfo) -> Option<String> {
         Dialect::Sqlite => false,
     };
     integer.then(|| quote_ident(dialect, &c.name))
+}
+
+/// A key span from what the database answered: `(min, max, estimate)`; `None` for an
+/// empty table. An estimate the catalog does not have (never analysed: `-1`, `0`) is the
+/// key's width.
+pub fn key_span(
+    (min, max, rows): (Option<i64>, Option<i64>, Option<i64>),
+) -> Option<fetcher_engine::KeySpan> {
+    let (min, max) = (min?, max?);
+    Some(fetcher_engine::KeySpan {
+        min,
+        max,
+        rows: rows
+            .filter(|r| *r > 0)
+            .unwrap_or_else(|| max.saturating_sub(min).saturating_add(1)),
+    })
 }
 
 /// Validates the plan step against the catalog and plans every table, in ascending table

@@ -3,7 +3,9 @@
 //! after every batch, while a writer updates rows ahead of and behind the resume point,
 //! deletes some and inserts new ones, holds every key at most once, in key order; every
 //! row that existed throughout is there; every row is one committed version of itself
-//! (never a torn mix), no newer than the last the writer committed.
+//! (never a torn mix), no newer than the last the writer committed. The same holds for a
+//! fanned-out job (docs/engine.md, "Fan-out"): the table's key span, read from the
+//! database, cut into 4 key ranges, each read in segments under the same writes.
 
 mod common;
 
@@ -80,8 +82,33 @@ impl Writer {
 
 /// Runs `plan` in segments, each asked to stop at once, while `writer` writes both in a
 /// task of its own and in a burst between segments; checks the promise and returns the
-/// number of segments.
-async fn segmented_under_writes(h: &Harness, plan: &ExtractionPlan, writer: Writer) -> usize {
+/// number of segments. With `ranges` above 1 the table is first cut into that many key
+/// ranges from its span, each read (in segments) after the other.
+async fn segmented_under_writes(
+    h: &Harness,
+    plan: &ExtractionPlan,
+    writer: Writer,
+    ranges: usize,
+) -> usize {
+    let plans: Vec<ExtractionPlan> = if ranges > 1 {
+        let ctx = fetcher_engine::Context::background();
+        let spans = h.engine.key_spans(&ctx, plan, "src").await.unwrap();
+        let span = spans[0].expect("an integer key has a span");
+        assert_eq!((span.min, span.max), (2, 2 * ROWS));
+        let keys = span.ranges(ranges);
+        assert_eq!(keys.len(), ranges);
+        keys.iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let mut p = plan.clone();
+                p.request_id = format!("{}-range{i}", p.request_id);
+                p.steps[0].key_ranges.insert("cw".into(), *k);
+                p
+            })
+            .collect()
+    } else {
+        vec![plan.clone()]
+    };
     let written = Arc::new(Mutex::new(Written::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let burst = Arc::new(tokio::sync::Mutex::new(writer));
@@ -97,13 +124,18 @@ async fn segmented_under_writes(h: &Harness, plan: &ExtractionPlan, writer: Writ
     };
 
     let mut rng = 0xD1B5_4A32_D192_ED03u64;
-    let (joined, segments) = run_in_segments(h, plan, async || {
-        let mut w = burst.lock().await;
-        for _ in 0..40 {
-            w.step(&mut rng, &written).await;
-        }
-    })
-    .await;
+    let (mut joined, mut segments) = (Vec::new(), 0);
+    for plan in &plans {
+        let (bytes, n) = run_in_segments(h, plan, async || {
+            let mut w = burst.lock().await;
+            for _ in 0..40 {
+                w.step(&mut rng, &written).await;
+            }
+        })
+        .await;
+        joined.extend(bytes);
+        segments += n;
+    }
     stop.store(true, Ordering::Relaxed);
     background.await.unwrap();
 
@@ -165,6 +197,25 @@ fn request() -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_continued_run_under_concurrent_writes() {
+    postgres_under_writes(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_fanned_out_run_under_concurrent_writes() {
+    postgres_under_writes(4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_continued_run_under_concurrent_writes() {
+    mariadb_under_writes(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_fanned_out_run_under_concurrent_writes() {
+    mariadb_under_writes(4).await;
+}
+
+async fn postgres_under_writes(ranges: usize) {
     let db = PgDb::create(&format!(
         "CREATE TABLE cw (id bigint PRIMARY KEY, v bigint NOT NULL, note text NOT NULL);
          INSERT INTO cw SELECT 2 * g, 0, 'n0' FROM generate_series(1, {ROWS}) g;"
@@ -182,13 +233,12 @@ async fn postgres_continued_run_under_concurrent_writes() {
     .await;
     let plan = store_plan(&h, request()).await;
     let writer = Writer::Pg(pg_admin(&db.name).await);
-    let segments = segmented_under_writes(&h, &plan, writer).await;
+    let segments = segmented_under_writes(&h, &plan, writer, ranges).await;
     assert!(segments >= 10, "{segments} segments");
     db.drop_db().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_continued_run_under_concurrent_writes() {
+async fn mariadb_under_writes(ranges: usize) {
     let rows: Vec<String> = (1..=ROWS)
         .map(|i| format!("({}, 0, 'n0')", 2 * i))
         .collect();
@@ -205,7 +255,7 @@ async fn mariadb_continued_run_under_concurrent_writes() {
     let h = harness(&[db.descriptor("src")]).await;
     let plan = store_plan(&h, request()).await;
     let writer = Writer::My(my_admin(Some(&db.name)).await);
-    let segments = segmented_under_writes(&h, &plan, writer).await;
+    let segments = segmented_under_writes(&h, &plan, writer, ranges).await;
     assert!(segments >= 10, "{segments} segments");
     db.drop_db().await;
 }

@@ -29,6 +29,10 @@
 //! SECS seconds (a long job continued from its checkpoint, `FETCHER_TEST_SEGMENT_SECS`)
 //! against one uninterrupted run, alternating: wall and CPU ratios, peak RSS, parts.
 //!
+//! `--fanout N` runs the NDJSON job on a second `serve` of N workers whose jobs cut the
+//! table into N key ranges read at once (fan-out, `FETCHER_FANOUT_RANGES`) against one
+//! uninterrupted run, alternating: the same figures.
+//!
 //! `--incremental` (PostgreSQL) indexes the cursor (`ts, id`), runs a sync's first
 //! (full) incremental job, then per pair moves 1% of the rows past the watermark (a fresh
 //! 1% each pair, `ts` bumped) and runs, in alternating order, a full job of the table and
@@ -243,15 +247,7 @@ fn start_serve(fetcher: &Path, data_dir: &Path, partitions: usize, env: &[(&str,
         .port();
     let child = Command::new(fetcher)
         // No result ceiling: the 10M-row result is over the default 256 MiB.
-        .args([
-            "serve",
-            "--workers",
-            "1",
-            "--drain-delay",
-            "0",
-            "--max-result-bytes",
-            "0",
-        ])
+        .args(["serve", "--drain-delay", "0", "--max-result-bytes", "0"])
         .arg("--read-partitions")
         .arg(partitions.to_string())
         .arg("--listen")
@@ -260,6 +256,9 @@ fn start_serve(fetcher: &Path, data_dir: &Path, partitions: usize, env: &[(&str,
         .arg(data_dir)
         .env("FETCHER_MASTER_KEY", KEY)
         .env("FETCHER_LOG", "warn")
+        // One job at a time, read whole: the modes below set otherwise.
+        .env("FETCHER_WORKERS", "1")
+        .env("FETCHER_FANOUT_RANGES", "1")
         .envs(env.iter().copied())
         .stdout(Stdio::null())
         .spawn()
@@ -412,6 +411,40 @@ fn main() {
         kind.drop(&db);
         return;
     }
+    let fan: usize = arg("--fanout", 0);
+    if fan > 1 {
+        let (_, serve, data_dir) = &serves[0];
+        let fan_dir = scratch.join("data-fanout");
+        let (n, per_range) = (fan.to_string(), (rows / fan as u64).max(1).to_string());
+        let fanned = start_serve(
+            &fetcher,
+            &fan_dir,
+            1,
+            &[
+                ("FETCHER_WORKERS", n.as_str()),
+                ("FETCHER_FANOUT_RANGES", n.as_str()),
+                ("FETCHER_FANOUT_RANGE_ROWS", per_range.as_str()),
+            ],
+        );
+        let (status, v) = http(
+            fanned.port,
+            "POST",
+            "/v1/management/connections",
+            Some(&kind.connection(&db)),
+        );
+        assert_eq!(status, 201, "{v}");
+        segment_pairs(
+            (serve, data_dir),
+            (&fanned, &fan_dir),
+            rows,
+            pairs,
+            "fanned-out",
+        );
+        drop((serves, fanned));
+        let _ = std::fs::remove_dir_all(&scratch);
+        kind.drop(&db);
+        return;
+    }
     let secs: f64 = arg("--segments", 0.0);
     if secs > 0.0 {
         let (_, serve, data_dir) = &serves[0];
@@ -430,7 +463,13 @@ fn main() {
             Some(&kind.connection(&db)),
         );
         assert_eq!(status, 201, "{v}");
-        segment_pairs((serve, data_dir), (&segmented, &seg_dir), rows, pairs);
+        segment_pairs(
+            (serve, data_dir),
+            (&segmented, &seg_dir),
+            rows,
+            pairs,
+            "segmented",
+        );
         drop((serves, segmented));
         let _ = std::fs::remove_dir_all(&scratch);
         kind.drop(&db);
@@ -528,7 +567,15 @@ fn main() {
 /// seconds (`FETCHER_TEST_SEGMENT_SECS`: the job is continued from its checkpoint many
 /// times, through the in-process queue) against one uninterrupted run on another,
 /// alternating: wall and CPU ratios, peak RSS of both, and the parts per job.
-fn segment_pairs(plain: (&Serve, &Path), segmented: (&Serve, &Path), rows: u64, pairs: usize) {
+/// `--fanout N` runs it through the same pairs on a `serve` of N workers that cuts the
+/// table into N key ranges (`label` names the mode).
+fn segment_pairs(
+    plain: (&Serve, &Path),
+    segmented: (&Serve, &Path),
+    rows: u64,
+    pairs: usize,
+    label: &str,
+) {
     run_job(segmented.0, segmented.1, 0, "v2");
     let (mut walls, mut cpus, mut whole, mut seg) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -545,7 +592,7 @@ fn segment_pairs(plain: (&Serve, &Path), segmented: (&Serve, &Path), rows: u64, 
         assert_eq!(w.parts, 0, "the uninterrupted run is one object");
         let (wall, cpu) = (s.wall.as_secs_f64() / w.wall.as_secs_f64(), s.cpu / w.cpu);
         println!(
-            "pair {}: segmented {:>7.2?} (cpu {:.2} s, peak {:.0} MiB, {} parts)  uninterrupted {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  ratio wall {wall:.3} cpu {cpu:.3}",
+            "pair {}: {label} {:>7.2?} (cpu {:.2} s, peak {:.0} MiB, {} parts)  uninterrupted {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  ratio wall {wall:.3} cpu {cpu:.3}",
             pair + 1,
             s.wall,
             s.cpu,
@@ -562,7 +609,7 @@ fn segment_pairs(plain: (&Serve, &Path), segmented: (&Serve, &Path), rows: u64, 
     }
     let peak = |runs: &[OursRun]| runs.iter().map(|r| r.peak_mib).fold(0.0, f64::max);
     println!(
-        "median over {pairs} pairs: segmented/uninterrupted wall {:.3}, CPU {:.3}; parts per job {}..{}; peak RSS segmented {:.0} MiB (max), uninterrupted {:.0} MiB (max)",
+        "median over {pairs} pairs: {label}/uninterrupted wall {:.3}, CPU {:.3}; parts per job {}..{}; peak RSS {label} {:.0} MiB (max), uninterrupted {:.0} MiB (max)",
         median(walls),
         median(cpus),
         seg.iter().map(|r| r.parts).min().unwrap_or(0),

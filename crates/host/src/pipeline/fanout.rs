@@ -166,9 +166,13 @@ impl Pipeline {
                 return Outcome::Skipped("no such range");
             };
             let live = |l: Option<Timestamp>| l.is_some_and(|l| l > now);
+            // A message of a range (or a finish) a live worker holds is a duplicate (the
+            // repair pass's, or the job's first message redelivered): skipped, not retried.
+            // The worker's own message stays unacknowledged while it runs, so if it dies
+            // that one comes back and takes over once the lease ends.
             let mismatch = if fanout.all_done() {
                 if fanout.finisher.is_some() && live(job.lease_expires_at) {
-                    return Outcome::Retry(ServiceError::conflict("the job is being finished"));
+                    return Outcome::Skipped("the job is being finished");
                 }
                 false
             } else {
@@ -184,9 +188,7 @@ impl Pipeline {
                 match range.state {
                     RangeState::Done => return Outcome::Skipped("range already done"),
                     RangeState::Running if live(range.lease_expires_at) => {
-                        return Outcome::Retry(ServiceError::conflict(
-                            "range is being read elsewhere",
-                        ));
+                        return Outcome::Skipped("range is being read elsewhere");
                     }
                     _ => {}
                 }
