@@ -36,7 +36,7 @@ impl Pipeline {
         job: &Job,
         format: ResultFormat,
         ctx: &Context,
-    ) -> Option<Fanout> {
+    ) -> Planned {
         let cap = self.config.fanout_ranges;
         let per_range = self.config.fanout_range_rows.max(1);
         if cap < 2
@@ -46,15 +46,18 @@ impl Pipeline {
             || job.fanout.is_some()
             || !job.request.incremental.is_empty()
         {
-            return None;
+            return Planned::Whole(None);
         }
-        let plan = self.plan_of(job, ctx).await.ok()?.1;
+        let Ok(planned) = self.plan_of(job, ctx).await else {
+            return Planned::Whole(None);
+        };
+        let plan = &planned.1;
         for step in &plan.steps {
-            let spans = match self.engine.key_spans(ctx, &plan, &step.config_name).await {
+            let spans = match self.engine.key_spans(ctx, plan, &step.config_name).await {
                 Ok(s) => s,
                 Err(e) => {
                     warn!(job_id = %job.id, error = %e.message(), "could not read the key spans; the job runs in one piece");
-                    return None;
+                    return Planned::Whole(Some(Box::new(planned)));
                 }
             };
             for (table, span) in step.tables.iter().zip(spans) {
@@ -64,11 +67,11 @@ impl Pipeline {
                 let n = ((span.rows / per_range) as usize).clamp(2, cap);
                 let keys = span.ranges(n);
                 if keys.len() >= 2 {
-                    return Some(Fanout::new(&step.config_name, table, keys));
+                    return Planned::FanOut(Fanout::new(&step.config_name, table, keys));
                 }
             }
         }
-        None
+        Planned::Whole(Some(Box::new(planned)))
     }
 
     /// Hands the claimed `job` to the ranges of `fanout`: recorded in one conditional
@@ -368,6 +371,13 @@ impl Pipeline {
         self.complete(job, token, result, Duration::from_millis(ms))
             .await
     }
+}
+
+/// What the planner decided: fan the job out, or run it whole (with its plan when it
+/// made one, so the run does not plan again).
+pub(super) enum Planned {
+    FanOut(Fanout),
+    Whole(Option<Box<(fetcher_engine::ExtractionRequest, ExtractionPlan)>>),
 }
 
 /// `plan` cut to what range `index` of `fanout` reads: the big table's key range and,

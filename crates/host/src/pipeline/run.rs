@@ -12,6 +12,7 @@ use fetcher_engine::{
 };
 use tracing::{info, warn};
 
+use super::fanout::Planned;
 use super::segment::SegmentRun;
 use super::{Outcome, PARQUET_UNSUPPORTED, Pipeline};
 use crate::error::{ErrorKind, Result, ServiceError};
@@ -44,14 +45,18 @@ impl Pipeline {
             Some(d) => stop.with_deadline(d),
             None => stop.child(),
         };
-        if job.range.is_none()
-            && let Some(fanout) = self.plan_fanout(&job, format, &run).await
-        {
-            return self.fan_out(&job, token, fanout, request_id).await;
-        }
+        let planned = match job.range {
+            None => match self.plan_fanout(&job, format, &run).await {
+                Planned::FanOut(fanout) => {
+                    return self.fan_out(&job, token, fanout, request_id).await;
+                }
+                Planned::Whole(planned) => planned,
+            },
+            Some(_) => None,
+        };
         let progress = Arc::new(ExtractionProgress::default());
         let heartbeat = self.heartbeat(&job, token, &run, progress.clone());
-        let extracted = self.extract(&job, &run, &progress, &segment).await;
+        let extracted = self.extract(&job, &run, &progress, &segment, planned).await;
         let end = heartbeat.stop();
         if end.lost && extracted.is_err() {
             // Another worker holds the job now (this one stalled past its lease): what
@@ -139,9 +144,13 @@ impl Pipeline {
         stop: &Context,
         progress: &ExtractionProgress,
         segment: &Segment,
+        planned: Option<Box<(ExtractionRequest, fetcher_engine::ExtractionPlan)>>,
     ) -> Result<Extracted> {
         let ctx = stop.child();
-        let (request, mut plan) = self.plan_of(job, &ctx).await?;
+        let (request, mut plan) = match planned {
+            Some(p) => *p,
+            None => self.plan_of(job, &ctx).await?,
+        };
         if let (Some(index), Some(fanout)) = (job.range, &job.fanout) {
             plan = super::fanout::range_plan(&plan, fanout, index)?;
         }
