@@ -378,6 +378,12 @@ pub async fn key_span(
     conn: &mut PgConnection,
     table: &str,
 ) -> Result<Option<fetcher_engine::KeySpan>> {
+    // The table as the catalog names it (docs/datasources.md, "Table names and
+    // discovery"): `schema.name`, or `name` in `public`, exactly, case included; quoted,
+    // so the server resolves no other spelling and no other schema.
+    let (schema, name) = table.split_once('.').unwrap_or(("public", table));
+    let q = |s: &str| crate::filter::quote_ident(Dialect::Postgres, s);
+    let table = &format!("{}.{}", q(schema), q(name));
     let key: Option<(String, String)> = sqlx::query_as(
         "SELECT a.attname::text, to_regclass($1)::text FROM pg_index i \
          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \

@@ -52,7 +52,9 @@ async fn postgres_spans_and_ranges() {
          CREATE TABLE texts (id text PRIMARY KEY); INSERT INTO texts VALUES ('a');
          CREATE TABLE uuids (id uuid PRIMARY KEY);
          CREATE TABLE nokey (id int); INSERT INTO nokey VALUES (1);
-         CREATE TABLE empty (id int PRIMARY KEY);",
+         CREATE TABLE empty (id int PRIMARY KEY);
+         CREATE TABLE \"Mixed\" (id int PRIMARY KEY); INSERT INTO \"Mixed\" VALUES (7), (9);
+         CREATE TABLE mixed (id text PRIMARY KEY); INSERT INTO mixed VALUES ('x');",
     )
     .await;
     let h = harness(&[db.descriptor("src")]).await;
@@ -78,6 +80,18 @@ async fn postgres_spans_and_ranges() {
             }),
             None,
             None,
+            None
+        ]
+    );
+    // A name is the catalog's, case included: `Mixed` is not its lowercase twin.
+    assert_eq!(
+        spans(&h, &["Mixed", "mixed"]).await,
+        [
+            Some(KeySpan {
+                min: 7,
+                max: 9,
+                rows: 3
+            }),
             None
         ]
     );

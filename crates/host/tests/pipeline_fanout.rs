@@ -593,3 +593,81 @@ async fn small_tables_and_v1_jobs_never_fan_out() {
         Outcome::Completed { .. }
     ));
 }
+
+#[tokio::test]
+async fn the_repair_pass_sends_a_fanned_out_job_whose_messages_are_lost_again_and_again() {
+    let (mut w, mut rx) = fan_world().await;
+    // Short claims: once the ranges' messages are lost, no lease of the job is live.
+    w.pipeline.config.lease = Duration::from_millis(40);
+    let (job, msg) = submit_all(&w, None).await;
+    w.pipeline.handle(&msg).await;
+    drain(&mut rx); // every range's message lost
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let repair = MemoryJobQueue::new();
+    let rules = StrandedRules {
+        retention: Duration::from_secs(3600),
+        empty_queue_grace: Duration::from_secs(3600),
+    };
+    let sent = w
+        .pipeline
+        .requeue_stranded(repair.as_ref(), rules, 100)
+        .await
+        .unwrap();
+    assert_eq!(sent, 1, "lost once its leases ended");
+    assert_eq!(
+        w.pipeline
+            .requeue_stranded(repair.as_ref(), rules, 100)
+            .await
+            .unwrap(),
+        0,
+        "recorded: not sent twice"
+    );
+    // That message is lost too (dropped unused as too old, say): marked, then sent again.
+    let signed_at = Timestamp::now();
+    let dropped = Transition::MessageDropped {
+        signed_at,
+        at: signed_at,
+    };
+    assert!(w.jobs.transition("acme", job.id, dropped).await.unwrap());
+    assert_eq!(
+        w.pipeline
+            .requeue_stranded(repair.as_ref(), rules, 100)
+            .await
+            .unwrap(),
+        1
+    );
+    // The job's message sends every range its own, and they finish the job.
+    w.pipeline.config.lease = Duration::from_secs(60);
+    let again = repair.sent().pop().unwrap();
+    assert!(matches!(
+        w.pipeline.handle(&again).await,
+        Outcome::Skipped(_)
+    ));
+    run_all(&w, &mut rx, false).await;
+    assert_eq!(stored(&w, job.id).await.status, JobStatus::Completed);
+}
+
+#[tokio::test]
+async fn a_range_s_retry_budget_runs_from_its_first_claim() {
+    let (w, mut rx) = fan_world().await;
+    let (job, msg) = submit_all(&w, None).await;
+    w.pipeline.handle(&msg).await;
+    drain(&mut rx);
+    let j = stored(&w, job.id).await;
+    let later = Timestamp::from_unix_nanos(j.created_at.unix_nanos() + 3_600_000_000_000);
+    let claim = Transition::ClaimRange {
+        index: 2,
+        token: j.attempts + 1,
+        now: later,
+        lease: Duration::from_secs(60),
+    };
+    w.jobs.transition("acme", job.id, claim).await.unwrap();
+    let view = stored(&w, job.id).await.range_view(2);
+    assert_eq!(view.range, Some(2));
+    assert_eq!(
+        view.last_enqueued_at(),
+        later,
+        "an hour after the job's creation"
+    );
+    assert_eq!(view.attempts, 1, "the range's own claims");
+}

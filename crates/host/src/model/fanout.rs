@@ -29,6 +29,9 @@ pub struct Fanout {
     /// the job's lease is then its lease).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finisher: Option<u32>,
+    /// Claims of the finish so far: a finish that keeps failing is capped like a run.
+    #[serde(default)]
+    pub finishes: u32,
 }
 
 /// One range and how far it is.
@@ -51,6 +54,11 @@ pub struct FanoutRange {
     pub checkpoint: Option<Checkpoint>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+    /// When the range's current run of claims began (its first claim, or its latest
+    /// checkpoint): its retry budget runs from here, not from the job's creation (a range
+    /// may wait in the queue behind the others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,9 +85,11 @@ impl Fanout {
                     claims: 0,
                     checkpoint: None,
                     progress: None,
+                    since: None,
                 })
                 .collect(),
             finisher: None,
+            finishes: 0,
         }
     }
 
@@ -103,12 +113,17 @@ impl Fanout {
             .find(|r| r.state == RangeState::Running && r.token == token)
     }
 
-    /// The figures of every range together.
+    /// The figures of every range together: rows and bytes summed, tables done the
+    /// fewest any range reports (a range without figures yet counts none).
     fn progress(&self, tables_total: u64, at: Timestamp) -> Progress {
         let figures = self.ranges.iter().filter_map(|r| r.progress);
-        let (rows, bytes, tables) = figures.fold((0, 0, 0), |(r, b, t), p| {
-            (r + p.rows, b + p.bytes, t.max(p.tables_done))
-        });
+        let (rows, bytes) = figures.fold((0, 0), |(r, b), p| (r + p.rows, b + p.bytes));
+        let tables = self
+            .ranges
+            .iter()
+            .map(|r| r.progress.map_or(0, |p| p.tables_done))
+            .min()
+            .unwrap_or(0);
         Progress {
             rows,
             bytes,
@@ -168,6 +183,7 @@ impl Job {
                 return Err(conflict("the job is being finished"));
             }
             fanout.finisher = Some(token);
+            fanout.finishes += 1;
             self.attempts = token;
             self.lease_expires_at = Some(until);
             return Ok(true);
@@ -187,6 +203,7 @@ impl Job {
         range.state = RangeState::Running;
         range.token = token;
         range.claims += 1;
+        range.since.get_or_insert(now);
         range.lease_expires_at = Some(until);
         self.attempts = token;
         self.lease_expires_at = Some(later(self.lease_expires_at, until));
@@ -221,6 +238,7 @@ impl Job {
         let last = fanout.all_done();
         if last {
             fanout.finisher = Some(token);
+            fanout.finishes += 1;
         }
         self.progress = Some(fanout.progress(total, progress.updated_at));
         if last {
@@ -278,6 +296,8 @@ impl Job {
         if let Some((c, p)) = checkpoint {
             range.checkpoint = Some(c.clone());
             range.progress = Some(p);
+            // The next segment's retries count from its own start.
+            range.since = None;
             self.progress = Some(fanout.progress(total, p.updated_at));
         }
         Ok(())
@@ -319,6 +339,8 @@ impl Job {
             view.attempts = r.claims;
             view.progress = r.progress;
             view.range = Some(index);
+            // What the range's retry budget counts from ([`FanoutRange::since`]).
+            view.enqueued_at = r.since.or(self.enqueued_at);
         }
         view
     }

@@ -611,7 +611,10 @@ impl Job {
     pub fn message_dropped(&mut self, signed_at: Timestamp, at: Timestamp) -> bool {
         let latest = signed_at.unix_nanos() + ENQUEUE_SLACK.as_nanos() as i128
             >= self.last_enqueued_at().unix_nanos();
-        if self.status != JobStatus::Pending || !latest {
+        // A fanned-out job stays `processing` while its ranges wait for messages.
+        let waits = self.status == JobStatus::Pending
+            || (self.status == JobStatus::Processing && self.fanout.is_some());
+        if !waits || !latest {
             return false;
         }
         self.message_dropped_at.get_or_insert(at);

@@ -61,7 +61,7 @@ impl Pipeline {
                 }
             };
             for (table, span) in step.tables.iter().zip(spans) {
-                let Some(span) = span.filter(|s| s.rows >= 2 * per_range) else {
+                let Some(span) = span.filter(|s| s.rows >= per_range.saturating_mul(2)) else {
                     continue;
                 };
                 let n = ((span.rows / per_range) as usize).clamp(2, cap);
@@ -211,10 +211,27 @@ impl Pipeline {
             let fresh = match self.jobs.get(&job.tenant_id, job.id).await {
                 Ok(Some(j)) => j,
                 Ok(None) => return Outcome::Skipped("job not found"),
-                Err(e) => return Outcome::Retry(e),
+                Err(e) => {
+                    if claimed.is_ok() {
+                        // Held with nobody running it: give it back for the message's return.
+                        self.give_back(&job, token).await;
+                    }
+                    return Outcome::Retry(e);
+                }
             };
             match claimed {
-                Ok(true) => return self.finish_fanout(&fresh, token).await,
+                Ok(true) => {
+                    let finishes = fresh.fanout.as_ref().map_or(0, |f| f.finishes);
+                    if finishes > self.config.max_attempts {
+                        let error = format!(
+                            "job abandoned: no attempt of {} finished",
+                            self.config.max_attempts
+                        );
+                        warn!(job_id = %job.id, "finish cap reached; failing the job");
+                        return self.fail_claimed(&fresh, token, &error).await;
+                    }
+                    return self.finish_fanout(&fresh, token).await;
+                }
                 Ok(false) => {
                     let view = fresh.range_view(index);
                     if mismatch {
@@ -317,9 +334,11 @@ impl Pipeline {
             Ok(true) => match self.jobs.get(&view.tenant_id, view.id).await {
                 Ok(Some(job)) => self.finish_fanout(&job, token).await,
                 Ok(None) => Outcome::Skipped("job not found"),
-                // The job waits, every range done, for its finisher's lease to expire:
-                // this message comes back and finishes it.
-                Err(e) => Outcome::Retry(e),
+                // The finish is given back: this message comes back and finishes the job.
+                Err(e) => {
+                    self.give_back(view, token).await;
+                    Outcome::Retry(e)
+                }
             },
             Err(e) => self.segment_refused(view, token, &run, e).await,
         }
@@ -346,7 +365,9 @@ impl Pipeline {
         };
         let sealed = async {
             let tenant = TenantContext::new(&job.tenant_id)?.with_request_id(&job.id.to_string());
-            let ctx = Context::background().with_timeout(Duration::from_secs(60));
+            // Well inside the finisher's lease (no heartbeat renews it meanwhile).
+            let ctx = Context::background()
+                .with_timeout(Duration::from_secs(60).min(self.config.lease / 2));
             let out = self
                 .engine
                 .seal_manifest(&ctx, &tenant, stored, parts)
@@ -357,8 +378,13 @@ impl Pipeline {
         .await;
         let reference = match sealed {
             Ok(r) => r,
-            // The finisher's lease expires and this message (it comes back) finishes.
-            Err(e) => return Outcome::Retry(e),
+            Err(e) if e.is_retryable() => {
+                // The finish is given back: this message comes back and finishes (the
+                // finish is capped like a run, [`Fanout::finishes`]).
+                self.give_back(job, token).await;
+                return Outcome::Retry(e);
+            }
+            Err(e) => return self.fail_claimed(job, token, &sanitize(e.message())).await,
         };
         let result = JobResult::sealed(&reference, format);
         let ms: u64 = fanout

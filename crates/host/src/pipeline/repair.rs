@@ -79,6 +79,20 @@ impl Pipeline {
                     }
                     depth == Some(Some(0))
                 }
+                // A fanned-out job is listed once no range (nor its finisher) holds a live
+                // lease: its ranges wait for messages, so it is judged like a pending job,
+                // and also lost when no message went out since its leases ended.
+                JobStatus::Processing if job.fanout.is_some() => {
+                    job.message_dropped_at.is_some()
+                        || older(last, rules.retention)
+                        || job.lease_expires_at.is_none_or(|l| last <= l)
+                        || (older(last, rules.empty_queue_grace) && {
+                            if depth.is_none() {
+                                depth = Some(queue.depth().await?);
+                            }
+                            depth == Some(Some(0))
+                        })
+                }
                 // Listed only once its lease expired: lost unless a message went out after.
                 JobStatus::Processing => job.lease_expires_at.is_none_or(|l| last <= l),
                 _ => false,

@@ -128,9 +128,11 @@ impl Pipeline {
     pub(super) fn may_retry(&self, job: &Job) -> bool {
         // A continued job's budget runs from its latest checkpoint: a segment's transient
         // failure hours into a long job is retried like a short job's.
-        let since = match &job.checkpoint {
-            Some(_) => job.last_enqueued_at(),
-            None => job.created_at,
+        // A range's runs from the range's first claim or latest checkpoint (its view's
+        // `enqueued_at`).
+        let since = match (&job.checkpoint, job.range) {
+            (None, None) => job.created_at,
+            _ => job.last_enqueued_at(),
         };
         let age_nanos = Timestamp::now().unix_nanos() - since.unix_nanos();
         job.segment_claims() < self.config.max_attempts
