@@ -48,7 +48,8 @@ impl MyDb {
                  TIMESTAMP '2024-01-01 00:00:00' + INTERVAL seq SECOND, IF(seq % 3 = 0, NULL, CONCAT('note ', seq)) \
                  FROM seq_1_to_{MY_ROWS}; \
                  CREATE USER IF NOT EXISTS 'fetcher_long'@'%' IDENTIFIED BY '{MY_PASSWORD}'; \
-                 GRANT SELECT ON {name}.* TO 'fetcher_long'@'%'"
+                 GRANT SELECT ON {name}.* TO 'fetcher_long'@'%'; \
+                 ANALYZE TABLE big"
             ),
         );
         MyDb(name)

@@ -269,18 +269,16 @@ fn range_key(dialect: Dialect, t: &TableInfo) -> Option<String> {
 }
 
 /// A key span from what the database answered: `(min, max, estimate)`; `None` for an
-/// empty table. An estimate the catalog does not have (never analysed: `-1`, `0`) is the
-/// key's width.
+/// empty table, and for one the catalog has no estimate of (never analysed: `-1`, `0`):
+/// guessing from the key's width could cut two rows with keys far apart into ranges of
+/// nothing (like partitioned reads, docs/datasources.md).
 pub fn key_span(
     (min, max, rows): (Option<i64>, Option<i64>, Option<i64>),
 ) -> Option<fetcher_engine::KeySpan> {
-    let (min, max) = (min?, max?);
     Some(fetcher_engine::KeySpan {
-        min,
-        max,
-        rows: rows
-            .filter(|r| *r > 0)
-            .unwrap_or_else(|| max.saturating_sub(min).saturating_add(1)),
+        min: min?,
+        max: max?,
+        rows: rows.filter(|r| *r > 0)?,
     })
 }
 

@@ -218,7 +218,8 @@ async fn mariadb_fanned_out_run_under_concurrent_writes() {
 async fn postgres_under_writes(ranges: usize) {
     let db = PgDb::create(&format!(
         "CREATE TABLE cw (id bigint PRIMARY KEY, v bigint NOT NULL, note text NOT NULL);
-         INSERT INTO cw SELECT 2 * g, 0, 'n0' FROM generate_series(1, {ROWS}) g;"
+         INSERT INTO cw SELECT 2 * g, 0, 'n0' FROM generate_series(1, {ROWS}) g;
+         ANALYZE cw;"
     ))
     .await;
     let h = pg_harness(
@@ -250,6 +251,8 @@ async fn mariadb_under_writes(ranges: usize) {
         rows.chunks(2000)
             .map(|c| format!("INSERT INTO cw VALUES {}", c.join(", "))),
     );
+    // The row estimate a fan-out's span needs.
+    statements.push("ANALYZE TABLE cw".to_owned());
     let refs: Vec<&str> = statements.iter().map(String::as_str).collect();
     let db = MyDb::create(&refs).await;
     let h = harness(&[db.descriptor("src")]).await;

@@ -177,11 +177,7 @@ impl Engine {
             .connection_store
             .as_ref()
             .ok_or_else(|| EngineError::validation(msg::STORE_NOT_CONFIGURED))?;
-        let tenant = TenantContext {
-            tenant_id: plan.tenant_id.clone(),
-            request_id: plan.request_id.clone(),
-        };
-        tenant.validate_scope()?;
+        let tenant = plan_tenant(plan)?;
         let step = plan
             .steps
             .iter()
@@ -220,11 +216,7 @@ impl Engine {
             .connection_store
             .as_ref()
             .ok_or_else(|| EngineError::validation(msg::STORE_NOT_CONFIGURED))?;
-        let tenant = TenantContext {
-            tenant_id: plan.tenant_id.clone(),
-            request_id: plan.request_id.clone(),
-        };
-        tenant.validate_scope()?;
+        let tenant = plan_tenant(plan)?;
         let store_mode = match plan.mode {
             _ if format.is_some() => {
                 if self.inner.result_sink.is_none() {
@@ -510,6 +502,16 @@ fn stopped_result(
             ended: false,
         }),
     }
+}
+
+/// The tenant a plan runs for (its request id the plan's), checked.
+fn plan_tenant(plan: &ExtractionPlan) -> Result<TenantContext> {
+    let tenant = TenantContext {
+        tenant_id: plan.tenant_id.clone(),
+        request_id: plan.request_id.clone(),
+    };
+    tenant.validate_scope()?;
+    Ok(tenant)
 }
 
 /// The result of a fanned-out job's range that read its plan to the end having sealed

@@ -22,8 +22,9 @@ use crate::model::*;
 use crate::sanitize::sanitize;
 
 /// How often a worker re-reads a fanned-out job whose claim counter another range's
-/// claim moved meanwhile, before letting its message come back later.
-const CLAIM_TRIES: usize = 8;
+/// claim moved meanwhile (with a short jittered pause), before letting its message come
+/// back later: enough for the 64 ranges of the largest cap starting at once.
+const CLAIM_TRIES: usize = 32;
 
 impl Pipeline {
     /// The fan-out of a claimed job, when its plan has a table big enough: the first
@@ -253,7 +254,10 @@ impl Pipeline {
                     if fresh.status.is_terminal() {
                         return Outcome::Skipped("job already terminal");
                     }
-                    job = fresh; // another claim moved the counter: look again
+                    // Another claim moved the counter: look again, a moment later.
+                    let pause = 1 + (Timestamp::now().unix_nanos() % 10) as u64;
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    job = fresh;
                 }
                 Err(e) => return Outcome::Retry(e),
             }

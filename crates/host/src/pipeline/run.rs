@@ -45,17 +45,20 @@ impl Pipeline {
             Some(d) => stop.with_deadline(d),
             None => stop.child(),
         };
+        let progress = Arc::new(ExtractionProgress::default());
+        let heartbeat = self.heartbeat(&job, token, &run, progress.clone());
+        // The planner's key-span queries run under the heartbeat too (a slow database
+        // must not let the claim lapse); a fan-out ends this claim.
         let planned = match job.range {
             None => match self.plan_fanout(&job, format, &run).await {
                 Planned::FanOut(fanout) => {
+                    drop(heartbeat);
                     return self.fan_out(&job, token, fanout, request_id).await;
                 }
                 Planned::Whole(planned) => planned,
             },
             Some(_) => None,
         };
-        let progress = Arc::new(ExtractionProgress::default());
-        let heartbeat = self.heartbeat(&job, token, &run, progress.clone());
         let extracted = self.extract(&job, &run, &progress, &segment, planned).await;
         let end = heartbeat.stop();
         if end.lost && extracted.is_err() {
