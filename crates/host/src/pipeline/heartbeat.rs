@@ -39,6 +39,9 @@ impl Pipeline {
             .as_ref()
             .map(|c| (c.rows, c.bytes, c.tables_done));
         let total = super::segment::total_tables(job);
+        // A fanned-out job's range holds its claim in the job record: its heartbeat is
+        // that record's transition (a store's lease-item shortcut could never match it).
+        let range = job.range.is_some();
         let state = Arc::new(HeartbeatState::default());
         let seen = state.clone();
         let task = tokio::spawn(async move {
@@ -54,7 +57,17 @@ impl Pipeline {
                     now.tables_done += tables;
                     now.tables_total = total;
                 }
-                match jobs.renew(&tenant, id, token, until, Some(now)).await {
+                let renewed = if range {
+                    let change = Transition::Renew {
+                        token,
+                        until,
+                        progress: Some(now),
+                    };
+                    jobs.transition(&tenant, id, change).await
+                } else {
+                    jobs.renew(&tenant, id, token, until, Some(now)).await
+                };
+                match renewed {
                     Ok(false) => {}
                     Ok(true) => {
                         if !seen.cancel_requested.swap(true, Ordering::SeqCst) {
