@@ -136,6 +136,20 @@ async fn run_to_end(w: &Watch, c: &Clients, r: &Resources, job: &str) -> (Value,
     panic!("{job} did not end in 500 invocations");
 }
 
+/// A fresh stack on the emulators, named `prefix` and the process id: its clients, its
+/// resources, the master key ring and the results bucket.
+async fn stack(prefix: &str) -> (Clients, Resources, Arc<KeyRing>, S3ObjectStore) {
+    let c = clients().await;
+    let prefix = format!("{prefix}-{}", std::process::id());
+    let r = bootstrap(&c, &Options::new(&prefix))
+        .await
+        .expect("bootstrap");
+    let keys = SecretsManagerKeySource::new(c.secrets.clone(), c.kms.clone(), &r.secret_id);
+    let ring = Arc::new(KeyRing::load(&keys).await.expect("key ring"));
+    let objects = S3ObjectStore::new(c.s3.clone(), &r.bucket);
+    (c, r, ring, objects)
+}
+
 /// Opens the sealed object at `path` for `job`, checking `hmac`.
 async fn open(
     objects: &S3ObjectStore,
@@ -158,14 +172,7 @@ async fn open(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_over_big_tables_continues_across_invocations_exactly() {
     seed();
-    let c = clients().await;
-    let prefix = format!("fetcher-long-{}", std::process::id());
-    let r = bootstrap(&c, &Options::new(&prefix))
-        .await
-        .expect("bootstrap");
-    let keys = SecretsManagerKeySource::new(c.secrets.clone(), c.kms.clone(), &r.secret_id);
-    let ring = Arc::new(KeyRing::load(&keys).await.expect("key ring"));
-    let objects = S3ObjectStore::new(c.s3.clone(), &r.bucket);
+    let (c, r, ring, objects) = stack("fetcher-long").await;
     let logs = log_dir();
 
     // The functions under `cargo lambda watch`, segments forced to a second. (The
@@ -348,14 +355,7 @@ async fn objects_of(c: &Clients, r: &Resources, job: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_big_table_fans_out_over_invocations_and_gives_one_runs_bytes() {
     seed_fan();
-    let c = clients().await;
-    let prefix = format!("fetcher-fan-{}", std::process::id());
-    let r = bootstrap(&c, &Options::new(&prefix))
-        .await
-        .expect("bootstrap");
-    let keys = SecretsManagerKeySource::new(c.secrets.clone(), c.kms.clone(), &r.secret_id);
-    let ring = Arc::new(KeyRing::load(&keys).await.expect("key ring"));
-    let objects = S3ObjectStore::new(c.s3.clone(), &r.bucket);
+    let (c, r, ring, objects) = stack("fetcher-fan").await;
     let w = Watch::start(
         &Watch::function_env(
             &r,

@@ -424,19 +424,11 @@ fn a_serve_killed_mid_segment_finishes_the_job_exactly_after_restart() {
         whole.len()
     );
     let results = dir.path().join("results");
-    let mut listed: Vec<String> = done["resultParts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["path"].as_str().unwrap().to_owned())
-        .chain([done["resultPath"].as_str().unwrap().to_owned()])
-        .map(|p| results.join(p).to_string_lossy().into_owned())
-        .collect();
     let mut stored = objects_of(&results, &id);
-    listed.sort();
     stored.sort();
     assert_eq!(
-        stored, listed,
+        stored,
+        listed_objects(&results, &done),
         "every object of the job is the manifest or a listed part"
     );
 }

@@ -235,18 +235,12 @@ fn resume_key(t: &TableInfo) -> Option<Vec<&ColumnInfo>> {
 /// A PostgreSQL table's split key: its leading primary-key column when that is a plain
 /// `smallint`, `integer` or `bigint` (ranges of it are cheap to compute and compare).
 fn split_key(dialect: Dialect, t: &TableInfo) -> Option<SplitKey> {
-    let first = t.primary_key.first()?;
-    let c = t.column(first)?;
-    let integer = matches!(c.pg_oid, oid::INT2 | oid::INT4 | oid::INT8);
-    (dialect == Dialect::Postgres && integer && !c.pg_text_cast && !c.pg_raw_bytes).then(|| {
-        SplitKey {
-            column: quote_ident(dialect, &c.name),
-            table: format!(
-                "{}.{}",
-                quote_ident(dialect, &t.schema),
-                quote_ident(dialect, &t.name)
-            ),
-        }
+    if dialect != Dialect::Postgres {
+        return None;
+    }
+    Some(SplitKey {
+        column: range_key(dialect, t)?,
+        table: from_name(dialect, t),
     })
 }
 

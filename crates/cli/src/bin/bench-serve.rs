@@ -412,65 +412,40 @@ fn main() {
         return;
     }
     let fan: usize = arg("--fanout", 0);
-    if fan > 1 {
-        let (_, serve, data_dir) = &serves[0];
-        let fan_dir = scratch.join("data-fanout");
-        let (n, per_range) = (fan.to_string(), (rows / fan as u64).max(1).to_string());
-        let fanned = start_serve(
-            &fetcher,
-            &fan_dir,
-            1,
-            &[
-                ("FETCHER_WORKERS", n.as_str()),
-                ("FETCHER_FANOUT_RANGES", n.as_str()),
-                ("FETCHER_FANOUT_RANGE_ROWS", per_range.as_str()),
-            ],
-        );
-        let (status, v) = http(
-            fanned.port,
-            "POST",
-            "/v1/management/connections",
-            Some(&kind.connection(&db)),
-        );
-        assert_eq!(status, 201, "{v}");
-        segment_pairs(
-            (serve, data_dir),
-            (&fanned, &fan_dir),
-            rows,
-            pairs,
-            "fanned-out",
-        );
-        drop((serves, fanned));
-        let _ = std::fs::remove_dir_all(&scratch);
-        kind.drop(&db);
-        return;
-    }
     let secs: f64 = arg("--segments", 0.0);
-    if secs > 0.0 {
-        let (_, serve, data_dir) = &serves[0];
-        let seg_dir = scratch.join("data-segments");
-        let secs = secs.to_string();
-        let segmented = start_serve(
-            &fetcher,
-            &seg_dir,
-            1,
-            &[("FETCHER_TEST_SEGMENT_SECS", secs.as_str())],
+    if fan > 1 || secs > 0.0 {
+        let (n, per_range, secs) = (
+            fan.to_string(),
+            (rows / fan.max(1) as u64).max(1).to_string(),
+            secs.to_string(),
         );
+        let (label, env): (&str, Vec<(&str, &str)>) = if fan > 1 {
+            (
+                "fanned-out",
+                vec![
+                    ("FETCHER_WORKERS", n.as_str()),
+                    ("FETCHER_FANOUT_RANGES", n.as_str()),
+                    ("FETCHER_FANOUT_RANGE_ROWS", per_range.as_str()),
+                ],
+            )
+        } else {
+            (
+                "segmented",
+                vec![("FETCHER_TEST_SEGMENT_SECS", secs.as_str())],
+            )
+        };
+        let (_, serve, data_dir) = &serves[0];
+        let other_dir = scratch.join(format!("data-{label}"));
+        let other = start_serve(&fetcher, &other_dir, 1, &env);
         let (status, v) = http(
-            segmented.port,
+            other.port,
             "POST",
             "/v1/management/connections",
             Some(&kind.connection(&db)),
         );
         assert_eq!(status, 201, "{v}");
-        segment_pairs(
-            (serve, data_dir),
-            (&segmented, &seg_dir),
-            rows,
-            pairs,
-            "segmented",
-        );
-        drop((serves, segmented));
+        segment_pairs((serve, data_dir), (&other, &other_dir), rows, pairs, label);
+        drop((serves, other));
         let _ = std::fs::remove_dir_all(&scratch);
         kind.drop(&db);
         return;

@@ -180,14 +180,9 @@ impl Pipeline {
                 }
                 false
             } else {
-                match continuation(&job.range_view(index), m) {
-                    Continuation::Current => {}
-                    Continuation::Superseded => {
-                        return Outcome::Skipped("message of an earlier segment");
-                    }
-                    Continuation::Mismatch => {
-                        warn!(job_id = %job.id, range = index, "range checkpoint does not match its message; failing the job");
-                    }
+                let seen = continuation(&job.range_view(index), m);
+                if matches!(seen, Continuation::Superseded) {
+                    return Outcome::Skipped("message of an earlier segment");
                 }
                 match range.state {
                     RangeState::Done => return Outcome::Skipped("range already done"),
@@ -196,10 +191,7 @@ impl Pipeline {
                     }
                     _ => {}
                 }
-                matches!(
-                    continuation(&job.range_view(index), m),
-                    Continuation::Mismatch
-                )
+                matches!(seen, Continuation::Mismatch)
             };
             let token = job.attempts + 1;
             let change = Transition::ClaimRange {
@@ -236,6 +228,7 @@ impl Pipeline {
                 Ok(false) => {
                     let view = fresh.range_view(index);
                     if mismatch {
+                        warn!(job_id = %job.id, range = index, "range checkpoint does not match its message; failing the job");
                         return self.fail_claimed(&view, token, CHECKPOINT_MISMATCH).await;
                     }
                     if view.segment_claims() > self.config.max_attempts {
