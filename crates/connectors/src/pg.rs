@@ -49,10 +49,13 @@ pub async fn connect(o: &PgConnectOptions) -> std::result::Result<PgConnection, 
     o.connect().await
 }
 
+// A domain is read as its base type, through any depth of domains over domains (#38):
+// `dom` walks down to the first type that is no domain, keeping the outermost typmod set
+// (`numeric(10,2)` of the domain that declared it).
 const CATALOG_SQL: &str = "\
 SELECT n.nspname::text, c.relname::text, a.attname::text, \
-  a.atttypid::int8, t.typtype::text, t.typbasetype::int8, t.typcategory::text, \
-  CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod) \
+  a.atttypid::int8, t.typtype::text, COALESCE(dom.base, t.typbasetype)::int8, t.typcategory::text, \
+  CASE WHEN t.typtype = 'd' THEN format_type(dom.base, dom.typmod) \
        ELSE format_type(a.atttypid, a.atttypmod) END, \
   COALESCE((SELECT k.n FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
             WHERE i.indrelid = c.oid AND i.indisprimary AND k.attnum = a.attnum), 0)::int8 \
@@ -60,6 +63,13 @@ FROM pg_class c \
 JOIN pg_namespace n ON n.oid = c.relnamespace \
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
 JOIN pg_type t ON t.oid = a.atttypid \
+LEFT JOIN LATERAL ( \
+  WITH RECURSIVE d(base, typmod, depth) AS ( \
+    SELECT t.typbasetype, t.typtypmod, 1 WHERE t.typtype = 'd' \
+    UNION ALL \
+    SELECT b.typbasetype, CASE WHEN d.typmod <> -1 THEN d.typmod ELSE b.typtypmod END, d.depth + 1 \
+    FROM d JOIN pg_type b ON b.oid = d.base WHERE b.typtype = 'd' AND d.depth < 64) \
+  SELECT d.base, d.typmod FROM d ORDER BY d.depth DESC LIMIT 1) dom ON true \
 WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't' \
   AND n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema' \
   AND has_table_privilege(c.oid, 'SELECT') \

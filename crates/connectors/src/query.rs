@@ -126,10 +126,15 @@ impl SelectSql {
 fn column_expr(dialect: Dialect, c: &ColumnInfo) -> String {
     let q = quote_ident(dialect, &c.name);
     if dialect == Dialect::Postgres && c.pg_raw_bytes && c.pg_oid == crate::pgbin::oid::BPCHAR {
-        // `char(n)`'s cast to text drops its padding; its send function keeps it.
-        format!("bpcharsend({q})")
+        // `char(n)`'s cast to text drops its padding; its output function (`format`)
+        // keeps it. `convert_to` to the database's own encoding is a copy of the stored
+        // bytes (a send function would convert them to the client's UTF-8 and refuse a
+        // high byte), and unlike a cast to bytea it reads no backslash escapes.
+        format!(
+            "CASE WHEN {q} IS NULL THEN NULL ELSE convert_to(format('%s', {q}), 'SQL_ASCII') END"
+        )
     } else if dialect == Dialect::Postgres && c.pg_raw_bytes {
-        format!("CAST(CAST({q} AS text) AS bytea)")
+        format!("convert_to(CAST({q} AS text), 'SQL_ASCII')")
     } else if dialect == Dialect::Postgres && c.pg_text_array {
         // The array's own text parsed back as `text[]`: each element as its type's output
         // function prints it (an inet without its full-length mask), bounds kept.

@@ -530,18 +530,20 @@ async fn sqlite_values_are_the_databases_own() {
 #[tokio::test]
 async fn sqlite_values_that_read_alike_are_the_documented_ones() {
     let db = LiteDb::create(
-        "CREATE TABLE fid (id INTEGER PRIMARY KEY, r REAL, u);
-         INSERT INTO fid VALUES (1, 9e999, 9e999), (2, 'Infinity', 'Infinity'),
-           (3, NULL, X'010203'), (4, NULL, 'AQID'), (5, NULL, 1.0), (6, NULL, 1),
-           (7, -9e999, -9e999), (8, '-Infinity', '-Infinity');",
+        r#"CREATE TABLE fid (id INTEGER PRIMARY KEY, r REAL, u, j JSON);
+         INSERT INTO fid VALUES (1, 9e999, 9e999, 9e999), (2, 'Infinity', 'Infinity', '"Infinity"'),
+           (3, NULL, X'010203', NULL), (4, NULL, 'AQID', NULL), (5, NULL, 1.0, NULL), (6, NULL, 1, NULL),
+           (7, -9e999, -9e999, -9e999), (8, '-Infinity', '-Infinity', '"-Infinity"');"#,
     )
     .await;
     let h = harness(&[db.descriptor("lite")]).await;
-    let rows = extract(&h, "lite", &["id", "r", "u"]).await;
+    let rows = extract(&h, "lite", &["id", "r", "u", "j"]).await;
     let cell = |id: usize, c: &str| rows[id - 1][c].clone();
     for (a, b, column) in [
         (1, 2, "r"),
         (1, 2, "u"),
+        (1, 2, "j"),
+        (7, 8, "j"),
         (7, 8, "r"),
         (3, 4, "u"),
         (5, 6, "u"),
@@ -553,6 +555,7 @@ async fn sqlite_values_that_read_alike_are_the_documented_ones() {
         );
     }
     assert_eq!(cell(1, "r"), json!("Infinity"));
+    assert_eq!(cell(1, "j"), json!("Infinity"), "{:?}", rows[0]);
     assert_eq!(cell(3, "u"), json!("AQID"));
     assert_eq!(cell(5, "u").to_string(), "1");
     db.remove();

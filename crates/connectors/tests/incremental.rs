@@ -389,6 +389,103 @@ async fn null_cursors_are_never_read_and_a_lookback_reads_again() {
     }
 }
 
+/// A watermark never moves back (#38): with the row it points at hard-deleted and nothing
+/// new, the next job ends where it began, with a lookback (which re-reads rows below the
+/// watermark, so its last row is below it) and without.
+#[tokio::test]
+async fn a_watermark_never_moves_back_after_a_hard_delete() {
+    for kind in ["pg", "my", "lite"] {
+        for lookback in [None, Some("PT10S"), Some("P1D")] {
+            let db = Db::create(kind).await;
+            let h = harness(&[db.descriptor()]).await;
+            let mut w = db.writer().await;
+            for (id, ms) in [(1, 1_000u64), (2, 2_000), (3, 2_000), (4, 3_000)] {
+                let at = db.literal(Some(ms));
+                w.exec(&format!(
+                    "INSERT INTO t (id, v, updated_at) VALUES ({id}, 'v{id}', {at})"
+                ))
+                .await;
+            }
+            let (_, mark) = job(&h, None, lookback).await;
+            let mark = mark.unwrap();
+            assert_eq!(mark.values[1], json!(4), "{kind} {lookback:?}");
+            // The watermark's row is gone, and nothing new was written.
+            w.exec("DELETE FROM t WHERE id = 4").await;
+            let (rows, reached) = job(&h, Some(&mark), lookback).await;
+            assert_eq!(
+                reached.as_ref(),
+                Some(&mark),
+                "{kind} {lookback:?}: toWatermark equals fromWatermark ({rows:?})"
+            );
+            // A tie on the cursor below it, deleted too: still where it was.
+            w.exec("DELETE FROM t WHERE id = 3").await;
+            let (_, reached) = job(&h, Some(&mark), lookback).await;
+            assert_eq!(reached.as_ref(), Some(&mark), "{kind} {lookback:?}");
+            // A new row moves it forward as usual.
+            let at = db.literal(Some(4_000));
+            w.exec(&format!(
+                "INSERT INTO t (id, v, updated_at) VALUES (5, 'v5', {at})"
+            ))
+            .await;
+            let (_, reached) = job(&h, Some(&mark), lookback).await;
+            assert_eq!(reached.unwrap().values[1], json!(5), "{kind} {lookback:?}");
+            db.drop_db().await;
+        }
+    }
+}
+
+/// The rule docs/api.md gives a consumer of lookback jobs (#38): the rows at or below a
+/// job's `fromWatermark` are re-reads *or* late arrivals (a transaction that took its
+/// cursor value early and committed after the previous job), so a consumer keeps each
+/// `(key, cursor)` it has not seen; dropping every row at or below `fromWatermark` would
+/// drop exactly the late row.
+#[tokio::test]
+async fn rows_at_or_below_the_from_watermark_are_re_reads_or_late_arrivals() {
+    for kind in ["pg", "my", "lite"] {
+        let db = Db::create(kind).await;
+        let h = harness(&[db.descriptor()]).await;
+        let mut w = db.writer().await;
+        for (id, ms) in [(1, 1_000u64), (2, 5_000)] {
+            let at = db.literal(Some(ms));
+            w.exec(&format!(
+                "INSERT INTO t (id, v, updated_at) VALUES ({id}, 'v{id}', {at})"
+            ))
+            .await;
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        let key = |r: &Value| (r["id"].as_i64().unwrap(), r["updated_at"].to_string());
+        let (rows, mark) = job(&h, None, Some("PT10S")).await;
+        seen.extend(rows.iter().map(key));
+        let mark = mark.unwrap();
+        // A late commit whose cursor is below the watermark, and a new row above it.
+        for (id, ms) in [(3, 4_000u64), (4, 6_000)] {
+            let at = db.literal(Some(ms));
+            w.exec(&format!(
+                "INSERT INTO t (id, v, updated_at) VALUES ({id}, 'v{id}', {at})"
+            ))
+            .await;
+        }
+        let (rows, _) = job(&h, Some(&mark), Some("PT10S")).await;
+        let ids: Vec<i64> = rows.iter().map(|r| r["id"].as_i64().unwrap()).collect();
+        assert_eq!(
+            ids,
+            [1, 3, 2, 4],
+            "{kind}: the window re-read, the late row inside it"
+        );
+        let new: Vec<i64> = rows
+            .iter()
+            .filter(|r| seen.insert(key(r)))
+            .map(|r| r["id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(
+            new,
+            [3, 4],
+            "{kind}: deduplicating on (key, cursor) keeps the late row"
+        );
+        db.drop_db().await;
+    }
+}
+
 /// PostgreSQL serves an incremental read from an index on the cursor.
 #[tokio::test]
 async fn postgres_reads_past_the_watermark_through_the_cursor_index() {

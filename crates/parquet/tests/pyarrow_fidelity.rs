@@ -163,7 +163,7 @@ async fn postgres_types_read_back_in_pyarrow_as_the_ndjson_of_the_same_job() {
 }
 
 /// #28: arrays of types without a binary decoder are JSON arrays annotated JSON, as every
-/// other array; a domain over `numeric(p,s)` is `DECIMAL(p,s)`; a JSON document with an
+/// other array; a domain over `numeric(p,s)` (through any depth of domains) is `DECIMAL(p,s)`; a JSON document with an
 /// unpaired surrogate escape leaves a file DuckDB reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_arrays_of_every_type_and_numeric_domains_are_typed_as_documented() {
@@ -172,16 +172,19 @@ async fn postgres_arrays_of_every_type_and_numeric_domains_are_typed_as_document
            CREATE TYPE mood AS ENUM ('sad', 'happy');
            CREATE TYPE pair AS (a int, b text);
            CREATE DOMAIN amount AS numeric(12,2);
+           CREATE DOMAIN price AS amount;
+           CREATE DOMAIN positive_price AS price CHECK (VALUE > 0);
            CREATE TABLE arr (id int PRIMARY KEY, e mood[], ip inet[], cd cidr[], mo money[],
              bi bit(3)[], vb varbit[], mac macaddr[], pt point[], x xml[], ts tsvector[],
-             hs hstore[], co pair[], rg int4range[], amt amount, j json);
+             hs hstore[], co pair[], rg int4range[], amt amount, j json, pr price,
+             pp positive_price);
            INSERT INTO arr VALUES
              (1, '{sad,happy}', '{10.0.0.1/32,10.0.0.0/8}', '{10.0.0.0/8}', '{1.50}', '{101}',
               '{1,01}', '{08:00:2b:01:02:03}', ARRAY[point(1,2)], ARRAY['<a/>'::xml],
               ARRAY['a b'::tsvector], ARRAY['k=>v'::hstore], ARRAY[ROW(1,'x, y')::pair],
-              '[0:1]={"[1,5)",empty}', 1234567890.12, '["\ud800", 1]'),
+              '[0:1]={"[1,5)",empty}', 1234567890.12, '["\ud800", 1]', 3.5, 0.01),
              (2, '{}', NULL, '{NULL}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-              NULL, NULL, '{"ok": true}');"#,
+              NULL, NULL, '{"ok": true}', NULL, NULL);"#,
     )
     .await;
     let h = harness(&[db.descriptor("pg")]).await;
@@ -206,6 +209,8 @@ async fn postgres_arrays_of_every_type_and_numeric_domains_are_typed_as_document
         "{row}"
     );
     assert_eq!(row["amt"], json!("1234567890.12"), "{row}");
+    assert_eq!(row["pr"], json!("3.50"), "{row}");
+    assert_eq!(row["pp"], json!("0.01"), "{row}");
     assert_eq!(row["j"], json!({"$text": "[\"\\ud800\", 1]"}), "{row}");
     let types = compare(&h, json!({"mappedFields": {"pg": {"arr": []}}})).await;
     let arr = &types["pg.arr"];
@@ -215,6 +220,9 @@ async fn postgres_arrays_of_every_type_and_numeric_domains_are_typed_as_document
         assert_eq!(arr[column], "json", "pg.arr.{column}: {arr}");
     }
     assert_eq!(arr["amt"], "decimal128(12, 2)", "{arr}");
+    // Domains over domains resolve to the base type at any depth (#38).
+    assert_eq!(arr["pr"], "decimal128(12, 2)", "{arr}");
+    assert_eq!(arr["pp"], "decimal128(12, 2)", "{arr}");
     db.drop_db().await;
 }
 

@@ -399,7 +399,7 @@ impl Engine {
                         if let Some(read) = step.incremental.get(&*batch.table)
                             && let Some(last) = batch.rows.last()
                         {
-                            reached.insert(batch.table.to_string(), watermark_of(read, last));
+                            reached.insert(batch.table.to_string(), reached_by(read, last));
                         }
                         let (table, position) = (batch.table.clone(), batch.position.clone());
                         if !read_rows && !batch.rows.is_empty() {
@@ -577,6 +577,23 @@ impl Tally {
 }
 
 /// The `(cursor, key)` of `row` under `read`, rendered as the result renders them.
+/// The watermark a read reached with `row` its last: that row's, except that a watermark
+/// never moves back. A lookback re-reads rows at or below the read's starting point, so
+/// when the rows past it are gone (a hard delete) the last row read is below it; the
+/// starting point then stays the watermark.
+fn reached_by(read: &IncrementalRead, row: &crate::value::Row) -> Watermark {
+    let at = watermark_of(read, row);
+    match &read.after {
+        Some(after)
+            if read.spec.lookback.is_some()
+                && at.position_cmp(after) == Some(std::cmp::Ordering::Less) =>
+        {
+            after.clone()
+        }
+        _ => at,
+    }
+}
+
 fn watermark_of(read: &IncrementalRead, row: &crate::value::Row) -> Watermark {
     Watermark {
         cursor: read.spec.cursor.clone(),

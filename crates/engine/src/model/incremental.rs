@@ -156,6 +156,154 @@ impl Watermark {
     }
 }
 
+impl Watermark {
+    /// Where this watermark stands against `other` in the table's `(cursor, key)` order,
+    /// judged on the rendered values: numbers (JSON numbers and exact decimal strings),
+    /// dates and timestamps (`YYYY-MM-DDTHH:MM:SS[.f]Z`, expanded years, `±infinity`)
+    /// and, for key columns, text in byte order. `None` when the two are on other columns
+    /// or a value is of no form compared here.
+    ///
+    /// Byte order can differ from the database's collation for text keys; a caller uses
+    /// this only to keep the later of two watermarks, where a wrong answer costs a re-read
+    /// and never a row.
+    pub fn position_cmp(&self, other: &Watermark) -> Option<std::cmp::Ordering> {
+        use std::cmp::Ordering::Equal;
+        if self.cursor != other.cursor
+            || self.key != other.key
+            || self.values.len() != other.values.len()
+        {
+            return None;
+        }
+        for (i, (a, b)) in self.values.iter().zip(&other.values).enumerate() {
+            let o = compare_rendered(a, b, i > 0)?;
+            if o != Equal {
+                return Some(o);
+            }
+        }
+        Some(Equal)
+    }
+}
+
+/// Two rendered values of one column, in the column's order (see
+/// [`Watermark::position_cmp`]); `text` admits plain text compared byte by byte.
+fn compare_rendered(
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+    text: bool,
+) -> Option<std::cmp::Ordering> {
+    use serde_json::Value as J;
+    match (a, b) {
+        (J::Number(x), J::Number(y)) => match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
+            (Some(p), Some(q), _, _) => Some(p.cmp(&q)),
+            (_, _, Some(p), Some(q)) => Some(p.cmp(&q)),
+            _ => compare_decimals(&x.to_string(), &y.to_string())
+                .or_else(|| x.as_f64()?.partial_cmp(&y.as_f64()?)),
+        },
+        (J::Number(x), J::String(y)) => compare_decimals(&x.to_string(), y),
+        (J::String(x), J::Number(y)) => compare_decimals(x, &y.to_string()),
+        (J::String(x), J::String(y)) => compare_decimals(x, y)
+            .or_else(|| Some(instant_of(x)?.cmp(&instant_of(y)?)))
+            .or_else(|| text.then(|| x.as_bytes().cmp(y.as_bytes()))),
+        _ => None,
+    }
+}
+
+/// Exact comparison of decimals written as `[-]digits[.digits]`; PostgreSQL's numeric
+/// `NaN` sorts above `Infinity`, above every number.
+fn compare_decimals(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    fn rank(s: &str) -> Option<(i8, bool, String, String)> {
+        match s {
+            "-Infinity" => return Some((-1, false, String::new(), String::new())),
+            "Infinity" => return Some((1, false, String::new(), String::new())),
+            "NaN" => return Some((2, false, String::new(), String::new())),
+            _ => {}
+        }
+        let (negative, digits) = match s.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, s),
+        };
+        let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+        if int.is_empty() || !int.bytes().chain(frac.bytes()).all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        let int = int.trim_start_matches('0').to_owned();
+        let frac = frac.trim_end_matches('0').to_owned();
+        let zero = int.is_empty() && frac.is_empty();
+        Some((0, negative && !zero, int, frac))
+    }
+    let (ra, na, ia, fa) = rank(a)?;
+    let (rb, nb, ib, fb) = rank(b)?;
+    if ra != 0 || rb != 0 {
+        return Some(ra.cmp(&rb));
+    }
+    let magnitude = ia
+        .len()
+        .cmp(&ib.len())
+        .then_with(|| ia.cmp(&ib))
+        .then_with(|| fa.cmp(&fb));
+    Some(match (na, nb) {
+        (false, false) => magnitude,
+        (true, true) => magnitude.reverse(),
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+    })
+}
+
+/// A rendered date or timestamp as a sortable tuple: `(±infinity rank, year, the rest of
+/// the date and time as fixed-width text, the fraction's digits without trailing zeros)`.
+fn instant_of(s: &str) -> Option<(i8, i64, String, String)> {
+    match s {
+        "-infinity" => return Some((-1, 0, String::new(), String::new())),
+        "infinity" => return Some((1, 0, String::new(), String::new())),
+        _ => {}
+    }
+    // The year: four digits, or an expanded year with its sign.
+    let year_len = match s.as_bytes().first()? {
+        b'+' | b'-' => 1 + s[1..].find('-')?,
+        _ => 4,
+    };
+    let year: i64 = s.get(..year_len)?.trim_start_matches('+').parse().ok()?;
+    let rest = s
+        .get(year_len..)?
+        .strip_suffix(['Z', 'z'])
+        .unwrap_or(&s[year_len..]);
+    // `-MM-DD`, then `THH:MM:SS`, then an optional fraction.
+    let (fixed, fraction) = rest.split_once('.').unwrap_or((rest, ""));
+    let shape_ok = match fixed.len() {
+        6 => true,
+        15 => matches!(fixed.as_bytes()[6], b'T' | b't' | b' '),
+        _ => false,
+    };
+    if !shape_ok || !fraction.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    // The separator is not part of the order.
+    let fixed: String = fixed
+        .chars()
+        .enumerate()
+        .map(|(i, c)| if i == 6 { 'T' } else { c })
+        .collect();
+    let time = if fixed.len() == 6 {
+        format!("{fixed}T00:00:00")
+    } else {
+        fixed
+    };
+    let separator = |i: usize| match i {
+        0 | 3 => Some(b'-'),
+        6 => Some(b'T'),
+        9 | 12 => Some(b':'),
+        _ => None,
+    };
+    let well_formed = time.bytes().enumerate().all(|(i, c)| match separator(i) {
+        Some(sep) => c == sep,
+        None => c.is_ascii_digit(),
+    });
+    if !well_formed {
+        return None;
+    }
+    Some((0, year, time, fraction.trim_end_matches('0').to_owned()))
+}
+
 /// One table's incremental read as a connector receives it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -171,6 +319,7 @@ pub struct IncrementalRead {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn lookbacks_parse_as_iso_durations_or_amounts() {
@@ -192,6 +341,99 @@ mod tests {
         assert_eq!(amount, Lookback::Amount(1000));
         assert!(serde_json::from_str::<Lookback>("-1").is_err());
         assert!(serde_json::from_str::<Lookback>("true").is_err());
+    }
+
+    fn mark(values: serde_json::Value) -> Watermark {
+        Watermark {
+            cursor: "c".into(),
+            key: vec!["k".into()],
+            values: serde_json::from_value(values).unwrap(),
+        }
+    }
+
+    #[test]
+    fn watermarks_order_by_cursor_then_key_on_their_rendered_values() {
+        use std::cmp::Ordering::*;
+        let cmp = |a, b| mark(a).position_cmp(&mark(b));
+        // Timestamps: fractions of any length, expanded and BC years, infinities.
+        assert_eq!(
+            cmp(
+                json!(["2024-01-02T10:11:12.074224Z", 179]),
+                json!(["2024-01-02T10:11:12.074225Z", 180])
+            ),
+            Some(Less)
+        );
+        assert_eq!(
+            cmp(
+                json!(["2024-01-02T10:11:12.07Z", 1]),
+                json!(["2024-01-02T10:11:12.074225Z", 1])
+            ),
+            Some(Less)
+        );
+        assert_eq!(
+            cmp(
+                json!(["2024-01-02T10:11:12.5Z", 1]),
+                json!(["2024-01-02T10:11:12.50Z", 1])
+            ),
+            Some(Equal)
+        );
+        assert_eq!(
+            cmp(
+                json!(["2024-01-02T10:11:12Z", 1]),
+                json!(["2024-01-02T10:11:12.000001Z", 1])
+            ),
+            Some(Less)
+        );
+        assert_eq!(
+            cmp(
+                json!(["-0043-03-15T00:00:00Z", 1]),
+                json!(["0001-01-01T00:00:00Z", 1])
+            ),
+            Some(Less)
+        );
+        assert_eq!(
+            cmp(
+                json!(["+12345-01-01T00:00:00Z", 1]),
+                json!(["9999-12-31T23:59:59Z", 1])
+            ),
+            Some(Greater)
+        );
+        assert_eq!(
+            cmp(json!(["infinity", 1]), json!(["+12345-01-01T00:00:00Z", 1])),
+            Some(Greater)
+        );
+        assert_eq!(
+            cmp(json!(["-infinity", 1]), json!(["-0043-03-15T00:00:00Z", 1])),
+            Some(Less)
+        );
+        // Numbers: integers, exact decimals of any scale, doubles.
+        assert_eq!(
+            cmp(
+                json!([9007199254740993u64, 1]),
+                json!([9007199254740992u64, 1])
+            ),
+            Some(Greater)
+        );
+        assert_eq!(cmp(json!(["1500.10", 1]), json!(["1500.1", 2])), Some(Less));
+        assert_eq!(cmp(json!(["-2.5", 1]), json!(["-2.45", 1])), Some(Less));
+        assert_eq!(cmp(json!(["-0.00", 1]), json!(["0", 1])), Some(Equal));
+        assert_eq!(
+            cmp(json!(["99999999999999999999.5", 1]), json!(["NaN", 1])),
+            Some(Less)
+        );
+        assert_eq!(cmp(json!([1.5, 1]), json!([1.25, 1])), Some(Greater));
+        assert_eq!(cmp(json!([2, 1]), json!(["10.0", 1])), Some(Less));
+        // Ties on the cursor: the key decides, text keys in byte order.
+        assert_eq!(cmp(json!([5, "b"]), json!([5, "a"])), Some(Greater));
+        assert_eq!(cmp(json!([5, 3]), json!([5, 3])), Some(Equal));
+        // Text is compared only as a key; other columns or shapes are not compared.
+        assert_eq!(cmp(json!(["b", 1]), json!(["a", 1])), None);
+        assert_eq!(cmp(json!([1, 1]), json!([true, 1])), None);
+        let other = Watermark {
+            cursor: "d".into(),
+            ..mark(json!([1, 1]))
+        };
+        assert_eq!(mark(json!([1, 1])).position_cmp(&other), None);
     }
 
     #[test]
