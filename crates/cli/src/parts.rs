@@ -31,6 +31,8 @@ use crate::result::{progress, stream_open};
 pub(crate) struct Manifest {
     pub(crate) format: fetcher_engine::StoredFormat,
     job_id: String,
+    row_count: i64,
+    size_bytes: i64,
     parts: Vec<ResultPart>,
 }
 
@@ -58,6 +60,17 @@ pub(crate) async fn read_manifest(
         serde_json::from_slice(&plain).context("the result is not a parts manifest")?;
     if manifest.job_id != summary.job_id {
         bail!("the manifest names another job than it is sealed for");
+    }
+    // The totals are the sums of the parts (as every host writes them): a manifest whose
+    // totals disagree with its own list is not one a host wrote.
+    let rows: i64 = manifest.parts.iter().map(|p| p.row_count).sum();
+    let bytes: i64 = manifest.parts.iter().map(|p| p.size_bytes).sum();
+    if rows != manifest.row_count || bytes != manifest.size_bytes {
+        bail!(
+            "the manifest's totals ({} rows, {} bytes) differ from its parts' ({rows} rows, {bytes} bytes)",
+            manifest.row_count,
+            manifest.size_bytes
+        );
     }
     Ok(manifest)
 }
@@ -104,6 +117,7 @@ pub async fn open_parts(
     tokio::fs::create_dir_all(dir)
         .await
         .with_context(|| format!("creating {}", dir.display()))?;
+    check_output_dir(dir)?;
 
     let bar = progress(stored_total(&manifest), quiet);
     let mut names = BTreeSet::new();
@@ -112,7 +126,8 @@ pub async fn open_parts(
         let name = unique_name(&mut names, &part.config, &part.table);
         let target = dir.join(&name);
         let partial = PathBuf::from(format!("{}.partial", target.display()));
-        let mut out = tokio::fs::File::create(&partial).await?;
+        let mut out = create_exclusive(&partial)
+            .with_context(|| format!("creating {}", partial.display()))?;
         let opened = open_part(ring, &manifest.job_id, part, &source, &mut out, &bar).await;
         out.flush().await?;
         drop(out);
@@ -132,6 +147,69 @@ pub async fn open_parts(
     }
     bar.finish_and_clear();
     Ok(())
+}
+
+/// Refuses an output directory another user could write to (group or others, without
+/// the sticky bit): they could plant or swap files between our writes and renames.
+fn check_output_dir(dir: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
+        if !meta.is_dir() {
+            bail!("{} is not a directory", dir.display());
+        }
+        let mode = meta.mode();
+        let sticky = mode & 0o1000 != 0;
+        // SAFETY: getegid has no preconditions and cannot fail.
+        let own_group = meta.gid() == unsafe { libc::getegid() };
+        let others = mode & 0o002 != 0 || (mode & 0o020 != 0 && !own_group);
+        if others && !sticky {
+            bail!(
+                "{} is writable by other users (mode {:o}): pick a directory only you can write to, or one with the sticky bit",
+                dir.display(),
+                mode & 0o7777
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Creates `path` for the decrypted output: exclusively and without following a link
+/// (`O_CREAT | O_EXCL | O_NOFOLLOW`), readable only by its owner. A stale regular file of
+/// ours (an earlier run stopped midway) is removed first; a link or another user's file
+/// there is refused.
+fn create_exclusive(path: &Path) -> Result<tokio::fs::File> {
+    let open = || {
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            o.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+        }
+        o.open(path)
+    };
+    match open() {
+        Ok(f) => Ok(tokio::fs::File::from_std(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(path)?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::MetadataExt;
+                // SAFETY: geteuid has no preconditions and cannot fail.
+                if meta.uid() != unsafe { libc::geteuid() } {
+                    bail!("it exists and belongs to another user");
+                }
+            }
+            if !meta.file_type().is_file() {
+                bail!("it exists and is not a regular file (a link is never followed)");
+            }
+            std::fs::remove_file(path)?;
+            Ok(tokio::fs::File::from_std(open()?))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// An NDJSON result in parts, to `out` in order. Each part is verified as it streams

@@ -80,9 +80,9 @@ pub struct ServeArgs {
     /// Require this value in every token's `aud`.
     #[arg(long, env = "FETCHER_JWT_AUDIENCE")]
     pub jwt_audience: Option<String>,
-    /// Jobs run at once.
-    #[arg(long, default_value_t = 2, env = "FETCHER_WORKERS")]
-    pub workers: usize,
+    /// Jobs run at once (at least 1).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=1024), env = "FETCHER_WORKERS")]
+    pub workers: u16,
     /// Connections one tenant may hold (0 = no cap).
     #[arg(
         long,
@@ -212,28 +212,31 @@ pub fn authenticator(args: &ServeArgs) -> Result<Arc<dyn http::Authenticator>> {
     Ok(Arc::new(jwt))
 }
 
-/// The data directory holds ciphertext and metadata: owner-only. Everything this process
-/// creates from here on is too (umask 077: SQLite's own files, results, temporary
-/// objects, the event log), and an existing directory or database is tightened.
-/// `--cors-origins` as header values: each exactly `http(s)://host[:port]`, or the start
-/// stops.
+/// `--cors-origins` as header values: each exactly `http(s)://host[:port]` with no
+/// wildcard anywhere, lower-cased as browsers send an `Origin` (scheme and host are
+/// case-insensitive), or the start stops.
 fn cors_origins(raw: &[String]) -> Result<Vec<axum::http::HeaderValue>> {
     raw.iter()
         .map(|o| o.trim())
         .filter(|o| !o.is_empty())
         .map(|o| {
-            let uri: axum::http::Uri = o
-                .parse()
-                .map_err(|_| anyhow::anyhow!("--cors-origins: {o:?} is not an origin"))?;
-            let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
-            let bare = uri.path_and_query().is_none_or(|p| p.as_str() == "/") && !o.ends_with('/');
-            if o == "*" || !scheme_ok || uri.host().is_none() || !bare {
-                anyhow::bail!(
-                    "--cors-origins: {o:?} is not an origin (scheme://host[:port], no path, no *)"
-                );
+            let not_origin = || {
+                anyhow::anyhow!(
+                    "--cors-origins: {o:?} is not an origin (scheme://host[:port], no path, no wildcard)"
+                )
+            };
+            if o.contains('*') {
+                return Err(not_origin());
             }
-            axum::http::HeaderValue::from_str(o)
-                .map_err(|_| anyhow::anyhow!("--cors-origins: {o:?} is not an origin"))
+            let lower = o.to_ascii_lowercase();
+            let uri: axum::http::Uri = lower.parse().map_err(|_| not_origin())?;
+            let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+            let bare =
+                uri.path_and_query().is_none_or(|p| p.as_str() == "/") && !lower.ends_with('/');
+            if !scheme_ok || uri.host().is_none_or(str::is_empty) || !bare {
+                return Err(not_origin());
+            }
+            axum::http::HeaderValue::from_str(&lower).map_err(|_| not_origin())
         })
         .collect()
 }
@@ -262,6 +265,9 @@ fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
     Ok(file)
 }
 
+/// The data directory holds ciphertext and metadata: owner-only. Everything this process
+/// creates from here on is too (umask 077: SQLite's own files, results, temporary
+/// objects, the event log), and an existing directory or database is tightened.
 fn private_data_dir(dir: &std::path::Path) -> Result<()> {
     #[cfg(unix)]
     {
@@ -478,7 +484,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         pipeline,
         queue: queue.clone(),
         config: WorkerConfig {
-            concurrency: args.workers.max(1),
+            concurrency: usize::from(args.workers),
             shutdown_grace: Duration::from_secs(args.shutdown_grace),
             // This process holds the data directory's lock (above).
             reclaim_leases: true,

@@ -508,6 +508,48 @@ fn a_parquet_job_opens_into_files_that_pyarrow_reads_as_the_ndjson_job() {
     );
     assert_eq!(types["ledger.empty_one"]["at"], "date32[day]");
 
+    // #37: a planted `.partial` link is never followed (its target keeps its bytes), and
+    // a directory other users can write to is refused unless sticky.
+    let planted = dir.path().join("planted");
+    std::fs::create_dir(&planted).unwrap();
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, "keep me").unwrap();
+    std::os::unix::fs::symlink(&victim, planted.join("ledger.accounts.parquet.partial")).unwrap();
+    let out = open_into(dir.path(), &pq_id, &planted);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not a regular file"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert!(!planted.join("ledger.accounts.parquet").exists());
+    use std::os::unix::fs::PermissionsExt;
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = open_into(dir.path(), &pq_id, &shared);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("writable by other users"),
+        "{err}"
+    );
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = open_into(dir.path(), &pq_id, &shared);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = std::fs::metadata(shared.join("ledger.accounts.parquet"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "decrypted files are the owner's only: {mode:o}"
+    );
+
     // A tampered part is refused and leaves no file under its final name.
     let part_file = dir
         .path()

@@ -564,7 +564,7 @@ fn serve_answers_only_its_own_host_names_and_no_foreign_origin() {
             "--allowed-hosts",
             "fetcher.internal",
             "--cors-origins",
-            "https://app.example",
+            "HTTPS://App.Example",
         ],
     );
     let p = configured.port;
@@ -590,6 +590,9 @@ fn serve_answers_only_its_own_host_names_and_no_foreign_origin() {
         ("--cors-origins", "*"),
         ("--cors-origins", "https://app.example/path"),
         ("--cors-origins", "app.example"),
+        ("--cors-origins", "https://*.example"),
+        ("--cors-origins", "https://app.example:*"),
+        ("--workers", "0"),
         ("--allowed-hosts", "http://x.example"),
         ("--allowed-hosts", "x.example:80"),
     ] {

@@ -34,6 +34,7 @@ use std::time::Duration;
 use fetcher_engine::{BoxFuture, Category, ConnectionDescriptor, Context, EngineError, Result};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
+use crate::cloud_services;
 use crate::error::{self, msg};
 
 /// Private networks the operator admits past host safety (a VPC's subnets, where its
@@ -65,6 +66,11 @@ impl PrivateNetworks {
     pub fn parse(list: &str) -> std::result::Result<Self, String> {
         let mut nets = Vec::new();
         for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            if has_leading_zero(entry) {
+                return Err(format!(
+                    "{entry} has a number with a leading zero (octal to some parsers); write it without"
+                ));
+            }
             let net: IpNet = entry
                 .parse()
                 .map_err(|_| format!("{entry} is not a CIDR (such as 10.0.0.0/16)"))?;
@@ -83,6 +89,11 @@ impl PrivateNetworks {
                 return Err(format!(
                     "{entry} is not inside a private range ({}): loopback, link-local and metadata addresses, and public ones, are never admitted",
                     ADMISSIBLE.join(", ")
+                ));
+            }
+            if let Some((service, what)) = cloud_services::named_by(&net) {
+                return Err(format!(
+                    "{entry} lies inside {service} ({what}): cloud metadata, DNS and time addresses are never admitted"
                 ));
             }
             nets.push(net);
@@ -113,11 +124,26 @@ impl PrivateNetworks {
         })
     }
 
-    /// Whether host safety refuses `ip`: a blocked address ([`is_blocked_ip`]) that no
-    /// admitted network holds.
+    /// Whether host safety refuses `ip`: a cloud service address (metadata, DNS, time:
+    /// [`cloud_services`]) whatever the list says, or a blocked address ([`is_blocked_ip`])
+    /// that no admitted network holds.
     pub fn refuses(&self, ip: IpAddr) -> bool {
-        is_blocked_ip(ip) && !self.admits(ip)
+        cloud_services::is_cloud_service(ip) || (is_blocked_ip(ip) && !self.admits(ip))
     }
+}
+
+/// Whether a decimal part of an IPv4 CIDR (an octet or the prefix length) has a leading
+/// zero: `010.1.0.0/16` is 8.1.0.0 to an octal reader and 10.1.0.0 to a decimal one.
+fn has_leading_zero(entry: &str) -> bool {
+    let (addr, prefix) = entry.split_once('/').unwrap_or((entry, ""));
+    let decimal_parts: Vec<&str> = if addr.contains(':') {
+        vec![prefix]
+    } else {
+        addr.split('.').chain([prefix]).collect()
+    };
+    decimal_parts
+        .iter()
+        .any(|p| p.len() > 1 && p.starts_with('0'))
 }
 
 impl std::fmt::Display for PrivateNetworks {
@@ -465,14 +491,9 @@ pub fn is_blocked_hostname(host: &str) -> bool {
     if n.is_empty() {
         return true;
     }
-    matches!(
-        n,
-        "localhost"
-            | "metadata.google.internal"
-            | "metadata.gcp.internal"
-            | "metadata.azure.internal"
-            | "169.254.169.254"
-    ) || n.ends_with(".local")
+    n == "localhost"
+        || cloud_services::CLOUD_SERVICE_NAMES.contains(&n)
+        || n.ends_with(".local")
         || n.ends_with(".internal")
         || n.ends_with(".localhost")
 }
@@ -498,6 +519,9 @@ fn v6_in(ip: Ipv6Addr, net: Ipv6Addr, bits: u32) -> bool {
 /// The blocked ranges of docs/datasources.md ("Host safety"), IPv6 forms that embed an
 /// IPv4 address included.
 pub fn is_blocked_ip(ip: IpAddr) -> bool {
+    if cloud_services::is_cloud_service(ip) {
+        return true;
+    }
     match ip {
         IpAddr::V4(v4) => is_blocked_v4(v4),
         IpAddr::V6(v6) => {

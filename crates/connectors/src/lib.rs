@@ -155,6 +155,7 @@
 //! * Connection test latency is measured by the engine (`ConnectionTestResult.latency`).
 
 pub mod catalog;
+pub mod cloud_services;
 pub mod connector;
 pub mod env;
 pub mod error;

@@ -461,6 +461,14 @@ fn a_private_network_list_cannot_admit_metadata_loopback_or_public_space() {
         "10.0.0.1/16",
         "10.0.0.0",
         "ten/8",
+        // Cloud service addresses inside the private ranges (AWS Nitro, Alibaba).
+        "fd00:ec2::254/128",
+        "fd00:ec2::/32",
+        "fd00:ec2:1::/48",
+        "100.100.100.200/32",
+        // Leading zeros read as octal by some parsers: refused, never guessed.
+        "010.1.0.0/16",
+        "10.1.0.0/016",
     ] {
         let err = PrivateNetworks::parse(&format!("10.1.0.0/16,{bad}")).unwrap_err();
         assert!(
@@ -476,4 +484,43 @@ fn a_private_network_list_cannot_admit_metadata_loopback_or_public_space() {
             .len(),
         5
     );
+}
+
+/// An allow-list that contains cloud service addresses (`fc00::/7` holds AWS's
+/// `fd00:ec2::/32`, `100.64.0.0/10` holds Alibaba's metadata) is accepted, but those
+/// addresses stay refused at both layers, in every form, literal or DNS answer.
+#[tokio::test]
+async fn a_wide_private_list_never_reaches_metadata_dns_or_time() {
+    let nets = PrivateNetworks::parse("fc00::/7,100.64.0.0/10").unwrap();
+    let dns = FakeDns::default().with("imds.example.com", &[&["fd00:ec2::254"]]);
+    let p = policy(dns).with_private_networks(nets.clone());
+    let ctx = Context::background();
+    for host in [
+        "fd00:ec2::254",
+        "fd00:ec2::253",
+        "fd00:ec2::23",
+        "fd00:ec2::123",
+        "100.100.100.200",
+        "::ffff:100.100.100.200",
+        "imds.example.com",
+        "metadata.tencentyun.com",
+    ] {
+        let e = p.target(&ctx, &external(host)).await.unwrap_err();
+        assert!(fetcher_connectors::is_forbidden_host(&e), "{host}: {e}");
+        if host.parse::<std::net::IpAddr>().is_ok() {
+            assert!(
+                validate_host_input_admitting(host, true, &nets).is_err(),
+                "{host}"
+            );
+        }
+    }
+    // The rest of the admitted space still passes.
+    for host in ["fd00:1::5", "100.64.1.2", "::ffff:100.64.1.2"] {
+        p.target(&ctx, &external(host)).await.unwrap();
+        validate_host_input_admitting(host, true, &nets).unwrap();
+    }
+    // A public cloud service address (Azure's WireServer) is refused without any list.
+    let bare = policy(FakeDns::default());
+    assert!(bare.target(&ctx, &external("168.63.129.16")).await.is_err());
+    assert!(validate_host_input("168.63.129.16", true).is_err());
 }

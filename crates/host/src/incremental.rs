@@ -27,13 +27,23 @@ fn invalid(text: impl Into<String>) -> JobError {
     JobError::InvalidIncremental(text.into())
 }
 
-/// Whether `id` is a valid `syncId`: 1–128 of letters, digits, `.`, `_`, `-`.
+/// Whether `id` is a valid `syncId`: 1–128 of letters, digits, `.`, `_`, `-`, and not
+/// `.` or `..` (path segments to every file system and URL resolver).
 pub fn valid_sync_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_SYNC_ID
+        && id != "."
+        && id != ".."
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Whether a caller may name a sync `id`: a valid one that does not take the derived
+/// form's `auto-` prefix (in any case), so a given sync never collides with, or passes for,
+/// the sync of a request that names none.
+pub fn valid_given_sync_id(id: &str) -> bool {
+    valid_sync_id(id) && !id.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("auto-"))
 }
 
 /// The shape rules of an incremental request, before anything is looked up: every read
@@ -45,9 +55,9 @@ pub fn check_shape(
     sync_id: Option<&str>,
 ) -> Result<(), JobError> {
     if let Some(id) = sync_id {
-        if !valid_sync_id(id) {
+        if !valid_given_sync_id(id) {
             return Err(invalid(format!(
-                "syncId must be 1 to {MAX_SYNC_ID} letters, digits, '.', '_' or '-'"
+                "syncId must be 1 to {MAX_SYNC_ID} letters, digits, '.', '_' or '-', neither '.' nor '..', and not start with 'auto-' (the derived form)"
             )));
         }
         if incremental.is_empty() {
@@ -283,9 +293,13 @@ mod tests {
     #[test]
     fn sync_ids_and_shapes() {
         assert!(valid_sync_id("orders-hourly.v2_1"));
-        for bad in ["", "a b", "ä", &"x".repeat(129)] {
+        for bad in ["", "a b", "ä", ".", "..", &"x".repeat(129)] {
             assert!(!valid_sync_id(bad), "{bad}");
         }
+        for derived_form in ["auto-0123", "AUTO-x", "Auto-"] {
+            assert!(valid_sync_id(derived_form) && !valid_given_sync_id(derived_form));
+        }
+        assert!(valid_given_sync_id("autosync") && valid_given_sync_id("..."));
         let mapped: MappedFields =
             serde_json::from_value(serde_json::json!({"pg": {"orders": ["id"]}})).unwrap();
         let ok: Incremental = [(
