@@ -80,6 +80,19 @@ pub struct ServeArgs {
     /// Require this value in every token's `aud`.
     #[arg(long, env = "FETCHER_JWT_AUDIENCE")]
     pub jwt_audience: Option<String>,
+    /// Seconds a client has to send a request head, from connecting or from the end of
+    /// its previous response (an idle keep-alive connection closes after it too).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600), env = "FETCHER_HEADER_TIMEOUT")]
+    pub header_timeout: u64,
+    /// Seconds from a request head to its response: a body still arriving then is cut off
+    /// with 408.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600), env = "FETCHER_REQUEST_TIMEOUT")]
+    pub request_timeout: u64,
+    /// HTTP connections open at once; past it the listener waits for one to close. Keep
+    /// it under the process's file limit (`ulimit -n`) less what the stores and
+    /// datasources need.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=1_000_000), env = "FETCHER_MAX_HTTP_CONNECTIONS")]
+    pub max_http_connections: u32,
     /// Jobs run at once (at least 1).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=1024), env = "FETCHER_WORKERS")]
     pub workers: u16,
@@ -504,7 +517,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let drain = Duration::from_secs(args.drain_delay);
     let shutdown_state = state.clone();
     let shutdown_queue = queue.clone();
-    crate::http_server::serve(listener, router, async move {
+    let limits = crate::http_server::ListenerLimits {
+        header_timeout: Duration::from_secs(args.header_timeout),
+        request_timeout: Duration::from_secs(args.request_timeout),
+        max_connections: args.max_http_connections as usize,
+    };
+    crate::http_server::serve(listener, router, limits, async move {
         shutdown_signal().await;
         info!(?drain, "shutting down: draining");
         shutdown_state.start_draining();

@@ -604,3 +604,118 @@ fn a_table_and_a_column_created_after_the_first_job_are_read_by_the_next() {
     );
     assert_eq!(out.matches(r#""region":"eu""#).count(), 3, "{out}");
 }
+
+/// #37: a job whose retries wait (its datasource unreachable) gives its worker back while
+/// it waits, so with one worker an innocent job still finishes within 2 s; a job its own
+/// database refuses (a row-level-security policy that raises) fails at once.
+#[test]
+fn retries_wait_without_a_worker_and_refusals_fail_at_once() {
+    let db = PgDb::create("fetcher_retry_free");
+    seed(&db);
+    let role = format!("{}_rls", db.0);
+    psql(
+        &db.0,
+        &format!(
+            "CREATE FUNCTION boom() RETURNS boolean LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'no'; END$$;
+             CREATE TABLE guarded (id bigint PRIMARY KEY);
+             INSERT INTO guarded VALUES (1);
+             ALTER TABLE guarded ENABLE ROW LEVEL SECURITY;
+             CREATE POLICY p ON guarded USING (boom());
+             CREATE ROLE {role} LOGIN;
+             GRANT SELECT ON guarded TO {role};"
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--workers", "1"]);
+    register_ledger(&server, &db);
+    // "down" reaches PostgreSQL through a proxy that is cut after the job's creation: its
+    // connections then close at once (an outage: retryable).
+    let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let streams = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_port = proxy.local_addr().unwrap().port();
+    let (flag, open) = (up.clone(), streams.clone());
+    std::thread::spawn(move || {
+        for client in proxy.incoming().flatten() {
+            if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                continue; // dropped: closed at once
+            }
+            let server = std::net::TcpStream::connect("127.0.0.1:5432").unwrap();
+            open.lock().unwrap().push(client.try_clone().unwrap());
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut c, mut s) = (client, server);
+            std::thread::spawn(move || std::io::copy(&mut c, &mut s2));
+            std::thread::spawn(move || std::io::copy(&mut s, &mut c2));
+        }
+    });
+    let mut down = connection(&db);
+    down["configName"] = json!("down");
+    down["port"] = json!(proxy_port);
+    let mut guarded = connection(&db);
+    guarded["configName"] = json!("guarded");
+    guarded["userName"] = json!(role);
+    for c in [&down, &guarded] {
+        let (status, created) = server.request(
+            "POST",
+            "/v1/management/connections",
+            Some(c),
+            &[("X-Product-Name", "reporter")],
+        );
+        assert_eq!(status, 201, "{created}");
+    }
+    let post = |body: serde_json::Value| {
+        let (status, job) = server.request("POST", "/v1/fetcher", Some(&body), &[]);
+        assert_eq!(status, 202, "{job}");
+        job["jobId"].as_str().unwrap().to_owned()
+    };
+    // The only worker is busy with a job blocked on a lock while the "down" job queues;
+    // then the proxy is cut, the lock ends, and the "down" job fails its first attempt.
+    let mut lock = lock_accounts(&db, 3);
+    std::thread::sleep(Duration::from_millis(300));
+    let blocker = post(
+        json!({"dataRequest": {"mappedFields": {"ledger": {"accounts": ["id"]}}},
+                              "metadata": {"source": "reporter"}}),
+    );
+    let stuck = post(
+        json!({"dataRequest": {"mappedFields": {"down": {"accounts": ["id"]}}},
+                            "metadata": {"source": "reporter"}}),
+    );
+    up.store(false, std::sync::atomic::Ordering::SeqCst);
+    for s in streams.lock().unwrap().drain(..) {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+    lock.wait().unwrap();
+    let job = server.wait_job(&blocker, Duration::from_secs(30));
+    assert_eq!(job["status"], "completed", "{job}");
+    std::thread::sleep(Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    let innocent = post(job_body("reporter"));
+    let job = server.wait_job(&innocent, Duration::from_secs(30));
+    assert_eq!(job["status"], "completed", "{job}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the innocent job waited {:?} behind a retrying one",
+        started.elapsed()
+    );
+    let (_, still) = server.request("GET", &format!("/v1/fetcher/{stuck}"), None, &[]);
+    assert!(
+        matches!(still["status"].as_str(), Some("pending" | "processing")),
+        "{still}"
+    );
+
+    let started = std::time::Instant::now();
+    let refused = post(
+        json!({"dataRequest": {"mappedFields": {"guarded": {"guarded": ["id"]}}},
+                              "metadata": {"source": "reporter"}}),
+    );
+    let job = server.wait_job(&refused, Duration::from_secs(30));
+    assert_eq!(job["status"], "failed", "{job}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(server);
+    drop(db);
+    psql("postgres", &format!("DROP ROLE IF EXISTS {role}"));
+}

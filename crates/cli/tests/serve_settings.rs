@@ -600,3 +600,88 @@ fn serve_answers_only_its_own_host_names_and_no_foreign_origin() {
         assert!(err.contains(flag), "{flag} {bad}: {err}");
     }
 }
+
+/// Reads from `s` until the server closes it; the time that took and what it sent.
+fn until_closed(s: &mut std::net::TcpStream) -> (Duration, String) {
+    use std::io::Read;
+    let started = Instant::now();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    (
+        started.elapsed(),
+        String::from_utf8_lossy(&got).into_owned(),
+    )
+}
+
+/// #37: idle, slow-head and slow-body clients are cut off by the listener's timeouts, and
+/// past the connection cap the listener waits for a slot instead of running out of files.
+#[test]
+fn slow_and_idle_clients_are_cut_off_and_connections_are_capped() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--header-timeout",
+            "1",
+            "--request-timeout",
+            "2",
+            "--max-http-connections",
+            "4",
+        ],
+    );
+    let p = server.port;
+    let connect = || std::net::TcpStream::connect(("127.0.0.1", p)).unwrap();
+    let bound = Duration::from_secs(4);
+
+    // An idle connection that never sends a byte.
+    let (took, _) = until_closed(&mut connect());
+    assert!(took < bound, "idle connection open {took:?}");
+    // A head that never ends.
+    let mut slow = connect();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    let (took, _) = until_closed(&mut slow);
+    assert!(took < bound, "slow head open {took:?}");
+    // A keep-alive connection idle after its answer.
+    let mut kept = connect();
+    kept.write_all(format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\n\r\n").as_bytes())
+        .unwrap();
+    let (took, answer) = until_closed(&mut kept);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(took < bound, "idle keep-alive open {took:?}");
+    // A body that never arrives in full: 408 with a JSON body, then closed.
+    let mut body = connect();
+    body.write_all(
+        format!(
+            "POST /v1/fetcher HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"data"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let (took, answer) = until_closed(&mut body);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"title\":\"request_failed\""), "{answer}");
+    assert!(took < Duration::from_secs(5), "slow body open {took:?}");
+
+    // Four idle connections fill the cap; a fifth client is answered once the header
+    // timeout frees a slot, not refused and not left hanging.
+    let idle: Vec<_> = (0..4).map(|_| connect()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let (status, _) = raw_request(p, "GET", &format!("127.0.0.1:{p}"), "");
+    assert_eq!(status, 200);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(500) && waited < bound,
+        "the fifth client waited {waited:?}"
+    );
+    drop(idle);
+}

@@ -32,6 +32,10 @@ pub mod msg {
     /// A data exception (SQLSTATE class 22) the database raised for a value of the query:
     /// bad input, so no retry can help.
     pub const VALUE_REFUSED: &str = "the datasource refused a value of the query";
+    /// Any other error the database raised for the statement (a permission it denies, a
+    /// row-level-security policy that raises, an object it lacks): its answer, so no
+    /// retry can help.
+    pub const QUERY_REFUSED: &str = "the datasource refused the query";
     pub const SQLITE_PATH: &str = "sqlite datasource needs a database file path";
 }
 
@@ -83,26 +87,91 @@ pub fn from_done(d: Done) -> EngineError {
     }
 }
 
+/// A failed connection: `connect`, retryable unless the server answered with a refusal
+/// (a wrong password, a locked or login-less user, an unknown database: [`answer`] says
+/// the login was refused, not that the server was unreachable).
 pub fn connect_failed(cause: sqlx::Error) -> EngineError {
-    EngineError::wrap(Category::Connect, msg::CONNECT_FAILED, cause)
+    let refused = answer(&cause) != Answer::Transient;
+    let e = EngineError::wrap(Category::Connect, msg::CONNECT_FAILED, cause);
+    if refused { e.final_answer() } else { e }
 }
 
-/// A failed query: `unavailable` (a retry may help), unless the database refused a value
-/// (SQLSTATE class 22, data exception, on PostgreSQL and MySQL/MariaDB): then
-/// `validation`, so the job fails at once instead of holding a worker through retries.
-pub fn query_failed(cause: sqlx::Error) -> EngineError {
-    if is_data_exception(&cause) {
-        return EngineError::wrap(Category::Validation, msg::VALUE_REFUSED, cause);
+/// What the database's own answer to a statement says about retrying it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Not an answer from the database (the connection broke, a pool or TLS failure), or
+    /// one that reports a connection or resource failure: a retry may help.
+    Transient,
+    /// A data exception (SQLSTATE class 22): the query's values are refused.
+    ValueRefused,
+    /// Any other error the database raised for the statement (a permission, a policy that
+    /// raises, a missing object): an answer, not an outage.
+    Refused,
+}
+
+/// Classifies by what the database said: the SQLSTATE class on PostgreSQL, the error
+/// number on MySQL/MariaDB (their SQLSTATE is mostly the catch-all `HY000`), the primary
+/// result code on SQLite. Only connection, resource, lock and shutdown failures are
+/// transient; a tenant can raise any other error at will, so none of them may hold a
+/// worker through retries.
+fn answer(e: &sqlx::Error) -> Answer {
+    let sqlx::Error::Database(d) = e else {
+        return Answer::Transient;
+    };
+    if let Some(my) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return match my.number() {
+            // Connection, shutdown, too many connections, out of memory or disk, lock
+            // wait and deadlock, interrupted and timed-out statements, lost connections.
+            1021 | 1037 | 1038 | 1040 | 1041 | 1053 | 1152 | 1153 | 1158 | 1159 | 1160 | 1161
+            | 1203 | 1205 | 1213 | 1317 | 1927 | 1969 | 2002 | 2003 | 2006 | 2013 | 3024 => {
+                Answer::Transient
+            }
+            _ if d.code().is_some_and(|c| c.starts_with("22")) => Answer::ValueRefused,
+            _ => Answer::Refused,
+        };
     }
-    EngineError::wrap(Category::Unavailable, msg::QUERY_FAILED, cause)
+    #[cfg(feature = "sqlite")]
+    if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        let primary = d
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .map(|c| c & 0xff);
+        // SQLITE_BUSY, _LOCKED, _NOMEM, _IOERR, _FULL, _CANTOPEN.
+        return match primary {
+            Some(5 | 6 | 7 | 10 | 13 | 14) => Answer::Transient,
+            _ => Answer::Refused,
+        };
+    }
+    let code = d.code().unwrap_or_default();
+    match code.get(..2) {
+        Some("22") => Answer::ValueRefused,
+        // Connection exception, transaction rollback (serialization, deadlock),
+        // insufficient resources, operator intervention (shutdown, statement timeout),
+        // system error.
+        Some("08" | "40" | "53" | "57" | "58") => Answer::Transient,
+        // Lock not available, object in use.
+        _ if matches!(code.as_ref(), "55P03" | "55006") => Answer::Transient,
+        _ => Answer::Refused,
+    }
 }
 
-fn is_data_exception(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c.starts_with("22")))
+/// A failed query: `unavailable` when a retry may help ([`answer`]); a data exception is
+/// `validation` (`VALUE_REFUSED`); any other error the database answered fails the job at
+/// once (`QUERY_REFUSED`), instead of holding a worker through retries.
+pub fn query_failed(cause: sqlx::Error) -> EngineError {
+    match answer(&cause) {
+        Answer::Transient => EngineError::wrap(Category::Unavailable, msg::QUERY_FAILED, cause),
+        Answer::ValueRefused => EngineError::wrap(Category::Validation, msg::VALUE_REFUSED, cause),
+        Answer::Refused => EngineError::wrap(Category::Validation, msg::QUERY_REFUSED, cause),
+    }
 }
 
+/// A failed discovery, classified as [`query_failed`] is.
 pub fn discover_failed(cause: sqlx::Error) -> EngineError {
-    EngineError::wrap(Category::Unavailable, msg::DISCOVER_FAILED, cause)
+    match answer(&cause) {
+        Answer::Transient => EngineError::wrap(Category::Unavailable, msg::DISCOVER_FAILED, cause),
+        _ => EngineError::wrap(Category::Validation, msg::QUERY_REFUSED, cause),
+    }
 }
 
 pub fn decode_failed() -> EngineError {

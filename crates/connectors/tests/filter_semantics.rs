@@ -195,7 +195,7 @@ async fn values_the_database_cannot_take_are_validation_not_unavailable() {
     let edge = json!({"at": {"gt": ["2026-01-01T00:00:00+15:59"]}});
     assert_eq!(ids(job(edge).await.unwrap()), [1, 2]);
 
-    // The database's own data exceptions; what is no data exception stays retryable.
+    // The database's own data exceptions, and its other answers (query_refusals.rs).
     let category = |e: sqlx::Error| fetcher_connectors::error::query_failed(e).category();
     let mut pg = pg_admin(&db.name).await;
     for (sql, want) in [
@@ -214,7 +214,7 @@ async fn values_the_database_cannot_take_are_validation_not_unavailable() {
         ),
         (
             "SELECT * FROM no_such_table",
-            fetcher_engine::Category::Unavailable,
+            fetcher_engine::Category::Validation,
         ),
     ] {
         let e = sqlx::query(sql).execute(&mut my).await.unwrap_err();

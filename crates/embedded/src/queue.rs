@@ -24,8 +24,9 @@ use fetcher_host::ports::JobQueue;
 
 /// A channel-backed queue.
 pub struct InProcessQueue {
-    tx: mpsc::UnboundedSender<QueueMessage>,
-    rx: Mutex<mpsc::UnboundedReceiver<QueueMessage>>,
+    /// Each message with the number of times it was retried before.
+    tx: mpsc::UnboundedSender<(QueueMessage, u32)>,
+    rx: Mutex<mpsc::UnboundedReceiver<(QueueMessage, u32)>>,
     accepting: watch::Sender<bool>,
     /// Messages enqueued and not yet finished (waiting, being handled, or waiting out a
     /// retry's delay): the queue's depth, as SQS counts its own.
@@ -57,7 +58,21 @@ impl InProcessQueue {
 
     /// The next message, as the worker takes it (`None` once every sender is gone).
     pub async fn recv(&self) -> Option<QueueMessage> {
-        self.rx.lock().await.recv().await
+        self.rx.lock().await.recv().await.map(|(m, _)| m)
+    }
+
+    /// Sends `msg` back after `delay`, as retry `attempt`, without holding a worker while
+    /// it waits (the message stays in the queue's depth meanwhile). When the queue closed
+    /// in between, the message is dropped: the jobs table brings the job back on the next
+    /// start.
+    fn retry_later(self: &Arc<Self>, msg: QueueMessage, attempt: u32, delay: Duration) {
+        let queue = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if !*queue.accepting.borrow() || queue.tx.send((msg, attempt)).is_err() {
+                queue.finished();
+            }
+        });
     }
 
     /// A message's handling ended (not retried): it leaves the queue's depth.
@@ -80,7 +95,7 @@ impl JobQueue for InProcessQueue {
             ))
         } else {
             self.held.fetch_add(1, Ordering::SeqCst);
-            self.tx.send(message).map_err(|_| {
+            self.tx.send((message, 0)).map_err(|_| {
                 self.finished();
                 ServiceError::unavailable("job queue closed")
             })
@@ -224,12 +239,12 @@ impl Worker {
                         Err(e) => warn!(error = %e.log_detail(), "stranded-job sweep failed"),
                     }
                 }
-                Some(msg) = rx.recv(), if permits.available_permits() > 0 => {
+                Some((msg, attempt)) = rx.recv(), if permits.available_permits() > 0 => {
                     let permit = permits.clone().try_acquire_owned().expect("a free slot");
                     let (pipeline, queue, config, abandon) = (self.pipeline.clone(), self.queue.clone(), self.config.clone(), abandon.clone());
                     tasks.spawn(async move {
                         let _permit = permit;
-                        handle_with_retry(&pipeline, &queue, &config, &abandon, msg, 0).await;
+                        handle(&pipeline, &queue, &config, &abandon, msg, attempt).await;
                     });
                 }
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
@@ -264,40 +279,34 @@ impl Worker {
     }
 }
 
-/// Handles one message; a retry comes back after an exponential delay (in this task, so
-/// the delay does not hold a queue slot hostage beyond its own permit).
-fn handle_with_retry<'a>(
-    pipeline: &'a Pipeline,
-    queue: &'a InProcessQueue,
-    config: &'a WorkerConfig,
-    abandon: &'a fetcher_engine::Context,
+/// Handles one message (retry `attempt`). A retry goes back to the queue after an
+/// exponential delay and the worker is free at once: a job that keeps failing (its
+/// database down, or made to fail by its tenant) never holds a worker while it waits.
+async fn handle(
+    pipeline: &Pipeline,
+    queue: &Arc<InProcessQueue>,
+    config: &WorkerConfig,
+    abandon: &fetcher_engine::Context,
     msg: QueueMessage,
     attempt: u32,
-) -> BoxFuture<'a, ()> {
-    Box::pin(async move {
-        match pipeline.handle_until(&msg, abandon).await {
-            Outcome::Retry(e) => {
-                let delay = retry_delay(config, attempt, jitter());
-                warn!(error = %e.log_detail(), ?delay, "job will be retried");
-                tokio::time::sleep(delay).await;
-                if !*queue.accepting.borrow() {
-                    queue.finished();
-                    return; // shutting down: the jobs table brings it back on the next start
-                }
-                handle_with_retry(pipeline, queue, config, abandon, msg, attempt + 1).await;
-                return;
-            }
-            // The pipeline logs completions, failures and dropped messages itself.
-            Outcome::Completed { .. }
-            | Outcome::Failed { .. }
-            | Outcome::Dropped { .. }
-            | Outcome::Continued { .. }
-            | Outcome::FannedOut { .. }
-            | Outcome::RangeDone { .. } => {}
-            Outcome::Skipped(why) => info!(why, "message skipped"),
+) {
+    match pipeline.handle_until(&msg, abandon).await {
+        Outcome::Retry(e) => {
+            let delay = retry_delay(config, attempt, jitter());
+            warn!(error = %e.log_detail(), ?delay, "job will be retried");
+            queue.retry_later(msg, attempt + 1, delay);
+            return;
         }
-        queue.finished();
-    })
+        // The pipeline logs completions, failures and dropped messages itself.
+        Outcome::Completed { .. }
+        | Outcome::Failed { .. }
+        | Outcome::Dropped { .. }
+        | Outcome::Continued { .. }
+        | Outcome::FannedOut { .. }
+        | Outcome::RangeDone { .. } => {}
+        Outcome::Skipped(why) => info!(why, "message skipped"),
+    }
+    queue.finished();
 }
 
 /// The delay before retry `attempt` (0-based): `retry_delay · 2^attempt`, capped at

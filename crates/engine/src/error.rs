@@ -116,6 +116,9 @@ pub struct EngineError {
     category: Category,
     message: Cow<'static, str>,
     cause: Option<Cause>,
+    /// Set when the failure is an answer, not an outage, though its category is usually
+    /// transient (a database that refused the login): no retry can help.
+    final_answer: bool,
 }
 
 impl EngineError {
@@ -125,6 +128,7 @@ impl EngineError {
             category,
             message: message.into(),
             cause: None,
+            final_answer: false,
         }
     }
 
@@ -138,6 +142,7 @@ impl EngineError {
             category,
             message: message.into(),
             cause: Some(cause.into()),
+            final_answer: false,
         }
     }
 
@@ -166,9 +171,16 @@ impl EngineError {
         }
     }
 
-    /// See [`Category::is_retryable`].
+    /// Marks the failure as final: the other side answered (a refused login, a query the
+    /// database rejected), so retrying cannot help whatever the category says.
+    pub fn final_answer(mut self) -> Self {
+        self.final_answer = true;
+        self
+    }
+
+    /// See [`Category::is_retryable`]; never for a [final answer](Self::final_answer).
     pub fn is_retryable(&self) -> bool {
-        self.category.is_retryable()
+        self.category.is_retryable() && !self.final_answer
     }
 
     /// The hidden cause, if any, downcast to a host's own error type.

@@ -1,0 +1,213 @@
+//! #37: what the database answers is classified by what it said, not retried as an outage.
+//! A tenant controls its own database, so it can make any query fail at will (a
+//! row-level-security policy that raises, a revoked grant, a locked user): such answers
+//! fail the job at once and never hold a worker through retries. Only connection,
+//! resource, lock and shutdown failures stay retryable.
+
+mod common;
+
+use common::*;
+use fetcher_engine::Category;
+use serde_json::json;
+use sqlx::{Connection, Executor};
+
+fn classify(e: sqlx::Error) -> (Category, bool) {
+    let e = fetcher_connectors::error::query_failed(e);
+    (e.category(), e.is_retryable())
+}
+
+#[tokio::test]
+async fn postgres_refusals_fail_at_once_and_outages_stay_retryable() {
+    let role = unique("rls_reader");
+    let db = PgDb::create(&format!(
+        "CREATE TABLE secrets (id bigint PRIMARY KEY, v text);
+         INSERT INTO secrets VALUES (1, 'a'), (2, 'b');
+         CREATE FUNCTION boom() RETURNS boolean LANGUAGE plpgsql AS
+           $$BEGIN RAISE EXCEPTION 'policy says no'; END$$;
+         ALTER TABLE secrets ENABLE ROW LEVEL SECURITY;
+         CREATE POLICY p ON secrets USING (boom());
+         CREATE TABLE hidden (id bigint PRIMARY KEY);
+         CREATE ROLE {role} LOGIN;
+         GRANT SELECT ON secrets TO {role};"
+    ))
+    .await;
+    let mut reader = db.descriptor("pg");
+    reader.username = role.clone();
+    let h = harness(&[reader]).await;
+
+    // The policy raises for every row: the job fails at once, not retryable.
+    let started = std::time::Instant::now();
+    let err = h
+        .store_ndjson(json!({"mappedFields": {"pg": {"secrets": ["id", "v"]}}}))
+        .await
+        .expect_err("the policy raises");
+    assert_eq!(err.category(), Category::Validation, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert_eq!(err.message(), "the datasource refused the query");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+
+    // The database's answers, one by one.
+    let mut as_reader =
+        sqlx::PgConnection::connect(&format!("postgres://{role}@127.0.0.1:5432/{}", db.name))
+            .await
+            .unwrap();
+    for sql in [
+        "SELECT * FROM secrets",      // P0001 raise_exception (the policy)
+        "SELECT * FROM hidden",       // 42501 insufficient privilege
+        "SELECT * FROM no_such",      // 42P01 undefined table
+        "SELECT no_such FROM hidden", // 42703 undefined column
+    ] {
+        let e = sqlx::query(sql).execute(&mut as_reader).await.unwrap_err();
+        assert_eq!(classify(e), (Category::Validation, false), "{sql}");
+    }
+    // A statement timeout (57014) and a lock timeout (55P03) are retryable.
+    as_reader
+        .execute("SET statement_timeout = '10ms'")
+        .await
+        .unwrap();
+    let e = sqlx::query("SELECT pg_sleep(1)")
+        .execute(&mut as_reader)
+        .await
+        .unwrap_err();
+    assert_eq!(classify(e), (Category::Unavailable, true));
+    as_reader
+        .execute("SET statement_timeout = 0")
+        .await
+        .unwrap();
+    let mut holder = pg_admin(&db.name).await;
+    holder
+        .execute("BEGIN; LOCK TABLE secrets IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    as_reader
+        .execute("SET lock_timeout = '10ms'")
+        .await
+        .unwrap();
+    let e = sqlx::query("SELECT 1 FROM secrets LIMIT 1")
+        .execute(&mut as_reader)
+        .await
+        .unwrap_err();
+    assert_eq!(classify(e), (Category::Unavailable, true));
+    holder.execute("ROLLBACK").await.unwrap();
+    drop(holder);
+    drop(as_reader);
+
+    // A blocked user: the login is refused, a final answer (not retryable).
+    db.exec(&format!("ALTER ROLE {role} NOLOGIN")).await;
+    let h = harness(&[{
+        let mut d = db.descriptor("pg");
+        d.username = role.clone();
+        d
+    }])
+    .await;
+    let err = h
+        .store_ndjson(json!({"mappedFields": {"pg": {"secrets": ["id"]}}}))
+        .await
+        .expect_err("the user may not log in");
+    assert_eq!(err.category(), Category::Connect, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    // An unreachable server is no answer: retryable.
+    let h = harness(&[{
+        let mut d = db.descriptor("pg");
+        d.port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        d
+    }])
+    .await;
+    let err = h
+        .store_ndjson(json!({"mappedFields": {"pg": {"secrets": ["id"]}}}))
+        .await
+        .expect_err("nothing listens");
+    assert_eq!(err.category(), Category::Connect, "{err}");
+    assert!(err.is_retryable(), "{err}");
+
+    db.drop_db().await;
+    let mut admin = pg_admin("postgres").await;
+    admin
+        .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn mariadb_refusals_fail_at_once_and_locks_stay_retryable() {
+    let user = unique("locked");
+    let db = MyDb::create(&[
+        "CREATE TABLE t (id BIGINT PRIMARY KEY)",
+        "INSERT INTO t VALUES (1)",
+    ])
+    .await;
+    let mut admin = my_admin(Some(&db.name)).await;
+    admin
+        .execute(format!("CREATE USER '{user}'@'127.0.0.1'").as_str())
+        .await
+        .unwrap();
+    admin
+        .execute(format!("GRANT SELECT ON {}.t TO '{user}'@'127.0.0.1'", db.name).as_str())
+        .await
+        .unwrap();
+    let mut as_user =
+        sqlx::MySqlConnection::connect(&format!("mysql://{user}@127.0.0.1:3306/{}", db.name))
+            .await
+            .unwrap();
+    // 1142 command denied, 1146 no such table, 1644 a raised SIGNAL: answers.
+    admin
+        .execute("CREATE TABLE other (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    for sql in [
+        "SELECT * FROM other",
+        "SELECT * FROM no_such",
+        "SELECT no_such FROM t",
+    ] {
+        let e = sqlx::query(sql).execute(&mut as_user).await.unwrap_err();
+        assert_eq!(classify(e), (Category::Validation, false), "{sql}");
+    }
+    let e = sqlx::query("SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no'")
+        .execute(&mut admin)
+        .await
+        .unwrap_err();
+    assert_eq!(classify(e), (Category::Validation, false));
+    // A lock wait timeout (1205) is retryable.
+    let mut holder = my_admin(Some(&db.name)).await;
+    holder
+        .execute("START TRANSACTION; SELECT * FROM t FOR UPDATE")
+        .await
+        .unwrap();
+    admin
+        .execute("SET innodb_lock_wait_timeout = 1")
+        .await
+        .unwrap();
+    let e = sqlx::query("SELECT * FROM t FOR UPDATE")
+        .execute(&mut admin)
+        .await
+        .unwrap_err();
+    assert_eq!(classify(e), (Category::Unavailable, true));
+    holder.execute("ROLLBACK").await.unwrap();
+    drop(holder);
+    drop(as_user);
+
+    // A locked account: the login is refused, a final answer.
+    admin
+        .execute(format!("ALTER USER '{user}'@'127.0.0.1' ACCOUNT LOCK").as_str())
+        .await
+        .unwrap();
+    let mut d = db.descriptor("my");
+    d.username = user.clone();
+    let h = harness(&[d]).await;
+    let err = h
+        .store_ndjson(json!({"mappedFields": {"my": {"t": ["id"]}}}))
+        .await
+        .expect_err("the account is locked");
+    assert_eq!(err.category(), Category::Connect, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+
+    admin
+        .execute(format!("DROP USER '{user}'@'127.0.0.1'").as_str())
+        .await
+        .unwrap();
+    drop(admin);
+    db.drop_db().await;
+}
