@@ -685,3 +685,15 @@ fn slow_and_idle_clients_are_cut_off_and_connections_are_capped() {
     );
     drop(idle);
 }
+
+/// #37: the framework's own rejections answer JSON too (a path parameter that is not
+/// UTF-8).
+#[test]
+fn a_path_parameter_that_is_not_utf8_answers_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let (status, body) = server.request("GET", "/v1/fetcher/%FF%FE", None, &[]);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], 400, "{body}");
+    assert_eq!(body["title"], "request_failed", "{body}");
+}

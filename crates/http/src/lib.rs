@@ -393,6 +393,7 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(axum::middleware::from_fn(request_span))
         .layer(axum::middleware::from_fn(header_limit))
+        .layer(axum::middleware::from_fn(json_errors))
         .layer(DefaultBodyLimit::max(limit))
         .layer(cors)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
@@ -472,6 +473,31 @@ async fn header_limit(req: Request, next: Next) -> Response {
         .into_response();
     }
     next.run(req).await
+}
+
+/// Every error answers a JSON body: a rejection the framework writes as text (a path
+/// parameter that is not UTF-8, say) becomes the framework shape (D) with its status,
+/// keeping the response's other headers.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let res = next.run(req).await;
+    let status = res.status();
+    let is_json = res
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.contains("+json"));
+    if status.as_u16() < 400 || is_json {
+        return res;
+    }
+    let (mut parts, _) = res.into_parts();
+    let mut fixed =
+        ApiError::framework(status, status.canonical_reason().unwrap_or("Error")).into_response();
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    parts.headers.remove(axum::http::header::CONTENT_TYPE);
+    for (k, v) in parts.headers.iter() {
+        fixed.headers_mut().entry(k).or_insert(v.clone());
+    }
+    fixed
 }
 
 /// Every log line of a request carries its (sanitised) `X-Request-Id`.
