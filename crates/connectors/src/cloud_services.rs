@@ -71,34 +71,20 @@ fn networks() -> impl Iterator<Item = IpNet> {
 /// NAT64-embedded (`64:ff9b::a.b.c.d`) IPv6 address is judged by its IPv4 form.
 pub fn is_cloud_service(ip: IpAddr) -> bool {
     let ip = match ip {
-        IpAddr::V6(v6) => {
-            let o = v6.octets();
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                IpAddr::V4(v4)
-            } else if o[..12] == [0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0]
-                || o[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0]
-            {
-                IpAddr::V4(std::net::Ipv4Addr::new(o[12], o[13], o[14], o[15]))
-            } else {
-                ip
-            }
-        }
+        IpAddr::V6(v6) => crate::host::translated_ipv4(v6).map_or(ip, IpAddr::V4),
         v4 => v4,
     };
     networks().any(|n| n.contains(&ip))
 }
 
-/// The cloud service network that lies inside or equals `net`'s span of admission, if
-/// `net` is itself within one (an operator list that names a service address).
+/// The cloud service network that holds all of `net`, if one does (an operator list that
+/// names a service address): its CIDR and what it is.
 pub fn named_by(net: &IpNet) -> Option<(&'static str, &'static str)> {
     CLOUD_SERVICE_NETWORKS
         .iter()
-        .find(|(n, _)| {
-            n.parse::<IpNet>()
-                .expect("a valid built-in network")
-                .contains(net)
-        })
-        .map(|(n, what)| (*n, *what))
+        .zip(networks())
+        .find(|(_, service)| service.contains(net))
+        .map(|((cidr, what), _)| (*cidr, *what))
 }
 
 #[cfg(test)]
