@@ -67,8 +67,8 @@ fn networks() -> impl Iterator<Item = IpNet> {
         .map(|(net, _)| net.parse::<IpNet>().expect("a valid built-in network"))
 }
 
-/// Whether `ip` is a cloud service address. An IPv4-mapped (`::ffff:a.b.c.d`) or
-/// NAT64-embedded (`64:ff9b::a.b.c.d`) IPv6 address is judged by its IPv4 form.
+/// Whether `ip` is a cloud service address. An IPv6 address that reaches an IPv4 one
+/// (mapped, SIIT, NAT64, 6to4) is judged by its IPv4 form.
 pub fn is_cloud_service(ip: IpAddr) -> bool {
     let ip = match ip {
         IpAddr::V6(v6) => crate::host::translated_ipv4(v6).map_or(ip, IpAddr::V4),
@@ -104,6 +104,8 @@ mod tests {
             "::ffff:169.254.169.254",
             "64:ff9b::100.100.100.200",
             "168.63.129.16",
+            // 6to4 of Azure's public WireServer address.
+            "2002:a83f:8110::1",
             "fd20:ce::254",
         ] {
             assert!(is_cloud_service(a.parse().unwrap()), "{a}");

@@ -516,13 +516,17 @@ fn v6_in(ip: Ipv6Addr, net: Ipv6Addr, bits: u32) -> bool {
     (u128::from(ip) & mask) == (u128::from(net) & mask)
 }
 
-/// The IPv4 address an IPv6 address stands for: IPv4-mapped `::ffff:a.b.c.d`,
-/// IPv4-translated `::ffff:0:a.b.c.d` (SIIT, RFC 2765) and NAT64 `64:ff9b::a.b.c.d`.
+/// The IPv4 address an IPv6 address reaches: IPv4-mapped `::ffff:a.b.c.d`,
+/// IPv4-translated `::ffff:0:a.b.c.d` (SIIT, RFC 2765), NAT64 `64:ff9b::a.b.c.d` and 6to4
+/// `2002:aabb:ccdd::/48`.
 pub(crate) fn translated_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     if let Some(v4) = v6.to_ipv4_mapped() {
         return Some(v4);
     }
     let o = v6.octets();
+    if v6.segments()[0] == 0x2002 {
+        return Some(Ipv4Addr::new(o[2], o[3], o[4], o[5]));
+    }
     (v6_in(v6, Ipv6Addr::new(0, 0, 0, 0, 0xffff, 0, 0, 0), 96)
         || v6_in(v6, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96))
     .then(|| Ipv4Addr::new(o[12], o[13], o[14], o[15]))
@@ -540,15 +544,9 @@ pub fn is_blocked_ip(ip: IpAddr) -> bool {
             if let Some(v4) = translated_ipv4(v6) {
                 return is_blocked_v4(v4);
             }
-            let seg = v6.segments();
-            let octets = v6.octets();
             // IPv4-compatible ::a.b.c.d (deprecated; includes :: and ::1): blocked outright.
             if v6_in(v6, Ipv6Addr::UNSPECIFIED, 96) {
                 return true;
-            }
-            // 6to4 2002::/16 reaches the embedded IPv4 address too: judged by it.
-            if seg[0] == 0x2002 {
-                return is_blocked_v4(Ipv4Addr::new(octets[2], octets[3], octets[4], octets[5]));
             }
             let blocked: [(Ipv6Addr, u32); 8] = [
                 (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7), // unique local
