@@ -75,6 +75,9 @@ pub struct HostConfig {
     /// The API refuses calls without verified claims (default; off only through
     /// `FETCHER_ALLOW_UNAUTHENTICATED=true`).
     pub require_auth: bool,
+    /// `X-Product-Name` on every business route (`FETCHER_REQUIRE_PRODUCT=true`;
+    /// docs/api.md, "Products").
+    pub require_product: bool,
     /// Host safety on every API-supplied host (default; off only through
     /// `FETCHER_ALLOW_PRIVATE_HOSTS=true`).
     pub guard_hosts: bool,
@@ -150,6 +153,7 @@ impl HostConfig {
             max_message_age: Duration::from_secs(s.max_message_age_secs),
             retry_backoff: Duration::from_secs(s.retry_backoff_secs),
             require_auth: !s.allow_unauthenticated,
+            require_product: s.extraction.require_product,
             guard_hosts: !s.allow_private_hosts,
             private_networks: s.extraction.private_networks.clone(),
             progress_interval: s.extraction.progress_interval(),

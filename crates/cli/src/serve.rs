@@ -471,6 +471,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         ApiConfig {
             multi_tenant: args.extraction.multi_tenant,
             require_auth: tokens_required,
+            require_product: args.extraction.require_product,
             private_networks: args.extraction.private_networks.clone(),
             sqlite_files: sqlite_files.clone(),
             max_connections_per_tenant: args.max_connections_per_tenant,

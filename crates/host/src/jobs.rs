@@ -58,6 +58,9 @@ pub struct CreateJob {
     pub incremental: crate::incremental::Incremental,
     /// The sync the job continues; `None` with incremental reads: derived.
     pub sync_id: Option<String>,
+    /// The product the caller named (`X-Product-Name`), if any: `metadata.source` must be
+    /// it (docs/api.md, "Products").
+    pub product: Option<String>,
 }
 
 /// Why a job could not be created or read. The HTTP layer maps each to the catalogue.
@@ -111,6 +114,11 @@ pub enum JobError {
     /// Another job of the sync is pending or processing (a second job of a sync never
     /// runs beside it): 409 `FET-1024`, naming that job.
     SyncBusy { sync_id: String, job_id: JobId },
+    /// The sync belongs to another product of the tenant: 409 `FET-1026` (a product's
+    /// jobs never move another product's watermarks, nor wait on its jobs).
+    SyncOfAnotherProduct(String),
+    /// `metadata.source` is not the product the caller named: 400 `FET-1016`.
+    SourceNotNamedProduct { source: String, product: String },
 }
 
 /// New or existing job.
@@ -218,6 +226,9 @@ impl JobService {
                 ));
             }
         };
+        if let Some(product) = req.product.filter(|p| *p != source) {
+            return Err(JobError::SourceNotNamedProduct { source, product });
+        }
         let unknown: Vec<String> = req
             .filters
             .keys()
@@ -369,6 +380,9 @@ impl JobService {
                 .await
                 .map_err(JobError::JobStore)?
         {
+            if !sync.answers_to(Some(&source)) {
+                return Err(JobError::SyncOfAnotherProduct(id.clone()));
+            }
             crate::incremental::check_against(&sync, &incremental)?;
         }
 
@@ -392,6 +406,13 @@ impl JobService {
                 InsertOutcome::Created => break,
                 InsertOutcome::Duplicate(existing) if existing.status.is_active() || retried => {
                     return Ok(Created::Duplicate(*existing));
+                }
+                // A first job of another product took the sync since it was read: its
+                // job is not this caller's to name.
+                InsertOutcome::SyncBusy(other) if other.product() != job.product() => {
+                    return Err(JobError::SyncOfAnotherProduct(
+                        job.request.sync_id.clone().unwrap_or_default(),
+                    ));
                 }
                 InsertOutcome::SyncBusy(other) => {
                     return Err(JobError::SyncBusy {

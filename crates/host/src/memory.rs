@@ -92,7 +92,7 @@ impl JobStore for MemoryJobStore {
             if let Some(sync) = &job.request.sync_id {
                 let s = syncs
                     .entry((job.tenant_id.clone(), sync.clone()))
-                    .or_insert_with(|| SyncState::new(&job.tenant_id, sync));
+                    .or_insert_with(|| SyncState::new(job, sync));
                 if let Some(busy) = &s.active_job
                     && let Some(other) = jobs.get(&(job.tenant_id.clone(), *busy))
                 {

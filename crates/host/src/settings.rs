@@ -37,6 +37,11 @@ pub struct ExtractionSettings {
     /// Multi-tenant mode: the tenant comes from the `tenantId` claim of a verified JWT.
     #[arg(long, env = "FETCHER_MULTI_TENANT")]
     pub multi_tenant: bool,
+    /// Require `X-Product-Name` on every business route (docs/api.md, "Products"). Off
+    /// (the default), a caller naming no product is answered as the reference answers it;
+    /// a caller naming one sees only that product's connections, jobs and syncs either way.
+    #[arg(long, env = "FETCHER_REQUIRE_PRODUCT")]
+    pub require_product: bool,
     /// Ceiling on one job's serialized result, in bytes (`0` = unbounded). v2 results
     /// stream in constant memory, so raising it costs no memory; a v1 result (built in
     /// memory) stays capped at 256 MiB whatever this says.

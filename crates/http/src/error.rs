@@ -59,6 +59,8 @@ pub mod code {
     pub const SYNC_BUSY: &str = "FET-1024";
     /// The sync's stored watermark is on other columns than the job names.
     pub const SYNC_MISMATCH: &str = "FET-1025";
+    /// The sync belongs to another product of the tenant.
+    pub const SYNC_OF_ANOTHER_PRODUCT: &str = "FET-1026";
     pub const CONNECTION_DOWN: &str = "FET-1040";
     pub const SCHEMA_INVALID: &str = "FET-1060";
     pub const VALIDATION_LIMIT: &str = "FET-1061";

@@ -5,6 +5,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::de::DeserializeOwned;
 
+use super::AppState;
 use super::error::ApiError;
 
 /// The raw body, read within the configured limit (413 shape D beyond it). Parsing is a
@@ -98,6 +99,13 @@ pub fn product_name(headers: &HeaderMap, required: bool) -> Result<Option<String
         ));
     }
     Ok(Some(v))
+}
+
+/// The product a caller names on a route where the reference made `X-Product-Name`
+/// optional (docs/api.md, "Products"): `None` when it names none, which a deployment with
+/// `require_product` refuses (400 `FET-0403`) instead.
+pub fn caller_product(st: &AppState, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    product_name(headers, st.config().require_product)
 }
 
 /// 400 `FET-0403`: a route that needs `X-Product-Name` got none.

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, code};
-use super::extract::{RawBody, parse_json};
+use super::extract::{RawBody, caller_product, parse_json};
 use super::{AppState, Scope};
 use fetcher_host::dedup::{Filters, MappedFields};
 use fetcher_host::jobs::{CreateJob, Created, JobError};
@@ -387,6 +387,22 @@ pub(crate) fn error_of(e: JobError) -> ApiError {
             "Sync Mismatch",
             m,
         ),
+        JobError::SyncOfAnotherProduct(sync_id) => ApiError::business(
+            StatusCode::CONFLICT,
+            code::SYNC_OF_ANOTHER_PRODUCT,
+            "Sync Of Another Product",
+            format!(
+                "sync '{sync_id}' runs the jobs of another product of the tenant: give this job another syncId"
+            ),
+        ),
+        JobError::SourceNotNamedProduct { source, product } => ApiError::business(
+            bad,
+            code::PRODUCT_MISMATCH,
+            "Product Mismatch",
+            format!(
+                "metadata.source '{source}' is not the product named by X-Product-Name ('{product}')"
+            ),
+        ),
         JobError::SyncBusy { sync_id, job_id } => ApiError::business(
             StatusCode::CONFLICT,
             code::SYNC_BUSY,
@@ -437,9 +453,9 @@ fn exact_filter_numbers(body: &[u8]) -> Result<(), ApiError> {
 }
 
 /// Create an extraction job (de-duplicated by content).
-#[utoipa::path(post, path = "/v1/fetcher", tag = "fetcher", request_body = FetcherRequest,
+#[utoipa::path(post, path = "/v1/fetcher", tag = "fetcher", request_body = FetcherRequest, params(("X-Product-Name" = Option<String>, Header, description = "The caller's product: metadata.source must be it (400 FET-1016); required where the deployment requires it (docs/api.md, Products)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 202, body = FetcherResponse, description = "New job"), (status = 200, body = FetcherResponse, description = "Duplicate of an existing job"),
-        (status = 400, body = ErrorBody, description = "FET-0001, FET-0401 (also Invalid Incremental Read), FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 409, body = ErrorBody, description = "FET-1024: another job of the sync is pending or processing; FET-1025: the sync's watermark is on other columns"), (status = 413, body = ErrorBody, description = "Body over 4 MiB, or the job request (mapped fields, filters, metadata) over 192 KiB"),
+        (status = 400, body = ErrorBody, description = "FET-0001, FET-0401 (also Invalid Incremental Read), FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040"), (status = 409, body = ErrorBody, description = "FET-1024: another job of the sync is pending or processing; FET-1025: the sync's watermark is on other columns; FET-1026: the sync belongs to another product"), (status = 413, body = ErrorBody, description = "Body over 4 MiB, or the job request (mapped fields, filters, metadata) over 192 KiB"),
         (status = 422, body = super::connections::SchemaValidationErrorResponse, description = "FET-1060: the cached schema lacks a mapped table or field (validate-schema's body)"), (status = 500, body = ErrorBody, description = "FET-0002"), (status = 503, body = ErrorBody, description = "FET-0003: shutting down, nothing stored"), (status = 504, body = ErrorBody, description = "The datasources' connection tests did not finish within the budget (20 s)")))]
 pub async fn create_job(
     State(st): State<AppState>,
@@ -447,6 +463,7 @@ pub async fn create_job(
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
+    let product = caller_product(&st, &headers)?;
     let req: FetcherRequest = parse_json(&headers, &body)?;
     exact_filter_numbers(&body)?;
     let data = req.data_request.unwrap_or_default();
@@ -487,6 +504,7 @@ pub async fn create_job(
         result_format: req.result_format,
         incremental,
         sync_id: req.sync_id,
+        product,
     };
     let (status, job, message) = match st
         .jobs()
@@ -516,14 +534,16 @@ pub async fn create_job(
 
 /// Cancel a job: a pending one ends `canceled` at once, a processing one is stopped by
 /// its worker within a few seconds (no result is left); 202 with the job as it is now.
-#[utoipa::path(post, path = "/v1/fetcher/{id}/cancel", tag = "fetcher", params(("id" = uuid::Uuid, Path)),
+#[utoipa::path(post, path = "/v1/fetcher/{id}/cancel", tag = "fetcher", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's record answers 404; required where the deployment requires it (docs/api.md, Products)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 202, body = JobResponse, description = "Canceled (was pending) or asked to stop (processing)"), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1023: the job already ended"), (status = 500, body = ErrorBody, description = "FET-0002")))]
 pub async fn cancel_job(
     State(st): State<AppState>,
     scope: Scope,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
+    owned_job(&st, &scope, &headers, id).await?;
     let job = st
         .jobs()
         .cancel(&scope.tenant, id)
@@ -533,16 +553,34 @@ pub async fn cancel_job(
 }
 
 /// Get a job.
-#[utoipa::path(get, path = "/v1/fetcher/{id}", tag = "fetcher", params(("id" = uuid::Uuid, Path)),
+#[utoipa::path(get, path = "/v1/fetcher/{id}", tag = "fetcher", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's record answers 404; required where the deployment requires it (docs/api.md, Products)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = JobResponse), (status = 400, body = ErrorBody, description = "FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 500, body = ErrorBody, description = "FET-0002")))]
 pub async fn get_job(
     State(st): State<AppState>,
     scope: Scope,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
-    let job = st.jobs().get(&scope.tenant, id).await.map_err(error_of)?;
+    let job = owned_job(&st, &scope, &headers, id).await?;
     Ok(Json(job_response(&job)).into_response())
+}
+
+/// A job of the tenant that answers to the caller's product (docs/api.md, "Products"):
+/// another product's job is 404, as if it did not exist.
+async fn owned_job(
+    st: &AppState,
+    scope: &Scope,
+    headers: &HeaderMap,
+    id: fetcher_host::model::JobId,
+) -> Result<Job, ApiError> {
+    let product = caller_product(st, headers)?;
+    let job = st.jobs().get(&scope.tenant, id).await.map_err(error_of)?;
+    if job.answers_to(product.as_deref()) {
+        Ok(job)
+    } else {
+        Err(error_of(JobError::NotFound))
+    }
 }
 
 /// A job id from a route's path: any UUID text form, trimmed; 400 `FET-0404` otherwise.

@@ -128,6 +128,9 @@ pub struct ApiConfig {
     /// Require a verified principal on business routes even in single-tenant mode.
     /// Multi-tenant mode always requires one.
     pub require_auth: bool,
+    /// Require `X-Product-Name` on every business route (docs/api.md, "Products"); off,
+    /// a caller naming no product is answered as the reference answers it.
+    pub require_product: bool,
     /// Maximum request body (bytes).
     pub body_limit: usize,
     /// Largest connection `metadata`, JSON-encoded (bytes): 400 `FET-0411` above it.
@@ -163,6 +166,7 @@ impl Default for ApiConfig {
             multi_tenant: false,
             sqlite_files: fetcher_connectors::SqliteFiles::Nowhere,
             require_auth: false,
+            require_product: false,
             guard_hosts: false,
             private_networks: fetcher_connectors::PrivateNetworks::none(),
             // docs/api.md "Limits": request bodies up to 4 MiB.

@@ -14,7 +14,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{RawBody, parse_json};
+use super::extract::{RawBody, caller_product, parse_json};
 use super::fetcher::error_of;
 use super::{AppState, Scope};
 
@@ -57,23 +57,41 @@ fn sync_error(e: JobError) -> ApiError {
 }
 
 /// Get a sync's watermarks.
-#[utoipa::path(get, path = "/v1/syncs/{id}", tag = "fetcher", params(("id" = String, Path, description = "The syncId (given, or derived: `auto-…`, in the job)")),
+#[utoipa::path(get, path = "/v1/syncs/{id}", tag = "fetcher", params(("id" = String, Path, description = "The syncId (given, or derived: `auto-…`, in the job)"), ("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's record answers 404; required where the deployment requires it (docs/api.md, Products)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT"), (status = 200, body = SyncResponse), (status = 404, body = ErrorBody, description = "FET-1001: no such sync (of this tenant)"), (status = 500, body = ErrorBody, description = "FET-0002")))]
 pub async fn get_sync(
     State(st): State<AppState>,
     scope: Scope,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let sync = st
-        .jobs()
-        .sync(&scope.tenant, &id)
-        .await
-        .map_err(sync_error)?;
+    let sync = owned_sync(&st, &scope, &headers, &id).await?;
     Ok(Json(response(&sync)).into_response())
 }
 
+/// A sync of the tenant that answers to the caller's product (docs/api.md, "Products"):
+/// another product's sync is 404, as if it did not exist.
+async fn owned_sync(
+    st: &AppState,
+    scope: &Scope,
+    headers: &HeaderMap,
+    id: &str,
+) -> Result<SyncState, ApiError> {
+    let product = caller_product(st, headers)?;
+    let sync = st
+        .jobs()
+        .sync(&scope.tenant, id)
+        .await
+        .map_err(sync_error)?;
+    if sync.answers_to(product.as_deref()) {
+        Ok(sync)
+    } else {
+        Err(ApiError::not_found("sync"))
+    }
+}
+
 /// Reset a sync (all tables, or those named): its next job reads them from the start.
-#[utoipa::path(post, path = "/v1/syncs/{id}/reset", tag = "fetcher", params(("id" = String, Path)), request_body(content = Option<ResetRequest>),
+#[utoipa::path(post, path = "/v1/syncs/{id}/reset", tag = "fetcher", params(("id" = String, Path), ("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's record answers 404; required where the deployment requires it (docs/api.md, Products)")), request_body(content = Option<ResetRequest>),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT"), (status = 200, body = SyncResponse, description = "The sync after the reset"), (status = 400, body = ErrorBody, description = "FET-0001: a body that is not the reset request"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1024: a job of the sync is pending or processing"), (status = 500, body = ErrorBody, description = "FET-0002")))]
 pub async fn reset_sync(
     State(st): State<AppState>,
@@ -82,6 +100,7 @@ pub async fn reset_sync(
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
+    owned_sync(&st, &scope, &headers, &id).await?;
     let req: ResetRequest = if body.iter().all(u8::is_ascii_whitespace) {
         ResetRequest::default()
     } else {

@@ -488,6 +488,23 @@ async fn unassigned_and_assign() {
         (r.status, r.code()),
         (StatusCode::CONFLICT, json!("FET-1015"))
     );
+    // Another product cannot learn the connection exists: its answer is the unknown id's.
+    let unknown = h
+        .call(
+            Method::POST,
+            &format!("{BASE}/0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b/assign"),
+            &P,
+            None,
+        )
+        .await;
+    let other = h.call(Method::POST, &assign, &P, None).await;
+    assert_eq!(
+        (other.status, other.code()),
+        (unknown.status, unknown.code()),
+        "{}",
+        other.text
+    );
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
     assert!(
         ids(&h, &format!("{BASE}/unassigned"), None)
             .await
@@ -680,11 +697,16 @@ async fn every_connection_route_answers_only_to_its_product() {
             "{method} {uri} by another product: {}",
             other.text
         );
-        let none = h.call(method.clone(), uri, &[], body.clone()).await;
+        // Strict mode: the header is required on every route.
+        let strict = h.reconfigured(ApiConfig {
+            require_product: true,
+            ..Default::default()
+        });
+        let none = strict.call(method.clone(), uri, &[], body.clone()).await;
         assert_eq!(
             (none.status, none.code()),
             (StatusCode::BAD_REQUEST, json!("FET-0403")),
-            "{method} {uri} without a product: {}",
+            "{method} {uri} without a product, strict: {}",
             none.text
         );
         let bad = h
@@ -709,7 +731,13 @@ async fn every_connection_route_answers_only_to_its_product() {
         "{}",
         other.text
     );
-    let none = h.call(Method::POST, &vs, &[], Some(mapping.clone())).await;
+    let strict = h.reconfigured(ApiConfig {
+        require_product: true,
+        ..Default::default()
+    });
+    let none = strict
+        .call(Method::POST, &vs, &[], Some(mapping.clone()))
+        .await;
     assert_eq!(none.code(), json!("FET-0403"), "{}", none.text);
     let own = h
         .call(
@@ -736,4 +764,41 @@ async fn every_connection_route_answers_only_to_its_product() {
         .call(Method::GET, &url, &[("x-product-name", "billing")], None)
         .await;
     assert_eq!(gone.status, StatusCode::NOT_FOUND);
+}
+
+/// The reference's clients send `X-Product-Name` only on create, assign and list: by
+/// default a caller that names no product is answered on every other route, as the
+/// reference answers it (a product is a label inside a tenant, not a credential).
+#[tokio::test]
+async fn a_caller_naming_no_product_is_answered_by_default() {
+    let h = harness();
+    let c = h.create("billing", connection("billing-pg")).await;
+    let url = format!("{BASE}/{}", c["id"].as_str().unwrap());
+    let got = h.call(Method::GET, &url, &[], None).await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.text);
+    assert_eq!(got.json()["productName"], "billing");
+    let patched = h
+        .call(
+            Method::PATCH,
+            &url,
+            &[],
+            Some(json!({"databaseName": "d2"})),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    let schema = h
+        .call(Method::GET, &format!("{url}/schema"), &[], None)
+        .await;
+    assert_ne!(schema.code(), json!("FET-0403"), "{}", schema.text);
+    let vs = h
+        .call(
+            Method::POST,
+            &format!("{BASE}/validate-schema"),
+            &[],
+            Some(json!({"mappedFields": {"billing-pg": {"users": ["id"]}}})),
+        )
+        .await;
+    assert_eq!(vs.status, StatusCode::OK, "{}", vs.text);
+    let deleted = h.call(Method::DELETE, &url, &[], None).await;
+    assert!(deleted.status.is_success(), "{}", deleted.text);
 }

@@ -409,3 +409,71 @@ async fn another_tenants_sync_is_a_404() {
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
 }
+
+/// Products within a tenant (docs/api.md, "Products"): a sync is the product's whose job
+/// started it. Another product neither sees nor resets it, and its jobs naming the sync
+/// are refused without learning the owner's job.
+#[tokio::test]
+async fn a_sync_answers_only_to_its_product() {
+    let h = setup().await;
+    h.create("other", connection("other-pg")).await;
+    let other = [("x-product-name", "other")];
+    let reporter = [("x-product-name", "reporter")];
+    let mut theirs = job("other-pg", "other");
+    theirs["incremental"] = json!({"other-pg": {"users": {"cursor": "id"}}});
+    theirs["syncId"] = json!("shared-name");
+    let first = create(
+        &h,
+        incremental_job(json!({"cursor": "id"}), Some("shared-name")),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.text);
+    let id = first.json()["jobId"].as_str().unwrap().to_string();
+    // While the owner's job runs, and after it completed: 409 FET-1026, never its job.
+    for round in ["active", "completed"] {
+        let r = h
+            .call(Method::POST, "/v1/fetcher", &other, Some(theirs.clone()))
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::CONFLICT, json!("FET-1026")),
+            "{round}: {}",
+            r.text
+        );
+        assert!(!r.text.contains(&id), "{round}: {}", r.text);
+        if round == "active" {
+            complete(&h, &id, "id", &[], json!([7])).await;
+        }
+    }
+    for (method, route) in [
+        (Method::GET, "/v1/syncs/shared-name"),
+        (Method::POST, "/v1/syncs/shared-name/reset"),
+    ] {
+        let r = h.call(method.clone(), route, &other, None).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::NOT_FOUND, json!("FET-1001")),
+            "{method} {route}: {}",
+            r.text
+        );
+    }
+    // The reset of the other product changed nothing.
+    let s = h
+        .call(Method::GET, "/v1/syncs/shared-name", &reporter, None)
+        .await;
+    assert_eq!(s.status, StatusCode::OK, "{}", s.text);
+    assert_eq!(
+        s.json()["tables"]["core-pg"]["users"]["watermark"]["values"],
+        json!([7])
+    );
+    // The other product's own sync of another name is its own.
+    theirs["syncId"] = json!("theirs");
+    let r = h
+        .call(Method::POST, "/v1/fetcher", &other, Some(theirs))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    let r = h
+        .call(Method::GET, "/v1/syncs/theirs", &reporter, None)
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+}

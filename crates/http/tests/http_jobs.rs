@@ -784,3 +784,87 @@ async fn filter_numbers_are_exact_or_refused() {
     );
     assert_ne!(s1.json()["jobId"], s2.json()["jobId"]);
 }
+
+/// Products within a tenant (docs/api.md, "Products"): a job is its `metadata.source`'s;
+/// another product reading or canceling it is answered as if it did not exist, and a
+/// caller naming a product cannot create a job of another.
+#[tokio::test]
+async fn a_product_reads_and_cancels_only_its_own_jobs() {
+    let h = setup().await;
+    let reporter = [("x-product-name", "reporter")];
+    let other = [("x-product-name", "other")];
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/fetcher",
+            &other,
+            Some(job("core-pg", "reporter")),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, json!("FET-1016")),
+        "{}",
+        r.text
+    );
+    assert!(h.queue.sent().is_empty(), "a refused job is not queued");
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/fetcher",
+            &reporter,
+            Some(job("core-pg", "reporter")),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    let id = job_id(&r.json());
+    let path = format!("/v1/fetcher/{id}");
+    let cancel = format!("{path}/cancel");
+    for (method, route) in [(Method::GET, &path), (Method::POST, &cancel)] {
+        let r = h.call(method.clone(), route, &other, None).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::NOT_FOUND, json!("FET-1001")),
+            "{method} {route}: {}",
+            r.text
+        );
+        assert!(!r.text.contains(&id.to_string()), "{}", r.text);
+    }
+    // The other product's cancel changed nothing; its own product and a caller naming
+    // none (the reference's clients) are answered.
+    let r = h.call(Method::GET, &path, &reporter, None).await;
+    assert_eq!(
+        (r.status, r.json()["status"].as_str()),
+        (StatusCode::OK, Some("pending"))
+    );
+    assert_eq!(h.get(&path).await.status, StatusCode::OK);
+    // A deployment that requires the header refuses a caller naming none.
+    let strict = h.reconfigured(fetcher_http::ApiConfig {
+        require_product: true,
+        ..Default::default()
+    });
+    for (method, route) in [(Method::GET, &path), (Method::POST, &cancel)] {
+        let r = strict.call(method.clone(), route, &[], None).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0403")),
+            "{method} {route}"
+        );
+    }
+    let r = strict
+        .call(
+            Method::POST,
+            "/v1/fetcher",
+            &[],
+            Some(job("core-pg", "reporter")),
+        )
+        .await;
+    assert_eq!(r.code(), json!("FET-0403"), "{}", r.text);
+    let r = strict.call(Method::POST, &cancel, &reporter, None).await;
+    assert_eq!(
+        (r.status, r.json()["status"].as_str()),
+        (StatusCode::ACCEPTED, Some("canceled")),
+        "{}",
+        r.text
+    );
+}

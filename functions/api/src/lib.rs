@@ -33,6 +33,7 @@ pub async fn router_from_config(
         .ok_or_else(|| "FETCHER_QUEUE_URL is not set".to_owned())?;
     let multi_tenant = config.multi_tenant;
     let require_auth = config.require_auth;
+    let require_product = config.require_product;
     let guard_hosts = config.guard_hosts;
     let private_networks = config.private_networks.clone();
     let host = Host::build(config, sdk)?;
@@ -61,6 +62,7 @@ pub async fn router_from_config(
             multi_tenant,
             // Secure by default: no verified claims, no service (docs/api.md).
             require_auth,
+            require_product,
             guard_hosts,
             private_networks,
             // `sqlite_files` stays at its default, none: the functions share no disk.

@@ -272,7 +272,7 @@ impl JobStore for DynamoStore {
                     .filter(|_| job.status.is_active());
                 if let Some(sync) = in_sync {
                     // Index 2: the sync's one active job.
-                    items.push(claim_sync(&self.table, tenant, sync, &job.id.to_string()));
+                    items.push(claim_sync(&self.table, job, sync));
                 }
                 if job.status.is_active() {
                     for config in job.config_names() {

@@ -16,14 +16,14 @@ pub(super) fn sync_pk(tenant: &str, id: &str) -> String {
 
 /// The insert's claim on the sync: `active` set to `job_id` only if absent (the item is
 /// created with no watermark when it does not exist).
-pub(super) fn claim_sync(table: &str, tenant: &str, id: &str, job_id: &str) -> TransactWriteItem {
-    let fresh = serde_json::to_string(&SyncState::new(tenant, id)).expect("a sync is JSON");
+pub(super) fn claim_sync(table: &str, job: &Job, id: &str) -> TransactWriteItem {
+    let fresh = serde_json::to_string(&SyncState::new(job, id)).expect("a sync is JSON");
     let update = Update::builder()
         .table_name(table)
-        .set_key(Some(key(sync_pk(tenant, id), SYNC_SK)))
+        .set_key(Some(key(sync_pk(&job.tenant_id, id), SYNC_SK)))
         .update_expression("SET active = :job, doc = if_not_exists(doc, :fresh)")
         .condition_expression("attribute_not_exists(active)")
-        .expression_attribute_values(":job", s(job_id))
+        .expression_attribute_values(":job", s(job.id.to_string()))
         .expression_attribute_values(":fresh", s(fresh))
         .build()
         .expect("an update has table, key and expression");

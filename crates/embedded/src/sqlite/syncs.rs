@@ -60,7 +60,7 @@ impl SqliteStore {
                 e => Err(db_error(e)),
             };
         }
-        let fresh = SyncState::new(&job.tenant_id, sync_id);
+        let fresh = SyncState::new(job, sync_id);
         let taken = sqlx::query("INSERT INTO syncs (tenant, sync_id, doc, active_job) VALUES (?, ?, ?, ?) ON CONFLICT(tenant, sync_id) DO UPDATE SET active_job = excluded.active_job WHERE syncs.active_job IS NULL")
             .bind(&job.tenant_id)
             .bind(sync_id)

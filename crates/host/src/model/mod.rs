@@ -181,6 +181,14 @@ pub struct JobRequest {
     pub sync_id: Option<String>,
 }
 
+/// Whether a record of product `owner` answers to a caller naming `caller` (docs/api.md,
+/// "Products"): a caller naming none sees every product's (as the reference answers it;
+/// a strict deployment refuses such a caller before this is asked), a caller naming one
+/// sees only that product's, and a record of no product answers to everyone.
+pub fn answers_to(owner: &str, caller: Option<&str>) -> bool {
+    owner.is_empty() || caller.is_none_or(|c| c == owner)
+}
+
 /// Where a completed job's result is and how to verify it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -367,6 +375,21 @@ impl Job {
             fanout: None,
             range: None,
         }
+    }
+
+    /// The product the job was created for: its `metadata.source` (every job has one;
+    /// docs/api.md, "Products").
+    pub fn product(&self) -> &str {
+        self.request
+            .metadata
+            .get("source")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+    }
+
+    /// Whether a caller naming `product` (`None`: naming none) may see and change the job.
+    pub fn answers_to(&self, product: Option<&str>) -> bool {
+        answers_to(self.product(), product)
     }
 
     /// When the job's latest message was sent ([`Job::enqueued_at`], else its creation).

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use fetcher_engine::{Timestamp, Watermark};
 use serde::{Deserialize, Serialize};
 
-use super::{Job, JobId, JobStatus};
+use super::{Job, JobId, JobStatus, answers_to};
 
 /// Where an incremental table's read started and where it ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +25,11 @@ pub struct WatermarkSpan {
 pub struct SyncState {
     pub id: String,
     pub tenant_id: String,
+    /// The product whose jobs the sync runs (its first job's `metadata.source`; empty for a
+    /// sync stored before syncs had one, until its next job completes): a caller naming
+    /// another product is told the sync does not exist (docs/api.md, "Products").
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub product: String,
     /// `configName → table → watermark`.
     #[serde(default)]
     pub tables: BTreeMap<String, BTreeMap<String, SyncedTable>>,
@@ -43,13 +48,20 @@ pub struct SyncedTable {
 }
 
 impl SyncState {
-    /// A sync with no watermark yet.
-    pub fn new(tenant: &str, id: &str) -> SyncState {
+    /// A sync with no watermark yet, created by `job` (its tenant and product).
+    pub fn new(job: &Job, id: &str) -> SyncState {
         SyncState {
             id: id.to_owned(),
-            tenant_id: tenant.to_owned(),
+            tenant_id: job.tenant_id.clone(),
+            product: job.product().to_owned(),
             ..Default::default()
         }
+    }
+
+    /// Whether a caller naming `product` (`None`: naming none) may see and change the
+    /// sync: one without a product answers to every caller.
+    pub fn answers_to(&self, product: Option<&str>) -> bool {
+        answers_to(&self.product, product)
     }
 
     /// The watermark of `(config, table)`, if any.
@@ -67,6 +79,9 @@ impl SyncState {
         }
         if job.status != JobStatus::Completed {
             return;
+        }
+        if self.product.is_empty() {
+            self.product = job.product().to_owned();
         }
         let Some(result) = &job.result else { return };
         let at = job.completed_at.unwrap_or(job.created_at);

@@ -14,7 +14,7 @@ pub async fn list_connections(
     headers: HeaderMap,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let product = product_name(&headers, false)?;
+    let product = caller_product(&st, &headers)?;
     let query = paging::parse(&q, &st.config().paging, paging::today_utc())?;
     let all = st
         .engine()
@@ -49,8 +49,12 @@ pub async fn list_connections(
 pub async fn list_unassigned(
     State(st): State<AppState>,
     scope: Scope,
+    headers: HeaderMap,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
+    // Unassigned connections belong to no product: the header only has to be there
+    // where the deployment requires it.
+    caller_product(&st, &headers)?;
     let query = paging::parse(&q, &st.config().paging, paging::today_utc())?;
     let all = st
         .engine()
@@ -230,31 +234,23 @@ pub(super) async fn load_owned(
     headers: &HeaderMap,
     id: &str,
 ) -> Result<ConnectionDescriptor, ApiError> {
-    let product = product_name(headers, false)?;
+    let product = caller_product(st, headers)?;
     let d = load(st, scope, id).await?;
-    if answers_to(&d, product.as_deref())? {
+    if answers_to(&d, product.as_deref()) {
         Ok(d)
     } else {
         Err(ApiError::not_found("connection"))
     }
 }
 
-/// Whether `d` answers to `product` (the caller's normalised `X-Product-Name`); an
-/// assigned connection asked without the header is the header's 400.
-pub(super) fn answers_to(
-    d: &ConnectionDescriptor,
-    product: Option<&str>,
-) -> Result<bool, ApiError> {
-    let owner = ConnectionRecord::from_descriptor(d).product;
-    match product {
-        _ if owner.is_empty() => Ok(true),
-        Some(p) => Ok(p == owner),
-        None => Err(product_required()),
-    }
+/// Whether `d` answers to `product` (the caller's normalised `X-Product-Name`, `None`
+/// when it names none): the rule jobs and syncs follow too.
+pub(super) fn answers_to(d: &ConnectionDescriptor, product: Option<&str>) -> bool {
+    fetcher_host::model::answers_to(ConnectionRecord::product_of(d), product)
 }
 
 /// Get one connection.
-#[utoipa::path(get, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
+#[utoipa::path(get, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's connection answers 404; required where the deployment requires it (docs/api.md, Products)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001")))]
 pub async fn get_connection(
     State(st): State<AppState>,
@@ -287,7 +283,7 @@ pub(super) async fn gate(
 }
 
 /// Partially update a connection.
-#[utoipa::path(patch, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")), request_body = ConnectionBody,
+#[utoipa::path(patch, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's connection answers 404; required where the deployment requires it (docs/api.md, Products)")), request_body = ConnectionBody,
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0001, FET-0402, FET-0404, FET-0414"),
         (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1002, FET-1021")))]
 pub async fn update_connection(
@@ -387,7 +383,7 @@ pub async fn update_connection(
 }
 
 /// Delete a connection: the record and its credential are removed (nothing is kept).
-#[utoipa::path(delete, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
+#[utoipa::path(delete, path = "/v1/management/connections/{id}", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's connection answers 404; required where the deployment requires it (docs/api.md, Products)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 204, description = "Deleted"), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1021")))]
 pub async fn delete_connection(
     State(st): State<AppState>,
@@ -430,6 +426,11 @@ pub async fn assign_connection(
         return Err(ApiError::not_found("connection"));
     }
     let mut r = ConnectionRecord::from_descriptor(&current);
+    // Another product's connection is one this caller does not know: the same 404 as an
+    // unknown id, so /assign tells nothing of other products' connections.
+    if !answers_to(&current, Some(&product)) {
+        return Err(ApiError::not_found("connection"));
+    }
     if !r.product.is_empty() {
         return Err(ApiError::already_assigned());
     }

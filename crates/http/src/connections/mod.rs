@@ -30,7 +30,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, is_forbidden_host};
-use super::extract::{RawBody, parse_id, parse_json, product_name, product_required};
+use super::extract::{RawBody, caller_product, parse_id, parse_json, product_name};
 use super::paging::{self, Page};
 use super::{ApiConfig, AppState, Scope};
 use fetcher_host::connection::{ConnectionRecord, SslSettings};

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Test connectivity (rate limited per connection).
-#[utoipa::path(post, path = "/v1/management/connections/{id}/test", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
+#[utoipa::path(post, path = "/v1/management/connections/{id}/test", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's connection answers 404; required where the deployment requires it (docs/api.md, Products)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionTestResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404, FET-0414"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 422, body = ErrorBody, description = "FET-0415 host not resolved"),
         (status = 429, body = ErrorBody, description = "Rate Limit Exceeded (integer code), with Retry-After"), (status = 500, body = ErrorBody, description = "Database Connection Error (integer code)")))]
 pub async fn test_connection(
@@ -69,7 +69,7 @@ pub async fn test_connection(
 }
 
 /// Discover a connection's schema (always live).
-#[utoipa::path(get, path = "/v1/management/connections/{id}/schema", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
+#[utoipa::path(get, path = "/v1/management/connections/{id}/schema", tag = "connections", params(("id" = uuid::Uuid, Path), ("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's connection answers 404; required where the deployment requires it (docs/api.md, Products)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = ConnectionSchemaResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0404, FET-0414"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 422, body = ErrorBody, description = "FET-0415 host not resolved"),
         (status = 500, body = ErrorBody, description = "Database Connection Error / Schema Retrieval Error (integer code)")))]
 pub async fn get_schema(
@@ -139,7 +139,7 @@ pub(super) fn schema_error(e: &EngineError) -> ApiError {
 
 /// Check that tables and fields of a mapping exist.
 #[utoipa::path(post, path = "/v1/management/connections/validate-schema", tag = "connections", request_body = SchemaValidationRequest,
-    params(("X-Product-Name" = Option<String>, Header, description = "Owning product: required for a connection that belongs to one (docs/api.md, Calling it)")),
+    params(("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's connection answers 404; required where the deployment requires it (docs/api.md, Products)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 200, body = SchemaValidationResponse), (status = 400, body = ErrorBody, description = "FET-0403, FET-0001, FET-0401, FET-0402, FET-0414, FET-1061, FET-1062"),
         (status = 422, body = SchemaValidationErrorResponse)))]
 pub async fn validate_schema(
@@ -148,7 +148,7 @@ pub async fn validate_schema(
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
-    let product = product_name(&headers, false)?;
+    let product = caller_product(&st, &headers)?;
     let req: SchemaValidationRequest = parse_json(&headers, &body)?;
     let Some(mapped) = req.mapped_fields else {
         let fields = BTreeMap::from([(
@@ -163,7 +163,7 @@ pub async fn validate_schema(
     for name in mapped.keys() {
         match st.engine().get_connection(&c, &scope.tenant, name).await {
             // Another product's connection is one this caller does not have.
-            Ok(d) if answers_to(&d, product.as_deref())? => {
+            Ok(d) if answers_to(&d, product.as_deref()) => {
                 resolved.insert(name.clone(), d);
             }
             Ok(_) => {}
