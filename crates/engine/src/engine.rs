@@ -502,7 +502,10 @@ impl Engine {
                     | crate::Reason::ForbiddenHost
                     | crate::Reason::InvalidTlsMode,
                 ) => e,
-                _ => EngineError::new(Category::Connect, msg::CONNECT_FAILED),
+                _ => {
+                    let retry = e.retry();
+                    EngineError::wrap(Category::Connect, msg::CONNECT_FAILED, e).with_retry(retry)
+                }
             })?;
             Ok(ConnectionTestResult {
                 success: true,

@@ -7,7 +7,9 @@
 //! * a host may attach a *cause* with [`EngineError::wrap`]: it stays reachable through
 //!   [`std::error::Error::source`] (so a host can recognise its own typed error) but is
 //!   never rendered by `Display` or `Debug`;
-//! * whether a retry can help is derived from the category ([`EngineError::is_retryable`]).
+//! * whether a retry can help is a field of the error ([`Retry`]): set from the category
+//!   when the error is made, made [`Retry::Futile`] by [`EngineError::final_answer`], and
+//!   kept when the engine rewrites a connector's error into its fixed text.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -111,14 +113,36 @@ pub enum Reason {
     NoConnector,
 }
 
+/// Whether retrying the same operation later can help: the one answer every host acts on
+/// (requeue with a delay, or fail the job now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// A dependency failed or was slow: the same operation may succeed later.
+    Helps,
+    /// The failure is an answer (bad input, a refused login, a query the database
+    /// rejected) or a bug: retrying cannot help.
+    Futile,
+}
+
+impl Retry {
+    /// What a category says when nothing more is known ([`Category::is_retryable`]).
+    pub const fn of(category: Category) -> Retry {
+        if category.is_retryable() {
+            Retry::Helps
+        } else {
+            Retry::Futile
+        }
+    }
+}
+
 /// An engine failure: category + fixed message, with an optional hidden cause.
 pub struct EngineError {
     category: Category,
     message: Cow<'static, str>,
     cause: Option<Cause>,
-    /// Set when the failure is an answer, not an outage, though its category is usually
-    /// transient (a database that refused the login): no retry can help.
-    final_answer: bool,
+    /// Whether a retry can help: from the category when made, [`Retry::Futile`] for a
+    /// final answer, and carried over when the engine rewrites the error.
+    retry: Retry,
 }
 
 impl EngineError {
@@ -128,7 +152,7 @@ impl EngineError {
             category,
             message: message.into(),
             cause: None,
-            final_answer: false,
+            retry: Retry::of(category),
         }
     }
 
@@ -142,7 +166,7 @@ impl EngineError {
             category,
             message: message.into(),
             cause: Some(cause.into()),
-            final_answer: false,
+            retry: Retry::of(category),
         }
     }
 
@@ -174,13 +198,26 @@ impl EngineError {
     /// Marks the failure as final: the other side answered (a refused login, a query the
     /// database rejected), so retrying cannot help whatever the category says.
     pub fn final_answer(mut self) -> Self {
-        self.final_answer = true;
+        self.retry = Retry::Futile;
         self
     }
 
-    /// See [`Category::is_retryable`]; never for a [final answer](Self::final_answer).
+    /// Whether a retry can help (the field: set from the category, kept through rewrites).
+    pub fn retry(&self) -> Retry {
+        self.retry
+    }
+
+    /// The same error, with whether a retry helps taken from what is known of its origin
+    /// (a rewritten connector error keeps its connector's answer).
+    pub fn with_retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Whether a retry can help: [`Retry::Helps`]; never for a
+    /// [final answer](Self::final_answer).
     pub fn is_retryable(&self) -> bool {
-        self.category.is_retryable() && !self.final_answer
+        self.retry == Retry::Helps
     }
 
     /// The hidden cause, if any, downcast to a host's own error type.

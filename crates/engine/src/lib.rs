@@ -108,7 +108,7 @@ pub use model::{filter, limits, progress, secret, tenant, time, value};
 
 pub use context::{Context, Done};
 pub use engine::{DEFAULT_SCHEMA_TTL, Engine, EngineBuilder};
-pub use error::{Category, EngineError, Reason, Result};
+pub use error::{Category, EngineError, Reason, Result, Retry};
 pub use execute::{STORE_BATCH_ROWS, hex};
 pub use filter::{Condition, DatasourceFilters, Filters, Operator, TableFilters};
 pub use limits::Limits;

@@ -85,7 +85,8 @@ impl Engine {
             if matches!(e.category(), Category::Connect | Category::Validation) {
                 e // "could not connect" / "not allowed" keep their connector-chosen, safe text
             } else {
-                EngineError::new(Category::Unavailable, msg::DISCOVER_FAILED)
+                let retry = e.retry();
+                EngineError::wrap(Category::Unavailable, msg::DISCOVER_FAILED, e).with_retry(retry)
             }
         })?;
         snapshot.config_name.clone_from(&descriptor.config_name);

@@ -446,3 +446,49 @@ async fn connector_validation_rejections_keep_their_category_and_text() {
     assert_eq!(h.sink.stored_count(), 0);
     assert_eq!(a.last_built().unwrap().closes.load(Ordering::SeqCst), 1);
 }
+
+/// #52: whether a retry helps is the connector's answer, kept when the engine rewrites its
+/// error into the reference's category and text. A refused login fails for good; an
+/// outage of the same step stays retryable. Also on the fan-out planner's key spans.
+#[tokio::test]
+async fn a_refusal_stays_final_through_the_engines_rewrite() {
+    let h = harness(Wiring::default(), TemplateBehaviour::default(), None);
+    let t = tenant("acme");
+    let (a, _) = golden_sources(&h, &t).await;
+    let plan = h
+        .engine
+        .plan_extraction(&ctx(), &t, &golden_request())
+        .await
+        .unwrap();
+    a.behaviour.lock().unwrap().refuse = true;
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::Unavailable,
+        "failed to connect to datasource",
+    );
+    assert_eq!(err.retry(), Retry::Futile, "a refused login is final");
+    assert!(!err.is_retryable());
+    let spans = h.engine.key_spans(&ctx(), &plan, "pg-a").await;
+    let err = spans.unwrap_err();
+    assert_err(&err, Category::Unavailable, "failed to query datasource");
+    assert!(!err.is_retryable(), "the planner's refusal is final too");
+
+    a.behaviour.lock().unwrap().refuse = false;
+    a.behaviour.lock().unwrap().fail_test = true;
+    let err = h
+        .engine
+        .execute_extraction(&ctx(), &plan)
+        .await
+        .unwrap_err();
+    assert_err(
+        &err,
+        Category::Unavailable,
+        "failed to connect to datasource",
+    );
+    assert_eq!(err.retry(), Retry::Helps, "an outage may pass");
+}

@@ -16,7 +16,9 @@ use crate::error::{Category, EngineError, Result, msg};
 
 /// The connector-error rule: the connector's own deadline/cancel (or its `validation`
 /// rejection, beyond the reference), else the live context's state, else `unavailable`
-/// with the fixed fallback. Any other raw error is dropped.
+/// with the fixed fallback. The connector's error is kept only as the hidden cause (for
+/// the host's log), and whether a retry helps is the connector's: a refused login or a
+/// query the database rejected stays final under the reference's category and text.
 pub(super) fn connector_error(
     e: EngineError,
     ctx: &Context,
@@ -31,7 +33,10 @@ pub(super) fn connector_error(
         Category::Validation => e,
         _ => match ctx.err() {
             Some(d) => d.into(),
-            None => EngineError::new(Category::Unavailable, fallback),
+            None => {
+                let retry = e.retry();
+                EngineError::wrap(Category::Unavailable, fallback, e).with_retry(retry)
+            }
         },
     }
 }

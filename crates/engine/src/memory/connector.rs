@@ -59,6 +59,11 @@ fn driver_error() -> EngineError {
     EngineError::new(Category::Unavailable, CONNECTOR_FAILURE_TEXT)
 }
 
+/// The datasource's refusal: a transient category, but an answer no retry changes.
+fn refusal() -> EngineError {
+    EngineError::new(Category::Connect, CONNECTOR_FAILURE_TEXT).final_answer()
+}
+
 /// The configurable behaviour a [`TemplateFactory`] clones into every connector it builds.
 #[derive(Clone, Default)]
 pub struct TemplateBehaviour {
@@ -69,6 +74,10 @@ pub struct TemplateBehaviour {
     /// Returned by `discover_schema`.
     pub schema: SchemaSnapshot,
     pub fail_test: bool,
+    /// The datasource answers with a refusal (a wrong password, a query it rejects): the
+    /// connection test, the key span and the query fail with a
+    /// [final answer](EngineError::final_answer) of category `connect`.
+    pub refuse: bool,
     /// A connection test takes this long.
     pub test_delay: Option<std::time::Duration>,
     /// Discovery fails with this category (`Connect` passes through the engine).
@@ -187,7 +196,9 @@ struct TemplateConnector {
 impl Connector for TemplateConnector {
     fn test_connection<'a>(&'a mut self, _: &'a Context) -> BoxFuture<'a, Result<()>> {
         self.stats.note("test", &self.stats.tests);
-        let out = if self.b.fail_test {
+        let out = if self.b.refuse {
+            Err(refusal())
+        } else if self.b.fail_test {
             Err(driver_error())
         } else {
             Ok(())
@@ -248,6 +259,9 @@ impl Connector for TemplateConnector {
         _: &'a PlanStep,
         table: &'a str,
     ) -> BoxFuture<'a, Result<Option<crate::KeySpan>>> {
+        if self.b.refuse {
+            return Box::pin(std::future::ready(Err(refusal())));
+        }
         let span = self.b.key.as_ref().and_then(|k| {
             let keys: Vec<i64> = self
                 .b
@@ -280,6 +294,9 @@ impl TemplateConnector {
     async fn open(&self, ctx: &Context, step: &PlanStep) -> Result<Box<dyn RowCursor + 'static>> {
         if self.b.block_on_context {
             return Err(ctx.done().await.into());
+        }
+        if self.b.refuse {
+            return Err(refusal());
         }
         if self.b.fail_query {
             return Err(driver_error());
