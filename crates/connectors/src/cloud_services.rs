@@ -46,8 +46,35 @@ pub const CLOUD_SERVICE_NETWORKS: &[(&str, &str)] = &[
     ("100.100.3.0/24", "Alibaba Cloud NTP"),
     // Oracle Cloud: https://docs.oracle.com/iaas/Content/Compute/Tasks/gettingmetadata.htm
     ("192.0.0.192/32", "Oracle Cloud legacy metadata"),
+    // Oracle Cloud IPv6: the same page ("IPv6 … http://[fd00:c1::a9fe:a9fe]/opc/v2/").
+    (
+        "fd00:c1::a9fe:a9fe/128",
+        "Oracle Cloud IPv6 instance metadata",
+    ),
+    // Alibaba Cloud IPv6: the metadata page above (IPv6 endpoint of 100.100.100.200).
+    (
+        "fd00:100::100:200/128",
+        "Alibaba Cloud IPv6 instance metadata",
+    ),
     // Tencent Cloud: https://www.tencentcloud.com/document/product/213/4934
     ("169.254.0.23/32", "Tencent Cloud instance metadata"),
+    // Akamai (Linode): https://techdocs.akamai.com/cloud-computing/docs/overview-of-the-metadata-service
+    // (169.254.169.254 above, and IPv6 fd00:a9fe:a9fe::1).
+    ("fd00:a9fe:a9fe::1/128", "Akamai (Linode) IPv6 metadata"),
+    // Scaleway: https://www.scaleway.com/en/developers/api/instance/#metadata-api
+    // (169.254.42.42 and IPv6 fd00:42::42).
+    ("169.254.42.42/32", "Scaleway instance metadata"),
+    ("fd00:42::42/128", "Scaleway IPv6 instance metadata"),
+    // OpenStack: https://docs.openstack.org/nova/latest/user/metadata.html (IPv6
+    // link-local metadata fe80::a9fe:a9fe).
+    ("fe80::a9fe:a9fe/128", "OpenStack IPv6 metadata"),
+    // Huawei Cloud: https://support.huaweicloud.com/intl/en-us/dns_faq/dns_faq_002.html and
+    // https://support.huaweicloud.com/intl/en-us/ecs_faq/ecs_faq_0908.html (private DNS and
+    // NTP servers in 100.125.0.0/16).
+    ("100.125.0.0/16", "Huawei Cloud internal DNS and NTP"),
+    // IBM Cloud: https://cloud.ibm.com/docs/vpc?topic=vpc-service-endpoints-for-vpc (DNS
+    // 161.26.0.10/.11, NTP 161.26.0.6, in the service network 161.26.0.0/16: public space).
+    ("161.26.0.0/16", "IBM Cloud service network (DNS, NTP)"),
 ];
 
 /// Host names of the same services, refused before any DNS lookup.
@@ -107,6 +134,19 @@ mod tests {
             // 6to4 of Azure's public WireServer address.
             "2002:a83f:8110::1",
             "fd20:ce::254",
+            // #52 item 4: the providers' IPv6 endpoints and the DNS/NTP networks.
+            "fd00:c1::a9fe:a9fe",
+            "fd00:a9fe:a9fe::1",
+            "fd00:42::42",
+            "169.254.42.42",
+            "fd00:100::100:200",
+            "fe80::a9fe:a9fe",
+            "100.125.1.250",
+            "100.125.0.251",
+            "::ffff:100.125.1.250",
+            "161.26.0.10",
+            "161.26.0.6",
+            "64:ff9b::161.26.0.11",
         ] {
             assert!(is_cloud_service(a.parse().unwrap()), "{a}");
         }
@@ -120,6 +160,17 @@ mod tests {
         assert!(named_by(&"fd00:ec2::254/128".parse().unwrap()).is_some());
         assert!(named_by(&"fd00:ec2::/32".parse().unwrap()).is_some());
         assert!(named_by(&"100.100.100.200/32".parse().unwrap()).is_some());
+        for entry in [
+            "fd00:c1::a9fe:a9fe/128",
+            "fd00:a9fe:a9fe::1/128",
+            "fd00:42::42/128",
+            "fd00:100::100:200/128",
+            "100.125.0.0/16",
+            "100.125.1.0/24",
+            "161.26.0.0/16",
+        ] {
+            assert!(named_by(&entry.parse().unwrap()).is_some(), "{entry}");
+        }
         // A wider list contains them but does not name them: accepted, refused at dial.
         assert!(named_by(&"fc00::/7".parse().unwrap()).is_none());
         assert!(named_by(&"100.64.0.0/10".parse().unwrap()).is_none());

@@ -466,6 +466,13 @@ fn a_private_network_list_cannot_admit_metadata_loopback_or_public_space() {
         "fd00:ec2::/32",
         "fd00:ec2:1::/48",
         "100.100.100.200/32",
+        // #52 item 4: more providers' IPv6 metadata, Huawei's DNS/NTP, IBM's service network.
+        "fd00:c1::a9fe:a9fe/128",
+        "fd00:a9fe:a9fe::1/128",
+        "fd00:42::42/128",
+        "fd00:100::100:200/128",
+        "100.125.0.0/16",
+        "161.26.0.0/16",
         // Leading zeros read as octal by some parsers: refused, never guessed.
         "010.1.0.0/16",
         "10.1.0.0/016",
@@ -504,6 +511,13 @@ async fn a_wide_private_list_never_reaches_metadata_dns_or_time() {
         "::ffff:100.100.100.200",
         "imds.example.com",
         "metadata.tencentyun.com",
+        // #52 item 4: Oracle, Akamai, Scaleway and Alibaba IPv6 metadata, Huawei's DNS/NTP.
+        "fd00:c1::a9fe:a9fe",
+        "fd00:a9fe:a9fe::1",
+        "fd00:42::42",
+        "fd00:100::100:200",
+        "100.125.1.250",
+        "::ffff:100.125.0.251",
     ] {
         let e = p.target(&ctx, &external(host)).await.unwrap_err();
         assert!(fetcher_connectors::is_forbidden_host(&e), "{host}: {e}");
@@ -521,6 +535,9 @@ async fn a_wide_private_list_never_reaches_metadata_dns_or_time() {
     }
     // A public cloud service address (Azure's WireServer) is refused without any list.
     let bare = policy(FakeDns::default());
-    assert!(bare.target(&ctx, &external("168.63.129.16")).await.is_err());
-    assert!(validate_host_input("168.63.129.16", true).is_err());
+    // IBM Cloud's DNS and NTP are public space too.
+    for host in ["168.63.129.16", "161.26.0.10", "161.26.0.6"] {
+        assert!(bare.target(&ctx, &external(host)).await.is_err(), "{host}");
+        assert!(validate_host_input(host, true).is_err(), "{host}");
+    }
 }
