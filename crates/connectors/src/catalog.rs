@@ -90,11 +90,44 @@ pub struct TableInfo {
     pub columns: Vec<ColumnInfo>,
     /// Primary-key column names in key order.
     pub primary_key: Vec<String>,
+    /// MySQL/MariaDB: the table's indexes that can return rows in order (empty on the
+    /// other dialects, whose planners find such an index themselves).
+    pub ordered_indexes: Vec<OrderedIndex>,
+}
+
+/// An index and the column order it returns rows in: its own full ascending columns, and
+/// on InnoDB, after those of a secondary index, the primary key's (each secondary entry
+/// ends with it). Stops at the first column indexed by a prefix or descending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderedIndex {
+    pub name: String,
+    pub columns: Vec<String>,
 }
 
 impl TableInfo {
     pub fn column(&self, name: &str) -> Option<&ColumnInfo> {
         self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// The index that returns rows in `order` (its leading columns are `order`): the
+    /// primary key's when it does, else the one of fewest columns, then first by name.
+    pub fn index_for_order(&self, order: &[&str]) -> Option<&OrderedIndex> {
+        let serves = |i: &&OrderedIndex| {
+            !order.is_empty()
+                && i.columns.len() >= order.len()
+                && i.columns.iter().zip(order).all(|(c, o)| c == o)
+        };
+        let primary = self
+            .ordered_indexes
+            .iter()
+            .filter(serves)
+            .find(|i| i.name == "PRIMARY");
+        primary.or_else(|| {
+            self.ordered_indexes
+                .iter()
+                .filter(serves)
+                .min_by_key(|i| (i.columns.len(), i.name.as_str()))
+        })
     }
 }
 
@@ -236,5 +269,38 @@ mod tests {
         }
         assert!(!is_system_table(Dialect::MySql, "products"));
         assert!(is_system_table(Dialect::Sqlite, "sqlite_sequence"));
+    }
+
+    #[test]
+    fn the_index_for_an_order_prefers_the_primary_key_then_the_narrowest() {
+        let index = |name: &str, cols: &[&str]| OrderedIndex {
+            name: name.into(),
+            columns: cols.iter().map(|c| c.to_string()).collect(),
+        };
+        let t = TableInfo {
+            schema: String::new(),
+            name: "t".into(),
+            key: "t".into(),
+            columns: vec![],
+            primary_key: vec!["id".into()],
+            ordered_indexes: vec![
+                index("wide", &["ts", "id", "v"]),
+                index("PRIMARY", &["id"]),
+                index("by_ts", &["ts", "id"]),
+                index("by_v", &["v", "id"]),
+            ],
+        };
+        let pick = |order: &[&str]| t.index_for_order(order).map(|i| i.name.as_str());
+        assert_eq!(pick(&["id"]), Some("PRIMARY"));
+        assert_eq!(pick(&["ts", "id"]), Some("by_ts"));
+        assert_eq!(pick(&["ts"]), Some("by_ts"));
+        assert_eq!(pick(&["ts", "id", "v"]), Some("wide"));
+        assert_eq!(
+            pick(&["id", "ts"]),
+            None,
+            "the order's columns lead, in order"
+        );
+        assert_eq!(pick(&["v", "ts"]), None);
+        assert_eq!(pick(&[]), None);
     }
 }

@@ -513,6 +513,7 @@ mod tests {
                 col("Order", Kind::Text),
             ],
             primary_key: vec![],
+            ordered_indexes: vec![],
         }
     }
 

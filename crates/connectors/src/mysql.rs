@@ -132,6 +132,21 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
     .await
     .unwrap_or_default();
 
+    // Every index column in order, to tell which index returns rows in a read's order
+    // (a resumed or incremental read is told to use it: see `query::plan`).
+    let index_columns = sqlx::query(
+        "SELECT CAST(s.table_name AS CHAR), CAST(s.index_name AS CHAR), CAST(s.column_name AS CHAR), \
+                CAST(s.sub_part IS NULL AND COALESCE(s.collation, 'A') = 'A' AND s.index_type = 'BTREE' AS SIGNED), \
+                CAST(UPPER(COALESCE(t.engine, '')) = 'INNODB' AS SIGNED) \
+         FROM information_schema.statistics s JOIN information_schema.tables t \
+           ON t.table_schema = s.table_schema AND t.table_name = s.table_name \
+         WHERE s.table_schema = DATABASE() \
+         ORDER BY s.table_name, s.index_name, s.seq_in_index",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(discover_failed)?;
+
     let mut by_table: BTreeMap<String, TableInfo> = tables
         .into_iter()
         .map(|t| {
@@ -143,6 +158,7 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
                     name: t,
                     columns: Vec::new(),
                     primary_key: Vec::new(),
+                    ordered_indexes: Vec::new(),
                 },
             )
         })
@@ -180,11 +196,60 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
             t.primary_key.push(column);
         }
     }
+    // (table, index) → its columns (name, whether it orders fully) and whether InnoDB.
+    type IndexColumns = (Vec<(String, bool)>, bool);
+    let mut indexes: BTreeMap<(String, String), IndexColumns> = BTreeMap::new();
+    for r in index_columns {
+        let get = |i| r.try_get::<String, _>(i).map_err(discover_failed);
+        let (table, index, column) = (get(0)?, get(1)?, get(2)?);
+        let ordered: bool = r.try_get::<i64, _>(3).map_err(discover_failed)? != 0;
+        let innodb: bool = r.try_get::<i64, _>(4).map_err(discover_failed)? != 0;
+        let entry = indexes
+            .entry((table, index))
+            .or_insert((Vec::new(), innodb));
+        entry.0.push((column, ordered));
+    }
+    for ((table, index), (columns, innodb)) in indexes {
+        if let Some(t) = by_table.get_mut(&table) {
+            let ordered = ordered_columns(&columns, innodb, &t.primary_key, index == "PRIMARY");
+            if !ordered.is_empty() {
+                t.ordered_indexes.push(crate::catalog::OrderedIndex {
+                    name: index,
+                    columns: ordered,
+                });
+            }
+        }
+    }
     let mut catalog = Catalog::default();
     for t in by_table.into_values() {
         catalog.insert(Dialect::MySql, t);
     }
     Ok(catalog)
+}
+
+/// The column order an index returns rows in: its columns up to the first one that is
+/// indexed by a prefix, descending, or not in a B-tree (`columns`: name and whether it
+/// orders fully), then, for an InnoDB secondary index whose columns all order, the
+/// primary key's columns it lacks (InnoDB ends every secondary entry with them).
+fn ordered_columns(
+    columns: &[(String, bool)],
+    innodb: bool,
+    primary_key: &[String],
+    is_primary: bool,
+) -> Vec<String> {
+    let mut out: Vec<String> = columns
+        .iter()
+        .take_while(|(_, ordered)| *ordered)
+        .map(|(c, _)| c.clone())
+        .collect();
+    if innodb && !is_primary && out.len() == columns.len() {
+        for k in primary_key {
+            if !out.contains(k) {
+                out.push(k.clone());
+            }
+        }
+    }
+    out
 }
 
 fn bind<'q>(
@@ -431,6 +496,43 @@ pub async fn key_span(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_index_orders_by_its_full_ascending_columns_then_innodbs_primary_key() {
+        let cols = |c: &[(&str, bool)]| -> Vec<(String, bool)> {
+            c.iter().map(|(n, o)| (n.to_string(), *o)).collect()
+        };
+        let pk = ["id".to_string()];
+        // A secondary index on InnoDB ends with the primary key.
+        assert_eq!(
+            ordered_columns(&cols(&[("ts", true)]), true, &pk, false),
+            ["ts", "id"]
+        );
+        assert_eq!(
+            ordered_columns(&cols(&[("ts", true), ("id", true)]), true, &pk, false),
+            ["ts", "id"]
+        );
+        // Not on another engine, nor for the primary key itself.
+        assert_eq!(
+            ordered_columns(&cols(&[("ts", true)]), false, &pk, false),
+            ["ts"]
+        );
+        assert_eq!(
+            ordered_columns(&cols(&[("id", true)]), true, &pk, true),
+            ["id"]
+        );
+        // A prefix or descending column ends the order, and the key is not appended.
+        assert_eq!(
+            ordered_columns(
+                &cols(&[("a", true), ("t", false), ("b", true)]),
+                true,
+                &pk,
+                false
+            ),
+            ["a"]
+        );
+        assert!(ordered_columns(&cols(&[("t", false)]), true, &pk, false).is_empty());
+    }
 
     #[test]
     fn temporals_from_both_formats() {

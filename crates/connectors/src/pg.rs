@@ -216,6 +216,7 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
                     name: table,
                     columns: Vec::new(),
                     primary_key: Vec::new(),
+                    ordered_indexes: Vec::new(),
                 },
                 Vec::new(),
             ));

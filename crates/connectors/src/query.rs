@@ -225,6 +225,28 @@ fn select_parts(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &Wh
     }
 }
 
+/// MySQL/MariaDB: ` FORCE INDEX FOR ORDER BY (idx)` when an index returns rows in the
+/// read's order key (docs/datasources.md, "Which index a read needs"). Without it, a read
+/// past a watermark or a resume point where most rows remain is planned as a full scan
+/// and a sort of everything before the first row; with it, rows stream in index order
+/// from the first. It hints the order only: a selective filter still uses its own index
+/// (and sorts its few rows). PostgreSQL and SQLite choose such an index themselves.
+fn order_hint(
+    dialect: Dialect,
+    t: &TableInfo,
+    order_key: Option<&[&ColumnInfo]>,
+) -> Option<String> {
+    if dialect != Dialect::MySql {
+        return None;
+    }
+    let names: Vec<&str> = order_key?.iter().map(|c| c.name.as_str()).collect();
+    let index = t.index_for_order(&names)?;
+    Some(format!(
+        " FORCE INDEX FOR ORDER BY ({})",
+        quote_ident(dialect, &index.name)
+    ))
+}
+
 /// The primary key a read can resume after, in order: `None` when the table has none, or
 /// a column of it cannot be bound and compared (`can_be_key`).
 fn resume_key(t: &TableInfo) -> Option<Vec<&ColumnInfo>> {
@@ -362,6 +384,7 @@ pub fn plan(
             Some(read) => Some(crate::incremental::columns(table, read)?),
             None => resume_key(table),
         };
+        let hint = order_hint(dialect, table, order_key.as_deref());
         if let Some(range) = step.key_ranges.get(requested) {
             // One range of a fanned-out job: bounds are integers the host cut from the
             // key's span, written as literals (`COPY` takes no parameters).
@@ -413,6 +436,9 @@ pub fn plan(
         let mut select = select_parts(dialect, table, &selected, &w);
         if let Some(order) = order {
             select.order = order;
+        }
+        if let Some(hint) = hint {
+            select.head.push_str(&hint);
         }
         plans.push(TablePlan {
             select,

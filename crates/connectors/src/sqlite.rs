@@ -120,6 +120,7 @@ pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
                     })
                     .collect(),
                 primary_key: pk.into_iter().map(|(_, n)| n).collect(),
+                ordered_indexes: Vec::new(),
             },
         );
     }

@@ -535,6 +535,118 @@ async fn postgres_reads_past_the_watermark_through_the_cursor_index() {
     db.drop_db().await;
 }
 
+/// MariaDB: what its optimizer does with `plan`'s statement (EXPLAIN with the binds):
+/// the index it reads and its `Extra` column, one pair per row.
+async fn my_explain(
+    db: &MyDb,
+    plan: &fetcher_connectors::query::TablePlan,
+) -> Vec<(Option<String>, String)> {
+    use sqlx::Row;
+    let mut c = my_admin(Some(&db.name)).await;
+    let explain = format!("EXPLAIN {}", plan.sql());
+    let mut q = sqlx::query(&explain);
+    for b in &plan.binds {
+        q = match b {
+            fetcher_connectors::filter::Bind::Text(s) => q.bind(s.clone()),
+            fetcher_connectors::filter::Bind::I64(i) => q.bind(*i),
+            other => panic!("{other:?}"),
+        };
+    }
+    let rows = q.fetch_all(&mut c).await.unwrap();
+    c.close().await.unwrap();
+    rows.iter()
+        .map(|r| {
+            let key: Option<String> = r.try_get("key").unwrap();
+            let extra: Option<String> = r.try_get("Extra").unwrap();
+            (key, extra.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// #38 item 4: MariaDB plans a read past a watermark where most rows remain as a full
+/// scan and a sort of all of them (a continued job's part then spends its time sorting
+/// before its first row). Given an index on the cursor (InnoDB appends the key), the read
+/// is told to use it for its order: rows stream in index order, with no sort; a
+/// selective filter still uses its own index. Also a resumed read on a composite key.
+#[tokio::test]
+async fn mariadb_reads_past_the_watermark_in_index_order_without_a_sort() {
+    let db = MyDb::create(&[
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(20) NOT NULL, updated_at DATETIME(6) NOT NULL, \
+         KEY t_cursor (updated_at), KEY t_v (v))",
+        "INSERT INTO t SELECT seq, CONCAT('v', seq), TIMESTAMP '2026-01-01 00:00:00' + INTERVAL seq SECOND FROM seq_1_to_100000",
+        "CREATE TABLE c (a VARCHAR(10) NOT NULL, b INT NOT NULL, v INT, PRIMARY KEY (a, b))",
+        "INSERT INTO c SELECT CONCAT('k', seq % 50), seq, seq FROM seq_1_to_50000",
+        "ANALYZE TABLE t, c",
+    ])
+    .await;
+    let factory = fetcher_connectors::SqlConnectorFactory::new(
+        fetcher_connectors::Dialect::MySql,
+        Arc::new(fetcher_connectors::StaticCredentials::new()),
+        fetcher_connectors::HostPolicy::single_tenant(),
+    );
+    let ctx = Context::background();
+    let mut connector = factory
+        .build_connector(&ctx, &tenant(), &db.descriptor("src"))
+        .await
+        .unwrap();
+    let plan_of = |request: serde_json::Value| {
+        let request: ExtractionRequest = serde_json::from_value(request).unwrap();
+        fetcher_engine::PlanStep::for_datasource(&request, "src")
+    };
+    let after =
+        json!({"cursor": "updated_at", "key": ["id"], "values": ["2026-01-01T00:00:10Z", 10]});
+    // Past a watermark near the start: most rows remain.
+    let step = plan_of(json!({
+        "mappedFields": {"src": {"t": ["id", "v"]}},
+        "incremental": {"src": {"t": {"cursor": "updated_at", "key": ["id"], "after": after}}},
+    }));
+    let plans = connector.plan(&ctx, &step).await.unwrap();
+    assert!(
+        plans[0]
+            .sql()
+            .contains("FORCE INDEX FOR ORDER BY (`t_cursor`)"),
+        "{}",
+        plans[0].sql()
+    );
+    let explained = my_explain(&db, &plans[0]).await;
+    assert_eq!(explained.len(), 1, "{explained:?}");
+    assert_eq!(explained[0].0.as_deref(), Some("t_cursor"), "{explained:?}");
+    assert!(!explained[0].1.contains("filesort"), "{explained:?}");
+    // A sync's first read (no watermark yet) too.
+    let step = plan_of(json!({
+        "mappedFields": {"src": {"t": ["id", "v"]}},
+        "incremental": {"src": {"t": {"cursor": "updated_at"}}},
+    }));
+    let plans = connector.plan(&ctx, &step).await.unwrap();
+    let explained = my_explain(&db, &plans[0]).await;
+    assert!(!explained[0].1.contains("filesort"), "{explained:?}");
+    // A selective filter keeps its own index (and sorts its one row).
+    let step = plan_of(json!({
+        "mappedFields": {"src": {"t": ["id", "v"]}},
+        "filters": {"src": {"t": {"v": {"eq": ["v77"]}}}},
+        "incremental": {"src": {"t": {"cursor": "updated_at", "key": ["id"], "after": after}}},
+    }));
+    let plans = connector.plan(&ctx, &step).await.unwrap();
+    let explained = my_explain(&db, &plans[0]).await;
+    assert_eq!(explained[0].0.as_deref(), Some("t_v"), "{explained:?}");
+    // A read resumed on a composite primary key goes on in the key's order.
+    let mut step = plan_of(json!({"mappedFields": {"src": {"c": ["b", "v"]}}}));
+    step.resume_after
+        .insert("c".into(), vec![json!("k1"), json!(1)]);
+    let plans = connector.plan(&ctx, &step).await.unwrap();
+    assert!(
+        plans[0]
+            .sql()
+            .contains("FORCE INDEX FOR ORDER BY (`PRIMARY`)"),
+        "{}",
+        plans[0].sql()
+    );
+    let explained = my_explain(&db, &plans[0]).await;
+    assert!(!explained[0].1.contains("filesort"), "{explained:?}");
+    drop(connector);
+    db.drop_db().await;
+}
+
 /// Filters and the cursor condition together: a job reads the rows past its watermark
 /// that also match its filters, and the watermark it reaches is the last such row's.
 #[tokio::test]

@@ -33,6 +33,11 @@
 //! table into N key ranges read at once (fan-out, `FETCHER_FANOUT_RANGES`) against one
 //! uninterrupted run, alternating: the same figures.
 //!
+//! `--cursor` (with `--segments`, on either database) indexes `ts` and makes every job an
+//! incremental one of a sync of its own on cursor `ts` (key `id`): the whole table read in
+//! `(ts, id)` order, so each continued segment reads past a watermark
+//! (`ts >= ? AND (ts > ? OR id > ?) ORDER BY ts, id`) instead of past a key.
+//!
 //! `--incremental` (PostgreSQL) indexes the cursor (`ts, id`), runs a sync's first
 //! (full) incremental job, then per pair moves 1% of the rows past the watermark (a fresh
 //! 1% each pair, `ts` bumped) and runs, in alternating order, a full job of the table and
@@ -290,12 +295,22 @@ fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
 }
 
 fn run_job(serve: &Serve, data_dir: &Path, run: usize, format: &str) -> OursRun {
-    let body = json!({
+    let mut body = json!({
         "dataRequest": {"mappedFields": {"bench": {"bench": COLUMNS}}},
         "metadata": {"source": "bench", "run": run},
         "resultFormat": format
     });
+    if cursor_mode() {
+        // A sync of its own per run: its first job reads the whole table in (ts, id) order.
+        body["incremental"] = json!({"bench": {"bench": {"cursor": "ts"}}});
+        body["syncId"] = json!(format!("bench-{run}"));
+    }
     run_body(serve, data_dir, &body)
+}
+
+/// `--cursor`: every job reads in the order of an indexed cursor column.
+fn cursor_mode() -> bool {
+    std::env::args().any(|a| a == "--cursor")
 }
 
 /// Runs the job `body` to completion and measures it.
@@ -368,6 +383,20 @@ fn main() {
     let db = format!("bench_serve_{}", std::process::id());
     let load = Instant::now();
     kind.create(&db, rows);
+    if cursor_mode() {
+        match kind {
+            Db::Postgres => psql(
+                &db,
+                "CREATE INDEX bench_ts ON bench (ts, id); ANALYZE bench",
+            ),
+            Db::Maria => {
+                mysql(
+                    &db,
+                    "ALTER TABLE bench ADD KEY bench_ts (ts); ANALYZE TABLE bench",
+                );
+            }
+        }
+    }
     println!("loaded {rows} rows in {:.1?}", load.elapsed());
 
     let scratch = std::env::temp_dir().join(&db);
