@@ -4,7 +4,9 @@
 //! a head larger than its buffer with a bare 431 (no body). Here the buffer is
 //! [`HEAD_BUFFER_BYTES`], far above the router's own limit
 //! ([`fetcher_http::MAX_HEADER_BYTES`]), so an oversized head reaches the router
-//! and gets the documented JSON error (docs/api.md, "Errors").
+//! and gets the documented JSON error (docs/api.md, "Errors"). What hyper still answers
+//! itself (a request line over 64 KiB, a head over that buffer, a line it cannot parse)
+//! goes through [`JsonParseErrors`], which writes the same JSON error in its place.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -94,7 +96,7 @@ pub async fn serve(
                     .header_read_timeout(limits.header_timeout)
                     .max_buf_size(HEAD_BUFFER_BYTES)
                     .max_headers(MAX_HEADERS)
-                    .serve_connection(TokioIo::new(stream), service);
+                    .serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     let _ = conn.await;
@@ -155,5 +157,165 @@ impl AcceptErrors {
 
     fn reset(&mut self) {
         self.in_a_row = 0;
+    }
+}
+
+/// A connection whose body-less error answers from hyper become JSON. hyper answers a
+/// request it cannot parse itself, before any service runs: 400 (a bad method, URI,
+/// version or header line), 414 (a request line over 64 KiB, its fixed limit) and 431 (a
+/// head over [`HEAD_BUFFER_BYTES`]), each with `content-length: 0`. This wrapper
+/// recognises such a response as hyper writes it and writes the framework's error in
+/// its place (shape D of docs/api.md, "Errors"), then the connection closes as hyper
+/// closes it. Every other byte passes through unchanged.
+pub struct JsonParseErrors<S> {
+    io: S,
+    /// A replacement being written, and how much of it is.
+    pending: Vec<u8>,
+    sent: usize,
+}
+
+impl<S> JsonParseErrors<S> {
+    pub fn new(io: S) -> Self {
+        JsonParseErrors {
+            io,
+            pending: Vec::new(),
+            sent: 0,
+        }
+    }
+}
+
+/// The JSON answer for hyper's own body-less error response `head`, if it is one.
+pub fn json_for_parse_error(head: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(head).ok()?;
+    let code: u16 = text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()?;
+    let lower = text.to_ascii_lowercase();
+    let automatic = matches!(code, 400 | 414 | 431)
+        && text.ends_with("\r\n\r\n")
+        && lower.contains("\r\ncontent-length: 0\r\n");
+    if !automatic {
+        return None;
+    }
+    let status = StatusCode::from_u16(code).ok()?;
+    let reason = status.canonical_reason().unwrap_or("Bad Request");
+    let body =
+        serde_json::json!({"code": code, "title": "request_failed", "message": reason}).to_string();
+    let date = text
+        .split("\r\n")
+        .find(|l| l.to_ascii_lowercase().starts_with("date:"))
+        .map(|l| format!("{l}\r\n"))
+        .unwrap_or_default();
+    Some(
+        format!(
+            "HTTP/1.1 {code} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{date}\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> JsonParseErrors<S> {
+    /// Writes what is left of a replacement.
+    fn drain(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        while self.sent < self.pending.len() {
+            match std::pin::Pin::new(&mut self.io).poll_write(cx, &self.pending[self.sent..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+                }
+                Poll::Ready(Ok(n)) => self.sent += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        self.pending.clear();
+        self.sent = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for JsonParseErrors<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for JsonParseErrors<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        use std::task::Poll;
+        match self.drain(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => return Poll::Pending,
+        }
+        if let Some(replacement) = json_for_parse_error(buf) {
+            // Taken whole: what the socket does not accept now goes out on the next
+            // write, flush or shutdown.
+            self.pending = replacement;
+            if let Poll::Ready(Err(e)) = self.drain(cx) {
+                return Poll::Ready(Err(e));
+            }
+            return Poll::Ready(Ok(buf.len()));
+        }
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::ready!(self.drain(cx))?;
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::ready!(self.drain(cx))?;
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    // Not vectored: hyper then writes a response head as one buffer, which is what
+    // `json_for_parse_error` must see whole.
+    fn is_write_vectored(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hypers_own_error_answers_become_json_and_nothing_else_changes() {
+        let head = b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\ndate: Mon, 07 Dec 2026 05:00:00 GMT\r\n\r\n";
+        let out = String::from_utf8(json_for_parse_error(head).unwrap()).unwrap();
+        assert!(out.starts_with("HTTP/1.1 414 URI Too Long\r\n"), "{out}");
+        assert!(
+            out.contains("date: Mon, 07 Dec 2026 05:00:00 GMT\r\n"),
+            "{out}"
+        );
+        let (_, body) = out.split_once("\r\n\r\n").unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(body).unwrap(),
+            serde_json::json!({"code": 414, "title": "request_failed", "message": "URI Too Long"})
+        );
+        assert!(out.contains(&format!("content-length: {}\r\n", body.len())));
+        for untouched in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 12\r\n\r\n{\"code\":400}",
+            b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
+            b"{\"rows\": 1}",
+        ] {
+            assert!(json_for_parse_error(untouched).is_none());
+        }
     }
 }

@@ -149,8 +149,9 @@ pub async fn open_parts(
     Ok(())
 }
 
-/// Refuses an output directory another user could write to (group or others, without
-/// the sticky bit): they could plant or swap files between our writes and renames.
+/// Refuses an output directory another user could write to (group-writable, whatever the
+/// group, or world-writable, without the sticky bit): they could plant or swap files
+/// between our writes and renames.
 fn check_output_dir(dir: &Path) -> Result<()> {
     #[cfg(unix)]
     {
@@ -161,12 +162,11 @@ fn check_output_dir(dir: &Path) -> Result<()> {
         }
         let mode = meta.mode();
         let sticky = mode & 0o1000 != 0;
-        // SAFETY: getegid has no preconditions and cannot fail.
-        let own_group = meta.gid() == unsafe { libc::getegid() };
-        let others = mode & 0o002 != 0 || (mode & 0o020 != 0 && !own_group);
+        // Group-writable counts whatever the group: ours may hold other users too.
+        let others = mode & 0o022 != 0;
         if others && !sticky {
             bail!(
-                "{} is writable by other users (mode {:o}): pick a directory only you can write to, or one with the sticky bit",
+                "{} is writable by other users (mode {:o}): pick a directory only you can write to (chmod go-w), or one with the sticky bit",
                 dir.display(),
                 mode & 0o7777
             );

@@ -526,13 +526,16 @@ fn a_parquet_job_opens_into_files_that_pyarrow_reads_as_the_ndjson_job() {
     use std::os::unix::fs::PermissionsExt;
     let shared = dir.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
-    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let out = open_into(dir.path(), &pq_id, &shared);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("writable by other users"),
-        "{err}"
-    );
+    // World- or group-writable (#52 item 7: the group may be ours and hold others).
+    for mode in [0o777, 0o770, 0o775] {
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = open_into(dir.path(), &pq_id, &shared);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("writable by other users"),
+            "{mode:o}: {err}"
+        );
+    }
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let out = open_into(dir.path(), &pq_id, &shared);
     assert!(

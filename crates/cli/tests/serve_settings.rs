@@ -498,6 +498,21 @@ fn oversized_request_heads_get_the_documented_error_body() {
         body,
         serde_json::json!({"code": 431, "title": "request_failed", "message": "Request Header Fields Too Large"})
     );
+    // #52 item 7: what hyper answers itself is JSON too: a request line over 64 KiB (414)
+    // and a request line it cannot parse (400).
+    let long = format!("/v1/fetcher/{}", "a".repeat(70 * 1024));
+    let (status, body) = server.request("GET", &long, None, &[]);
+    assert_eq!(status, 414, "{body}");
+    assert_eq!(
+        body,
+        serde_json::json!({"code": 414, "title": "request_failed", "message": "URI Too Long"})
+    );
+    let (status, body) = server.request("GET", "/health\u{1}x", None, &[]);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        body,
+        serde_json::json!({"code": 400, "title": "request_failed", "message": "Bad Request"})
+    );
     let many: Vec<(String, String)> = (0..300).map(|i| (format!("x-h{i}"), "v".into())).collect();
     let refs: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let (status, _) = server.request("GET", "/health", None, &refs);

@@ -1,8 +1,9 @@
 //! Result objects in a local directory. A write goes to a hidden temporary file in the
 //! target directory and is renamed into place on `finish` (atomic on POSIX), so readers
-//! never see a partial object and `abort` leaves nothing behind. What a crash or an
-//! abandoned write leaves (`.tmp-*` files) is removed by `sweep_incomplete`, which
-//! `serve` runs at start.
+//! never see a partial object and `abort` leaves nothing behind: not the file, and not
+//! the directories it created once they hold nothing else (a failed Parquet job's
+//! `external-data/<jobId>/`). What a crash or an abandoned write leaves (`.tmp-*` files,
+//! empty directories) is removed by `sweep_incomplete`, which `serve` runs at start.
 
 use std::path::{Path, PathBuf};
 
@@ -38,7 +39,22 @@ impl LocalDirObjectStore {
     }
 }
 
+/// Removes `dir` and its parents while they are empty and strictly under `root`. A
+/// writer that raced the removal recreates what it needs ([`LocalDirObjectStore::put`]).
+async fn remove_empty_dirs(root: &Path, mut dir: &Path) {
+    while dir != root && dir.starts_with(root) {
+        if fs::remove_dir(dir).await.is_err() {
+            return; // not empty (or gone, or not ours to remove): stop here
+        }
+        match dir.parent() {
+            Some(parent) => dir = parent,
+            None => return,
+        }
+    }
+}
+
 struct FileWriter {
+    root: PathBuf,
     tmp: PathBuf,
     target: PathBuf,
     file: BufWriter<fs::File>,
@@ -66,9 +82,12 @@ impl ObjectWriter for FileWriter {
 
     fn abort(self: Box<Self>) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            let tmp = self.tmp.clone();
+            let (root, tmp) = (self.root.clone(), self.tmp.clone());
             drop(self);
-            let _ = fs::remove_file(tmp).await;
+            let _ = fs::remove_file(&tmp).await;
+            if let Some(dir) = tmp.parent() {
+                remove_empty_dirs(&root, dir).await;
+            }
         })
     }
 }
@@ -102,7 +121,9 @@ impl ObjectStore for LocalDirObjectStore {
                 .unwrap_or(std::time::UNIX_EPOCH);
             let mut removed = 0;
             let mut dirs = vec![self.root.clone()];
+            let mut seen = Vec::new();
             while let Some(dir) = dirs.pop() {
+                seen.push(dir.clone());
                 let mut entries = match fs::read_dir(&dir).await {
                     Ok(e) => e,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -129,6 +150,11 @@ impl ObjectStore for LocalDirObjectStore {
                     }
                 }
             }
+            // Then the directories left empty, deepest first (removing one only succeeds
+            // when it is empty; a write starting in it makes it again: see `put`).
+            for dir in seen.iter().rev().filter(|d| **d != self.root) {
+                let _ = fs::remove_dir(dir).await;
+            }
             Ok(removed)
         })
     }
@@ -137,10 +163,22 @@ impl ObjectStore for LocalDirObjectStore {
         Box::pin(async move {
             let target = self.file(path)?;
             let dir = target.parent().expect("joined under root").to_path_buf();
-            fs::create_dir_all(&dir).await.map_err(io_error)?;
             let tmp = dir.join(format!("{TMP_PREFIX}{}", uuid::Uuid::new_v4()));
-            let file = fs::File::create(&tmp).await.map_err(io_error)?;
+            // An aborting writer may remove the directory between the two calls (it
+            // removes directories it left empty): create it again, a few times.
+            let mut attempts = 0;
+            let file = loop {
+                fs::create_dir_all(&dir).await.map_err(io_error)?;
+                match fs::File::create(&tmp).await {
+                    Ok(f) => break f,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
+                        attempts += 1;
+                    }
+                    Err(e) => return Err(io_error(e)),
+                }
+            };
             Ok(Box::new(FileWriter {
+                root: self.root.clone(),
                 tmp,
                 target,
                 file: BufWriter::with_capacity(256 * 1024, file),
@@ -160,8 +198,14 @@ impl ObjectStore for LocalDirObjectStore {
 
     fn delete<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            match fs::remove_file(self.file(path)?).await {
-                Ok(()) => Ok(()),
+            let file = self.file(path)?;
+            match fs::remove_file(&file).await {
+                Ok(()) => {
+                    if let Some(dir) = file.parent() {
+                        remove_empty_dirs(&self.root, dir).await;
+                    }
+                    Ok(())
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(io_error(e)),
             }

@@ -134,6 +134,10 @@ async fn unfinished_writes_are_swept_and_finished_objects_kept() {
         2
     );
     assert!(tmp_files(dir.path()).is_empty());
+    assert!(
+        !dir.path().join("external-data/nested").exists(),
+        "the crashed write's empty directory is swept"
+    );
     assert_eq!(
         store.head("external-data/done.ndjson").await.unwrap(),
         Some(4)
@@ -238,4 +242,53 @@ async fn the_in_process_queue_conforms() {
         })
     })
     .await;
+}
+
+/// #52 item 7: a job whose parts go to a directory of its own (Parquet, long jobs) and
+/// that fails leaves no directory: an aborted write removes the directories it left
+/// empty, and so does deleting a job's last part; directories still holding something,
+/// and the root, stay.
+#[tokio::test]
+async fn an_aborted_or_deleted_job_leaves_no_empty_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalDirObjectStore::new(dir.path());
+    let job = "external-data/0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b";
+    let mut part = store
+        .put(&format!("{job}/part-0.parquet.v2"))
+        .await
+        .unwrap();
+    part.write(b"row group").await.unwrap();
+    part.finish().await.unwrap();
+    let mut next = store
+        .put(&format!("{job}/part-1.parquet.v2"))
+        .await
+        .unwrap();
+    next.write(b"half").await.unwrap();
+    next.abort().await;
+    assert!(dir.path().join(job).is_dir(), "the finished part keeps it");
+    store
+        .delete(&format!("{job}/part-0.parquet.v2"))
+        .await
+        .unwrap();
+    assert!(
+        !dir.path().join(job).exists(),
+        "{:?}",
+        std::fs::read_dir(dir.path()).unwrap().collect::<Vec<_>>()
+    );
+    assert!(dir.path().is_dir(), "the root stays");
+    // A write that fails before anything is finished leaves nothing either.
+    let mut only = store
+        .put(&format!("{job}/part-0.parquet.v2"))
+        .await
+        .unwrap();
+    only.write(b"x").await.unwrap();
+    only.abort().await;
+    assert!(!dir.path().join(job).exists());
+    // And a writer racing the removal still writes.
+    let mut w = store
+        .put(&format!("{job}/part-2.parquet.v2"))
+        .await
+        .unwrap();
+    w.write(b"ok").await.unwrap();
+    assert_eq!(w.finish().await.unwrap(), 2);
 }

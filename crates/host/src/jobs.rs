@@ -114,6 +114,9 @@ pub enum JobError {
     /// Another job of the sync is pending or processing (a second job of a sync never
     /// runs beside it): 409 `FET-1024`, naming that job.
     SyncBusy { sync_id: String, job_id: JobId },
+    /// Over one of the engine's per-table limits (tables per datasource, fields or
+    /// filtered fields per table): 400 `FET-1061`, as validate-schema answers it.
+    ValidationLimit(String),
     /// The sync belongs to another product of the tenant: 409 `FET-1026` (a product's
     /// jobs never move another product's watermarks, nor wait on its jobs).
     SyncOfAnotherProduct(String),
@@ -240,6 +243,7 @@ impl JobService {
         if !unknown.is_empty() {
             return Err(JobError::FilterReferences(unknown.join("; ")));
         }
+        within_limits(&mapped, &req.filters)?;
         crate::incremental::check_shape(&mapped, &req.incremental, req.sync_id.as_deref())?;
         let sync_id = match (&req.sync_id, req.incremental.is_empty()) {
             (Some(id), _) => Some(id.clone()),
@@ -564,6 +568,45 @@ fn validate_structure(mapped: &MappedFields) -> Result<(), JobError> {
             "Maximum {MAX_DATASOURCES} datasources allowed per job, got {}",
             mapped.len()
         )));
+    }
+    Ok(())
+}
+
+/// The engine's per-table limits (docs/engine.md, "Limits"), checked when the job is
+/// created as validate-schema checks them (400 `FET-1061`), so a job the run would refuse
+/// is never accepted: at most 20 tables per datasource, 50 fields and 50 filtered fields
+/// per table.
+fn within_limits(mapped: &MappedFields, filters: &Filters) -> Result<(), JobError> {
+    use fetcher_engine::limits::{DEFAULT_MAX_FIELDS_PER_TABLE, DEFAULT_MAX_TABLES_PER_DATASOURCE};
+    let (max_tables, max_fields) = (
+        DEFAULT_MAX_TABLES_PER_DATASOURCE as usize,
+        DEFAULT_MAX_FIELDS_PER_TABLE as usize,
+    );
+    for (ds, tables) in mapped {
+        if tables.len() > max_tables {
+            return Err(JobError::ValidationLimit(format!(
+                "maximum {max_tables} tables allowed per datasource, got {} for '{ds}'",
+                tables.len()
+            )));
+        }
+        for (table, fields) in tables {
+            if fields.len() > max_fields {
+                return Err(JobError::ValidationLimit(format!(
+                    "maximum {max_fields} fields allowed per table, got {} for '{ds}.{table}'",
+                    fields.len()
+                )));
+            }
+        }
+    }
+    for (ds, tables) in filters {
+        for (table, conditions) in tables {
+            if conditions.len() > max_fields {
+                return Err(JobError::ValidationLimit(format!(
+                    "maximum {max_fields} filtered fields allowed per table, got {} for '{ds}.{table}'",
+                    conditions.len()
+                )));
+            }
+        }
     }
     Ok(())
 }

@@ -317,6 +317,12 @@ async fn validation_errors_in_order() {
         .collect();
     let mut many_with_empty = many.clone();
     many_with_empty.insert("empty".into(), json!({}));
+    let fifty_one: Vec<String> = (0..51).map(|i| format!("f{i}")).collect();
+    let tables: serde_json::Map<String, serde_json::Value> =
+        (0..21).map(|i| (format!("t{i}"), json!(["id"]))).collect();
+    let filtered: serde_json::Map<String, serde_json::Value> = (0..51)
+        .map(|i| (format!("f{i}"), json!({"eq": [1]})))
+        .collect();
     let cases = [
         (json!({}), "FET-0402", None),
         (json!({"dataRequest": {}}), "FET-0402", None),
@@ -375,6 +381,22 @@ async fn validation_errors_in_order() {
             json!({"dataRequest": {"mappedFields": {"core-pg": {"users": ["id"]}}, "filters": {"ghost": {"t": {"f": {"eq": [1]}}}}}, "metadata": {"source": "reporter"}}),
             "FET-0401",
             Some("filter references unknown datasource 'ghost' not found in mappedFields"),
+        ),
+        // #52 item 7: the engine's per-table limits, as validate-schema answers them.
+        (
+            json!({"dataRequest": {"mappedFields": {"core-pg": {"users": fifty_one.clone()}}}, "metadata": {"source": "reporter"}}),
+            "FET-1061",
+            Some("maximum 50 fields allowed per table, got 51 for 'core-pg.users'"),
+        ),
+        (
+            json!({"dataRequest": {"mappedFields": {"core-pg": tables.clone()}}, "metadata": {"source": "reporter"}}),
+            "FET-1061",
+            Some("maximum 20 tables allowed per datasource, got 21 for 'core-pg'"),
+        ),
+        (
+            json!({"dataRequest": {"mappedFields": {"core-pg": {"users": ["id"]}}, "filters": {"core-pg": {"users": filtered.clone()}}}, "metadata": {"source": "reporter"}}),
+            "FET-1061",
+            Some("maximum 50 filtered fields allowed per table, got 51 for 'core-pg.users'"),
         ),
         (
             json!({"dataRequest": {"mappedFields": {"nobody": {"t": ["f"]}}}, "metadata": {"source": "reporter"}}),
