@@ -122,10 +122,12 @@ fn answer(e: &sqlx::Error) -> Answer {
         return match my.number() {
             // Connection, shutdown, too many connections, out of memory or disk, lock
             // wait and deadlock, interrupted and timed-out statements, lost connections.
-            1021 | 1037 | 1038 | 1040 | 1041 | 1053 | 1152 | 1153 | 1158 | 1159 | 1160 | 1161
-            | 1203 | 1205 | 1213 | 1317 | 1927 | 1969 | 2002 | 2003 | 2006 | 2013 | 3024 => {
-                Answer::Transient
-            }
+            // Also: a node not ready (1047, Galera), a per-user resource limit (1226), a
+            // table changed under the transaction (1412), the server in offline mode
+            // (3032), a session it ended for inactivity (4031).
+            1021 | 1037 | 1038 | 1040 | 1041 | 1047 | 1053 | 1152 | 1153 | 1158 | 1159 | 1160
+            | 1161 | 1203 | 1205 | 1213 | 1226 | 1317 | 1412 | 1927 | 1969 | 2002 | 2003 | 2006
+            | 2013 | 3024 | 3032 | 4031 => Answer::Transient,
             _ if d.code().is_some_and(|c| c.starts_with("22")) => Answer::ValueRefused,
             _ => Answer::Refused,
         };
@@ -143,14 +145,30 @@ fn answer(e: &sqlx::Error) -> Answer {
         };
     }
     let code = d.code().unwrap_or_default();
+    // The server ended the session (FATAL or PANIC: an idle-in-transaction timeout, a
+    // terminated backend, a shutdown): an outage of this session, not an answer to the
+    // statement. A login the server refuses is FATAL too, and stays its answer: invalid
+    // authorization (28), an unknown database (3D), a denied privilege (42).
+    let ended = d
+        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .is_some_and(|pg| {
+            matches!(
+                pg.severity(),
+                sqlx::postgres::PgSeverity::Fatal | sqlx::postgres::PgSeverity::Panic
+            )
+        });
+    if ended && !matches!(code.get(..2), Some("28" | "3D" | "42")) {
+        return Answer::Transient;
+    }
     match code.get(..2) {
         Some("22") => Answer::ValueRefused,
         // Connection exception, transaction rollback (serialization, deadlock),
         // insufficient resources, operator intervention (shutdown, statement timeout),
         // system error.
         Some("08" | "40" | "53" | "57" | "58") => Answer::Transient,
-        // Lock not available, object in use.
-        _ if matches!(code.as_ref(), "55P03" | "55006") => Answer::Transient,
+        // Lock not available, object in use, an idle-in-transaction session ended,
+        // snapshot too old.
+        _ if matches!(code.as_ref(), "55P03" | "55006" | "25P03" | "72000") => Answer::Transient,
         _ => Answer::Refused,
     }
 }

@@ -15,9 +15,16 @@
 //!   halves could not overlap in bounded memory).
 //! - **Bounded memory**: at most [`CHUNK_BATCHES`] batches wait per worker, whatever the
 //!   key distribution; a worker whose turn is far off waits.
+//! - **Connections only while a table needs them.** The importing connections are opened
+//!   just before a split table is read and closed after it, so none idles in its
+//!   transaction while the step's connection reads another table (a server with
+//!   `idle_in_transaction_session_timeout` would end it).
 //! - **Fallbacks, never failures**: a server that cannot export a snapshot (a standby
 //!   before PostgreSQL 10) reads in one stream as before; a connection that cannot be
-//!   opened (the server's connection limit) leaves fewer workers; a table without an
+//!   opened (the server's connection limit) leaves fewer workers; an importing
+//!   connection lost mid-table (the server ended its session) is replaced by a new one
+//!   in the same snapshot, which reads that worker's chunks on from the row the merger
+//!   had reached (the same snapshot and order give the same rows); a table without an
 //!   integer leading key, or smaller than two chunks, is read in one stream on the
 //!   step's connection, inside the snapshot.
 
@@ -80,16 +87,14 @@ pub async fn produce(
             return pg::produce(conn, plans, tx).await;
         }
     };
-    let mut conns = vec![conn];
-    let wanted = plans.iter().any(|p| p.split.is_some());
-    while wanted && conns.len() < settings.connections {
-        match tokio::time::timeout(CONNECT_TIMEOUT, import_snapshot(&options, &id)).await {
-            Ok(Ok(c)) => conns.push(c),
-            _ => break,
-        }
-    }
+    let snapshot = Snapshot {
+        options,
+        id,
+        connections: settings.connections,
+    };
+    let mut main = Some(conn);
     for plan in &plans {
-        match read_table(&mut conns, plan, settings.chunk_rows, &tx).await {
+        match read_table(&mut main, &snapshot, plan, settings.chunk_rows, &tx).await {
             Ok(true) => {}
             Ok(false) => return, // the cursor went away
             Err(e) => {
@@ -98,11 +103,35 @@ pub async fn produce(
             }
         }
     }
-    for mut c in conns {
-        let _ = c.execute("COMMIT").await;
-        let _ = c.close().await;
+    if let Some(c) = main {
+        release(c).await;
     }
     let _ = tx.send(Msg::End).await;
+}
+
+/// The exported snapshot and how to join it.
+struct Snapshot {
+    options: PgConnectOptions,
+    id: String,
+    /// Connections a split table is read over, the step's own included.
+    connections: usize,
+}
+
+impl Snapshot {
+    /// A new connection in the snapshot, if the server gives one in time.
+    async fn join(&self) -> Option<PgConnection> {
+        match tokio::time::timeout(CONNECT_TIMEOUT, import_snapshot(&self.options, &self.id)).await
+        {
+            Ok(Ok(c)) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// Ends an importing connection's read-only transaction and closes it.
+async fn release(mut c: PgConnection) {
+    let _ = c.execute("COMMIT").await;
+    let _ = c.close().await;
 }
 
 async fn export_snapshot(conn: &mut PgConnection) -> sqlx::Result<String> {
@@ -169,87 +198,166 @@ fn split(min: i64, max: i64, estimate: i64, chunk_rows: i64) -> Vec<(Option<i64>
         .collect()
 }
 
-/// One table: in one stream when it cannot or need not be split, else over every
-/// connection, merged. `Ok(false)`: the cursor went away.
+/// One table: in one stream when it cannot or need not be split, else over the step's
+/// connection and connections joined to its snapshot for this table, merged. `main` is
+/// lent to worker 0 and given back when the table is done. `Ok(false)`: the cursor went
+/// away.
 async fn read_table(
-    conns: &mut Vec<PgConnection>,
+    main: &mut Option<PgConnection>,
+    snapshot: &Snapshot,
     plan: &TablePlan,
     chunk_rows: i64,
     tx: &mpsc::Sender<Msg>,
 ) -> Result<bool> {
-    let ranges = match &plan.split {
-        Some(key) if conns.len() > 1 => key_ranges(&mut conns[0], key, chunk_rows).await?,
-        _ => Vec::new(),
+    let conn = main.as_mut().ok_or_else(worker_lost)?;
+    let Some(key) = plan.split.as_ref().filter(|_| snapshot.connections > 1) else {
+        return pg::stream_table(conn, plan, tx).await;
     };
+    let ranges = key_ranges(conn, key, chunk_rows).await?;
     if ranges.len() < 2 {
-        return pg::stream_table(&mut conns[0], plan, tx).await;
+        return pg::stream_table(conn, plan, tx).await;
     }
-    let workers = conns.len().min(ranges.len());
-    let idle = conns.split_off(workers);
+    // Joined only now (the key span can take long on a table a policy guards): a
+    // connection joined to the snapshot sees the data as the step's does, whenever.
+    let mut extra = Vec::new();
+    while extra.len() + 1 < snapshot.connections.min(ranges.len()) {
+        match snapshot.join().await {
+            Some(c) => extra.push(c),
+            None => break, // fewer workers
+        }
+    }
+    if extra.is_empty() {
+        return pg::stream_table(conn, plan, tx).await;
+    }
+    let workers = extra.len() + 1;
     let mut set = JoinSet::new();
-    let mut queues = Vec::with_capacity(workers);
-    for (w, mut conn) in std::mem::take(conns).into_iter().enumerate() {
-        let (ptx, prx) = mpsc::channel(CHUNK_BATCHES);
-        queues.push(prx);
-        let mine: Vec<_> = ranges.iter().copied().skip(w).step_by(workers).collect();
-        let plan = plan.clone();
-        set.spawn(async move {
-            for (start, end) in mine {
-                let sql = plan.sql_in_range(start, end);
-                let mut out = pg::Out::Chunk(&ptx);
-                match pg::stream_query(&mut conn, &plan, &sql, &mut out).await {
-                    Ok(true) if ptx.send(Part::End).await.is_ok() => {}
-                    Ok(_) => break,
-                    Err(e) => {
-                        let _ = ptx.send(Part::Failed(e)).await;
-                        break;
-                    }
-                }
-            }
-            conn
-        });
-    }
-    let merged = merge(&mut queues, ranges.len(), plan, tx).await;
+    let own = main.take().ok_or_else(worker_lost)?;
+    let mut queues: Vec<_> = std::iter::once(own)
+        .chain(extra)
+        .enumerate()
+        .map(|(w, c)| {
+            let mine = chunks_of(&ranges, w, workers, 0);
+            spawn_worker(&mut set, w == 0, c, plan, mine)
+        })
+        .collect();
+    let merged = merge(&mut queues, &ranges, plan, snapshot, &mut set, tx).await;
     drop(queues);
     // Every worker has finished its chunks (or stops at its closed queue).
     while let Some(joined) = set.join_next().await {
-        conns.push(joined.map_err(|_| worker_lost())?);
+        match joined {
+            Ok((true, Some(c))) => *main = Some(c),
+            Ok((false, Some(c))) => release(c).await,
+            Ok((_, None)) | Err(_) => {}
+        }
     }
-    conns.extend(idle);
-    merged
+    match (merged, main.is_some()) {
+        (Ok(_), false) => Err(worker_lost()),
+        (merged, _) => merged,
+    }
 }
 
+/// Worker `w`'s chunks of `workers`, from chunk `from` on: `w`, `w + workers`, ….
+fn chunks_of(
+    ranges: &[(Option<i64>, Option<i64>)],
+    w: usize,
+    workers: usize,
+    from: usize,
+) -> Vec<(Option<i64>, Option<i64>)> {
+    (from..ranges.len())
+        .filter(|i| i % workers == w)
+        .map(|i| ranges[i])
+        .collect()
+}
+
+/// A task reading `chunks` in order on `conn` into a queue of its own. It gives the
+/// connection back (`main`: whether it is the step's own) unless a query on it failed.
+fn spawn_worker(
+    set: &mut JoinSet<(bool, Option<PgConnection>)>,
+    main: bool,
+    mut conn: PgConnection,
+    plan: &TablePlan,
+    chunks: Vec<(Option<i64>, Option<i64>)>,
+) -> mpsc::Receiver<Part> {
+    let (ptx, prx) = mpsc::channel(CHUNK_BATCHES);
+    let plan = plan.clone();
+    set.spawn(async move {
+        for (start, end) in chunks {
+            let sql = plan.sql_in_range(start, end);
+            let mut out = pg::Out::Chunk(&ptx);
+            match pg::stream_query(&mut conn, &plan, &sql, &mut out).await {
+                Ok(true) if ptx.send(Part::End).await.is_ok() => {}
+                Ok(_) => break,
+                Err(e) => {
+                    let _ = ptx.send(Part::Failed(e)).await;
+                    return (main, None);
+                }
+            }
+        }
+        (main, Some(conn))
+    });
+    prx
+}
+
+/// How many lost importing connections one table replaces at most.
+const MAX_REPLACEMENTS: usize = 8;
+
 /// Takes chunk 0, 1, 2, … from their workers in turn and re-cuts the rows into the
-/// single stream's batches.
+/// single stream's batches. An importing connection lost with an error a retry may help
+/// (the server ended its session) is replaced by a new one in the snapshot, which reads
+/// that worker's chunks on; the rows of the current chunk merged already are skipped.
 async fn merge(
     queues: &mut [mpsc::Receiver<Part>],
-    chunks: usize,
+    ranges: &[(Option<i64>, Option<i64>)],
     plan: &TablePlan,
+    snapshot: &Snapshot,
+    set: &mut JoinSet<(bool, Option<PgConnection>)>,
     tx: &mpsc::Sender<Msg>,
 ) -> Result<bool> {
     let mut pending = Vec::with_capacity(BATCH_ROWS);
     let mut sent_any = false;
     let workers = queues.len();
-    for chunk in 0..chunks {
-        let queue = &mut queues[chunk % workers];
+    let mut replaced = 0;
+    for chunk in 0..ranges.len() {
+        let w = chunk % workers;
+        // Rows of this chunk merged, and rows a replacement reads again to skip.
+        let (mut got, mut skip) = (0usize, 0usize);
         loop {
-            match queue.recv().await {
+            match queues[w].recv().await {
                 Some(Part::Rows(rows)) => {
                     for row in rows {
+                        if skip > 0 {
+                            skip -= 1;
+                            continue;
+                        }
+                        got += 1;
                         pending.push(row);
                         if pending.len() == BATCH_ROWS {
                             let full =
                                 std::mem::replace(&mut pending, Vec::with_capacity(BATCH_ROWS));
                             sent_any = true;
                             let batch = plan.batch(full);
-                            if tx.send(Msg::Batch(batch)).await.is_err() {
-                                return Ok(false);
+                            if tx.send(Msg::Batch(batch)).await.is_ok() {
+                                continue;
                             }
+                            return Ok(false);
                         }
                     }
                 }
                 Some(Part::End) => break,
-                Some(Part::Failed(e)) => return Err(e),
+                Some(Part::Failed(e)) => {
+                    // The step's own connection holds the snapshot: without it, the
+                    // step cannot go on.
+                    if w == 0 || !e.is_retryable() || replaced == MAX_REPLACEMENTS {
+                        return Err(e);
+                    }
+                    let Some(c) = snapshot.join().await else {
+                        return Err(e);
+                    };
+                    replaced += 1;
+                    let rest = chunks_of(ranges, w, workers, chunk);
+                    queues[w] = spawn_worker(set, false, c, plan, rest);
+                    skip = got;
+                }
                 None => return Err(worker_lost()),
             }
         }

@@ -140,9 +140,10 @@ async fn partitioned_reads_share_one_snapshot() {
         .await
         .unwrap();
     let during = tokio::spawn(read(4));
-    // Wait until all four connections are open and the read waits for the lock: the
-    // snapshot was exported and imported before this change commits. (Watched from
-    // another session: inside a transaction, pg_stat_activity is a frozen snapshot.)
+    // Wait until the read waits for the lock: the snapshot was exported before this
+    // change commits; the other connections join it only when the table is read, after
+    // the commit, and must still see the data as it was. (Watched from another session:
+    // inside a transaction, pg_stat_activity is a frozen snapshot.)
     let mut watch = pg_admin(&db.name).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
@@ -153,7 +154,7 @@ async fn partitioned_reads_share_one_snapshot() {
         .fetch_one(&mut watch)
         .await
         .unwrap();
-        if open == 4 && waiting == 1 {
+        if open >= 1 && waiting == 1 {
             break;
         }
         if std::time::Instant::now() > deadline {
@@ -177,5 +178,134 @@ async fn partitioned_reads_share_one_snapshot() {
     );
     // The change itself is real: a new read sees it.
     assert_ne!(read(4).await, before);
+    db.drop_db().await;
+}
+
+/// #52 item 3: a database whose sessions may not idle in a transaction
+/// (`idle_in_transaction_session_timeout`, common on managed PostgreSQL) and a first
+/// table that takes long to read (a row-level-security policy that sleeps). The
+/// connections that join the snapshot are opened only when the table they split is read,
+/// so none idles while the first is read, and the read gives the single stream's bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_join_only_when_their_table_is_read() {
+    let db = PgDb::create(FIXTURE).await;
+    let role = format!("{}_idle", db.name);
+    db.exec(&format!(
+        "CREATE FUNCTION slow_true() RETURNS boolean LANGUAGE plpgsql AS $$BEGIN PERFORM pg_sleep(1.5); RETURN true; END$$;
+         CREATE TABLE a_slow (id int PRIMARY KEY, v text); INSERT INTO a_slow VALUES (1, 'one');
+         ALTER TABLE a_slow ENABLE ROW LEVEL SECURITY;
+         CREATE POLICY p ON a_slow USING (slow_true());
+         CREATE ROLE {role} LOGIN;
+         ALTER ROLE {role} SET idle_in_transaction_session_timeout = '500ms';
+         GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};
+         ANALYZE;"
+    ))
+    .await;
+    let mut d = db.descriptor("pg");
+    d.username = role.clone();
+    let request = json!({"mappedFields": {"pg": {"a_slow": ["id", "v"], "big": ["id", "t", "n"]}}});
+    for copy in [true, false] {
+        let want = pg_harness(factory(1, copy), &d)
+            .await
+            .store_ndjson(request.clone())
+            .await
+            .unwrap();
+        assert_eq!(rows_of(&want, "a_slow").len(), 1);
+        let got = pg_harness(factory(4, copy), &d)
+            .await
+            .store_ndjson(request.clone())
+            .await
+            .unwrap();
+        assert!(
+            got == want,
+            "copy {copy}: other bytes ({} vs {})",
+            got.len(),
+            want.len()
+        );
+    }
+    let mut admin = pg_admin("postgres").await;
+    db.drop_db().await;
+    let _ =
+        sqlx::Executor::execute(&mut admin, format!("DROP ROLE IF EXISTS {role}").as_str()).await;
+}
+
+/// #52 item 3: an importing connection the server ends mid-table (here terminated while
+/// its worker waits for the merger) is replaced by a new one in the same snapshot, which
+/// reads that worker's chunks on: the read completes with the single stream's rows and
+/// batches instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_the_server_ends_mid_table_is_replaced() {
+    use fetcher_engine::ports::Connector as _;
+    // Many more rows than the cursor's and the workers' queues hold.
+    let db = PgDb::create(
+        "CREATE TABLE many (id bigint PRIMARY KEY, t text, n numeric(18,4));
+         INSERT INTO many SELECT g, 'row ' || g, g * 1.5 FROM generate_series(1, 60000) g;
+         ANALYZE;",
+    )
+    .await;
+    let d = db.descriptor("pg");
+    let request: ExtractionRequest =
+        serde_json::from_value(json!({"mappedFields": {"pg": {"many": ["id", "t", "n"]}}}))
+            .unwrap();
+    let shape = |got: Vec<(String, Vec<fetcher_engine::Row>)>| {
+        got.into_iter()
+            .map(|(t, rows)| {
+                (
+                    t,
+                    rows.iter()
+                        .map(|r| format!("{:?}", r.values()))
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = shape(batches(&factory(1, true), &d, &request).await);
+    for copy in [true, false] {
+        let ctx = fetcher_engine::Context::background();
+        let mut c = factory(4, copy)
+            .build_connector(&ctx, &tenant(), &d)
+            .await
+            .unwrap();
+        let step = fetcher_engine::PlanStep::for_datasource(&request, "pg");
+        let mut cursor = c.query_stream(&ctx, &step).await.unwrap();
+        let mut got = Vec::new();
+        let first = cursor.next_batch(&ctx).await.unwrap().unwrap();
+        got.push((first.table.to_string(), first.rows));
+        // The workers now wait on their full queues: end the newest session (one that
+        // joined the snapshot; the step's own connection is the oldest).
+        let mut admin = pg_admin(&db.name).await;
+        let mut ended = false;
+        for _ in 0..100 {
+            let newest: Option<i32> = sqlx::query_scalar(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+                 AND application_name = 'fetcher' AND pid <> pg_backend_pid() \
+                 ORDER BY backend_start DESC LIMIT 1 OFFSET 0",
+            )
+            .fetch_optional(&mut admin)
+            .await
+            .unwrap();
+            let open: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND application_name = 'fetcher'",
+            )
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+            if let (Some(pid), 4) = (newest, open) {
+                ended = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                    .bind(pid)
+                    .fetch_one(&mut admin)
+                    .await
+                    .unwrap();
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(ended, "copy {copy}: no joined session to end");
+        while let Some(b) = cursor.next_batch(&ctx).await.unwrap() {
+            got.push((b.table.to_string(), b.rows));
+        }
+        assert!(shape(got) == want, "copy {copy}: other rows or batches");
+    }
     db.drop_db().await;
 }

@@ -211,3 +211,50 @@ async fn mariadb_refusals_fail_at_once_and_locks_stay_retryable() {
     drop(admin);
     db.drop_db().await;
 }
+
+/// #52 item 3: a session the server ends (here an idle-in-transaction timeout, FATAL
+/// `25P03`, then a closed connection) is an outage of that session, retried; a FATAL
+/// refusal of a login stays final.
+#[tokio::test]
+async fn a_session_the_server_ends_is_retryable_and_a_refused_login_is_not() {
+    let role = unique("idle_reader");
+    let db = PgDb::create(&format!(
+        "CREATE TABLE t (id bigint PRIMARY KEY);
+         CREATE ROLE {role} LOGIN;
+         ALTER ROLE {role} SET idle_in_transaction_session_timeout = '200ms';
+         GRANT SELECT ON t TO {role};"
+    ))
+    .await;
+    let url = format!("postgres://{role}@127.0.0.1:5432/{}", db.name);
+    let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+    c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let ended = sqlx::query("SELECT * FROM t")
+        .fetch_all(&mut c)
+        .await
+        .unwrap_err();
+    let (category, retryable) = classify(ended);
+    assert_eq!(category, Category::Unavailable);
+    assert!(
+        retryable,
+        "the server ended the session: a new one may succeed"
+    );
+    drop(c);
+    // A login the server refuses (FATAL, class 28) is its answer.
+    let mut admin = pg_admin(&db.name).await;
+    admin
+        .execute(format!("ALTER ROLE {role} NOLOGIN").as_str())
+        .await
+        .unwrap();
+    let refused = sqlx::PgConnection::connect(&url).await.unwrap_err();
+    let e = fetcher_connectors::error::connect_failed(refused);
+    assert!(!e.is_retryable(), "{e}");
+    admin.close().await.unwrap();
+    db.drop_db().await;
+    let mut admin = pg_admin("postgres").await;
+    let _ = admin
+        .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
+        .await;
+}
