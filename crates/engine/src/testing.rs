@@ -13,6 +13,8 @@
 //! }
 //! ```
 
+pub mod connector;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
