@@ -41,9 +41,69 @@ pub struct ListenerLimits {
     /// From a request head to its response: the body must arrive within it (a slow body
     /// holds nothing longer), and no handler runs longer.
     pub request_timeout: Duration,
-    /// Connections open at once; past it the listener stops accepting until one closes,
-    /// so idle clients cannot take every file descriptor.
+    /// Connections open at once. At the cap, the oldest connection that has sent nothing
+    /// is closed to make room (a client holding idle sockets cannot block others); when
+    /// every one has spoken, the listener waits for one to close.
     pub max_connections: usize,
+    /// Connections one peer address may hold: past it, that peer's oldest silent
+    /// connection is closed for the new one, or the new one is refused.
+    pub max_per_peer: usize,
+}
+
+/// The open connections, in accept order: who they are from, whether they have sent a
+/// byte, and how to close them.
+#[derive(Default)]
+struct Open {
+    next: u64,
+    conns: std::collections::VecDeque<Tracked>,
+}
+
+struct Tracked {
+    id: u64,
+    peer: std::net::IpAddr,
+    spoke: Arc<std::sync::atomic::AtomicBool>,
+    close: Arc<tokio::sync::Notify>,
+}
+
+impl Open {
+    fn add(
+        &mut self,
+        peer: std::net::IpAddr,
+        spoke: Arc<std::sync::atomic::AtomicBool>,
+        close: Arc<tokio::sync::Notify>,
+    ) -> u64 {
+        self.next += 1;
+        self.conns.push_back(Tracked {
+            id: self.next,
+            peer,
+            spoke,
+            close,
+        });
+        self.next
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.conns.retain(|c| c.id != id);
+    }
+
+    fn of_peer(&self, peer: std::net::IpAddr) -> usize {
+        self.conns.iter().filter(|c| c.peer == peer).count()
+    }
+
+    /// Closes the oldest connection (of `peer`, when given) that has sent nothing yet;
+    /// `false` when there is none.
+    fn evict_silent(&mut self, peer: Option<std::net::IpAddr>) -> bool {
+        let found = self.conns.iter().position(|c| {
+            peer.is_none_or(|p| p == c.peer) && !c.spoke.load(std::sync::atomic::Ordering::Relaxed)
+        });
+        match found.and_then(|i| self.conns.remove(i)) {
+            Some(c) => {
+                c.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, then stops accepting and
@@ -56,19 +116,16 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let open = Arc::new(std::sync::Mutex::new(Open::default()));
     let mut accept_errors = AcceptErrors::default();
     tokio::pin!(shutdown);
     loop {
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => slot.expect("never closed"),
-            _ = &mut shutdown => break,
-        };
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => {
+                let (stream, peer) = match accepted {
+                    Ok((stream, peer)) => {
                         accept_errors.reset();
-                        stream
+                        (stream, peer.ip())
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: back off (longer while it
@@ -76,6 +133,18 @@ pub async fn serve(
                         let pause = accept_errors.failed(&e);
                         tokio::time::sleep(pause).await;
                         continue;
+                    }
+                };
+                let slot = match slots.clone().try_acquire_owned() {
+                    Ok(slot) => slot,
+                    Err(_) => {
+                        // Full, and a client is here: the oldest connection that has said
+                        // nothing makes room; when all have spoken, wait for one to end.
+                        open.lock().expect("open connections").evict_silent(None);
+                        tokio::select! {
+                            slot = slots.clone().acquire_owned() => slot.expect("never closed"),
+                            _ = &mut shutdown => break,
+                        }
                     }
                 };
                 let service = TowerToHyperService::new(tower::service_fn({
@@ -91,15 +160,32 @@ pub async fn serve(
                         }
                     }
                 }));
+                let (spoke, close) = (Arc::default(), Arc::new(tokio::sync::Notify::new()));
+                let id = {
+                    let mut open = open.lock().expect("open connections");
+                    if open.of_peer(peer) >= limits.max_per_peer.max(1)
+                        && !open.evict_silent(Some(peer))
+                    {
+                        continue; // refused: the peer holds its share, all speaking
+                    }
+                    open.add(peer, Arc::clone(&spoke), Arc::clone(&close))
+                };
+                let io = JsonParseErrors::new(Spoken::new(stream, spoke));
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(limits.header_timeout)
                     .max_buf_size(HEAD_BUFFER_BYTES)
                     .max_headers(MAX_HEADERS)
-                    .serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service);
+                    .serve_connection(TokioIo::new(io), service);
                 let conn = graceful.watch(conn);
+                let open = Arc::clone(&open);
                 tokio::spawn(async move {
-                    let _ = conn.await;
+                    tokio::select! {
+                        _ = conn => {}
+                        // Evicted: dropping the connection closes its socket.
+                        _ = close.notified() => {}
+                    }
+                    open.lock().expect("open connections").remove(id);
                     drop(slot);
                 });
             }
@@ -158,6 +244,93 @@ impl AcceptErrors {
     fn reset(&mut self) {
         self.in_a_row = 0;
     }
+}
+
+/// A connection that notes when its peer first sends a byte (until then it may be closed
+/// to make room: [`Open::evict_silent`]).
+pub struct Spoken<S> {
+    io: S,
+    spoke: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<S> Spoken<S> {
+    fn new(io: S, spoke: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        Spoken { io, spoke }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Spoken<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.spoke.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Spoken<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// The connection cap that fits the process's file limit (docs/operations.md, `serve`
+/// settings): the soft `RLIMIT_NOFILE` is raised to the hard one, and the cap is clamped
+/// to it less `reserve` descriptors (stores, result files, datasource connections).
+/// Returns the effective cap and the limit; `Err` when the limit leaves no room.
+pub fn fit_file_limit(wanted: usize, reserve: usize) -> Result<(usize, u64), String> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write to and read the struct given; no other state.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Ok((wanted, 0)); // unknown: the configured cap stands
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = lim.rlim_max;
+        }
+    }
+    let limit = lim.rlim_cur;
+    let room = usize::try_from(limit)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(reserve);
+    if room < 8 {
+        return Err(format!(
+            "the file limit (ulimit -n) is {limit}, which leaves no room for HTTP connections beside the {reserve} descriptors this serve reserves for its stores, results and datasource connections: raise it"
+        ));
+    }
+    Ok((wanted.min(room), limit))
 }
 
 /// A connection whose body-less error answers from hyper become JSON. hyper answers a

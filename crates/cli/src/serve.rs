@@ -93,6 +93,10 @@ pub struct ServeArgs {
     /// datasources need.
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=1_000_000), env = "FETCHER_MAX_HTTP_CONNECTIONS")]
     pub max_http_connections: u32,
+    /// HTTP connections one peer address may hold; past it, its oldest connection that
+    /// has sent nothing is closed for the new one, or the new one is refused.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=1_000_000), env = "FETCHER_MAX_CONNECTIONS_PER_PEER")]
+    pub max_connections_per_peer: u32,
     /// Jobs run at once (at least 1).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=1024), env = "FETCHER_WORKERS")]
     pub workers: u16,
@@ -518,10 +522,33 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let drain = Duration::from_secs(args.drain_delay);
     let shutdown_state = state.clone();
     let shutdown_queue = queue.clone();
+    // Descriptors kept for everything but HTTP: the stores, the data directory's files,
+    // and each worker's datasource connections and result files.
+    let reserve =
+        64 + 16 * usize::from(args.workers) * usize::from(args.extraction.read_partitions);
+    let (max_connections, file_limit) =
+        crate::http_server::fit_file_limit(args.max_http_connections as usize, reserve)
+            .map_err(anyhow::Error::msg)?;
+    if max_connections < args.max_http_connections as usize {
+        warn!(
+            file_limit,
+            reserve,
+            configured = args.max_http_connections,
+            effective = max_connections,
+            "the HTTP connection cap is lowered to fit the file limit"
+        );
+    }
+    info!(
+        max_http_connections = max_connections,
+        max_connections_per_peer = args.max_connections_per_peer,
+        file_limit,
+        "listener limits"
+    );
     let limits = crate::http_server::ListenerLimits {
         header_timeout: Duration::from_secs(args.header_timeout),
         request_timeout: Duration::from_secs(args.request_timeout),
-        max_connections: args.max_http_connections as usize,
+        max_connections,
+        max_per_peer: args.max_connections_per_peer as usize,
     };
     crate::http_server::serve(listener, router, limits, async move {
         shutdown_signal().await;

@@ -686,8 +686,8 @@ fn slow_and_idle_clients_are_cut_off_and_connections_are_capped() {
     assert!(answer.contains("\"title\":\"request_failed\""), "{answer}");
     assert!(took < Duration::from_secs(5), "slow body open {took:?}");
 
-    // Four idle connections fill the cap; a fifth client is answered once the header
-    // timeout frees a slot, not refused and not left hanging.
+    // Four silent connections fill the cap: a fifth client is answered at once, the
+    // oldest silent one closed for it (#52 item 5).
     let idle: Vec<_> = (0..4).map(|_| connect()).collect();
     std::thread::sleep(Duration::from_millis(200));
     let started = Instant::now();
@@ -695,10 +695,30 @@ fn slow_and_idle_clients_are_cut_off_and_connections_are_capped() {
     assert_eq!(status, 200);
     let waited = started.elapsed();
     assert!(
-        waited >= Duration::from_millis(500) && waited < bound,
+        waited < Duration::from_millis(500),
         "the fifth client waited {waited:?}"
     );
     drop(idle);
+    std::thread::sleep(Duration::from_millis(200));
+    // Four that have spoken (heads begun) are not closed for it: the fifth is answered
+    // once the header timeout frees a slot, not refused and not left hanging.
+    let speaking: Vec<_> = (0..4)
+        .map(|_| {
+            let mut c = connect();
+            c.write_all(b"GET /health HTTP/1.1\r\n").unwrap();
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let (status, _) = raw_request(p, "GET", &format!("127.0.0.1:{p}"), "");
+    assert_eq!(status, 200);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(500) && waited < bound,
+        "the fifth client waited {waited:?} behind four speaking ones"
+    );
+    drop(speaking);
 }
 
 /// #37: the framework's own rejections answer JSON too (a path parameter that is not
@@ -711,4 +731,122 @@ fn a_path_parameter_that_is_not_utf8_answers_json() {
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["code"], 400, "{body}");
     assert_eq!(body["title"], "request_failed", "{body}");
+}
+
+/// #52 item 5: one client holding idle sockets, more than the cap, cannot hold the
+/// listener: past its share (per peer) or the cap, the oldest silent socket is closed
+/// for the next connection, and `/health` answers within 1 s.
+#[test]
+fn idle_sockets_of_one_client_cannot_hold_the_listener() {
+    use std::io::Read;
+    for (cap, per_peer) in [("20", "10"), ("20", "1000")] {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(
+            &dir.path().join("data"),
+            &[
+                "--max-http-connections",
+                cap,
+                "--max-connections-per-peer",
+                per_peer,
+                "--header-timeout",
+                "60",
+            ],
+        );
+        let mut idle: Vec<std::net::TcpStream> = (0..30)
+            .map(|_| std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        for round in 0..3 {
+            let started = std::time::Instant::now();
+            let (status, body) = server.request("GET", "/health", None, &[]);
+            assert_eq!(status, 200, "{body}");
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "cap {cap}, per peer {per_peer}, round {round}: /health waited {:?}",
+                started.elapsed()
+            );
+        }
+        // The silent sockets that made room were closed (the read ends at once).
+        let mut closed = 0;
+        for s in idle.iter_mut() {
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            closed += match s.read(&mut [0u8; 16]) {
+                Ok(0) => 1,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 1,
+                _ => 0,
+            };
+        }
+        assert!(
+            closed >= 10,
+            "cap {cap}, per peer {per_peer}: {closed} closed"
+        );
+    }
+}
+
+/// #52 item 5: the connection cap fits the file limit: the soft limit is raised to the
+/// hard one and the cap lowered (logged) to leave the stores and datasources room; a
+/// limit too low for anything stops the start with what to do.
+#[test]
+fn the_connection_cap_fits_the_file_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |limit: u32, data: &str| {
+        let port = free_port();
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -n {limit} && exec \"$0\" serve --data-dir \"$1\" --listen 127.0.0.1:{port} --max-http-connections 1024 --drain-delay 0"
+            ))
+            .arg(env!("CARGO_BIN_EXE_fetcher"))
+            .arg(dir.path().join(data))
+            .env("FETCHER_MASTER_KEY", KEY)
+            .env("FETCHER_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = run(256, "a");
+    let mut log = String::new();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("listener limits") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    // Without the terminal's colours.
+    let mut plain = String::new();
+    let mut in_escape = false;
+    for ch in log.chars() {
+        match (in_escape, ch) {
+            (false, '\u{1b}') => in_escape = true,
+            (true, 'm') => in_escape = false,
+            (true, _) => {}
+            (false, c) => plain.push(c),
+        }
+    }
+    let log = plain;
+    let effective = log
+        .lines()
+        .find(|l| l.contains("listener limits"))
+        .and_then(|l| l.split("max_http_connections").nth(1))
+        .and_then(|rest| {
+            rest.trim_start_matches(|c: char| !c.is_ascii_digit())
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse::<u32>().ok())
+        });
+    let effective = effective.unwrap_or_else(|| panic!("no effective cap logged: {log}"));
+    assert!((8..256).contains(&effective), "{effective}: {log}");
+    assert!(log.contains("lowered to fit the file limit"), "{log}");
+    let out = run(40, "b").wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("file limit (ulimit -n) is 40"), "{err}");
 }
