@@ -18,7 +18,7 @@ use clap::Args;
 use fetcher_connectors::{HostPolicy, SqliteFiles, SqliteRoot};
 use fetcher_crypto::KeyRing;
 use fetcher_embedded::{
-    EventLog, InProcessQueue, LocalDirObjectStore, SqliteStore, Worker, WorkerConfig,
+    EventLog, InProcessQueue, LocalDirObjectStore, Shares, SqliteStore, Worker, WorkerConfig,
 };
 use fetcher_host::memory::StaticKeyProvider;
 use fetcher_host::model::ResultFormat;
@@ -100,6 +100,19 @@ pub struct ServeArgs {
     /// Jobs run at once (at least 1).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=1024), env = "FETCHER_WORKERS")]
     pub workers: u16,
+    /// Jobs of one tenant running at once (docs/operations.md, "Fair workers"). Default:
+    /// `--workers` − 1 (at least 1) in multi-tenant mode, so another tenant's job always
+    /// finds a worker; every worker in single-tenant mode.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024), env = "FETCHER_MAX_JOBS_PER_TENANT")]
+    pub max_jobs_per_tenant: Option<u16>,
+    /// Jobs reading one connection running at once. Default: `--workers` − 1 (at least
+    /// 1), so a connection whose queries run slow never holds every worker.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024), env = "FETCHER_MAX_JOBS_PER_CONNECTION")]
+    pub max_jobs_per_connection: Option<u16>,
+    /// Jobs of one tenant waiting for a worker at most; past it, its new jobs are
+    /// refused (429) until some start.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000), env = "FETCHER_MAX_WAITING_JOBS_PER_TENANT")]
+    pub max_waiting_jobs_per_tenant: u32,
     /// Connections one tenant may hold (0 = no cap).
     #[arg(
         long,
@@ -410,7 +423,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         read_partitions: args.extraction.read_partitions.into(),
         schema_ttl: args.extraction.schema_ttl(),
     })?;
-    let queue = InProcessQueue::new();
+    let queue =
+        InProcessQueue::with_max_waiting_per_tenant(args.max_waiting_jobs_per_tenant as usize);
     // The test harness's crash point (docs/operations.md, "`fetcher serve` settings").
     let crash_before_complete = std::env::var_os("FETCHER_TEST_CRASH_BEFORE_COMPLETE").is_some();
     if crash_before_complete {
@@ -497,12 +511,31 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         register_demo(&state, args.extraction.multi_tenant).await?;
     }
 
+    // What one tenant and one connection may hold of the workers (docs/operations.md,
+    // "Fair workers").
+    let shares = {
+        let d = Shares::defaults(usize::from(args.workers), args.extraction.multi_tenant);
+        Shares {
+            per_tenant: args.max_jobs_per_tenant.map_or(d.per_tenant, usize::from),
+            per_connection: args
+                .max_jobs_per_connection
+                .map_or(d.per_connection, usize::from),
+        }
+    };
+    info!(
+        workers = args.workers,
+        per_tenant = shares.per_tenant,
+        per_connection = shares.per_connection,
+        waiting_per_tenant = args.max_waiting_jobs_per_tenant,
+        "fair worker shares"
+    );
     let (stop_tx, stop_rx) = watch::channel(false);
     let worker = Worker {
         pipeline,
         queue: queue.clone(),
         config: WorkerConfig {
             concurrency: usize::from(args.workers),
+            shares,
             shutdown_grace: Duration::from_secs(args.shutdown_grace),
             // This process holds the data directory's lock (above).
             reclaim_leases: true,

@@ -722,3 +722,80 @@ fn retries_wait_without_a_worker_and_refusals_fail_at_once() {
     drop(db);
     psql("postgres", &format!("DROP ROLE IF EXISTS {role}"));
 }
+
+/// #52 item 1: a connection whose queries run slow (a row-level-security policy that
+/// sleeps 3 s) cannot hold every worker. On `serve --workers 2`, three slow jobs of one
+/// connection queue first; a job of another connection then completes within 2 s (by
+/// default a connection holds at most `--workers` − 1 of them). With the cap raised to
+/// every worker, the same job waits behind the slow ones: the setting is what frees it.
+#[test]
+fn a_slow_connection_cannot_hold_every_worker() {
+    let db = PgDb::create("fetcher_fair");
+    seed(&db);
+    let role = format!("{}_slow", db.0);
+    psql(
+        &db.0,
+        &format!(
+            "CREATE FUNCTION sleepy() RETURNS boolean LANGUAGE plpgsql AS $$BEGIN PERFORM pg_sleep(3); RETURN true; END$$;
+             CREATE TABLE slow (id bigint PRIMARY KEY);
+             INSERT INTO slow VALUES (1);
+             ALTER TABLE slow ENABLE ROW LEVEL SECURITY;
+             CREATE POLICY p ON slow USING (sleepy());
+             CREATE ROLE {role} LOGIN;
+             GRANT SELECT ON slow TO {role};"
+        ),
+    );
+    let innocent_wait = |extra: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["--workers", "2"];
+        args.extend_from_slice(extra);
+        let server = Server::start(dir.path(), &args);
+        register_ledger(&server, &db);
+        let mut slow = connection(&db);
+        slow["configName"] = json!("slow");
+        slow["userName"] = json!(role);
+        let (status, created) = server.request(
+            "POST",
+            "/v1/management/connections",
+            Some(&slow),
+            &[("X-Product-Name", "reporter")],
+        );
+        assert_eq!(status, 201, "{created}");
+        let post = |body: serde_json::Value| {
+            let (status, job) = server.request("POST", "/v1/fetcher", Some(&body), &[]);
+            assert_eq!(status, 202, "{job}");
+            job["jobId"].as_str().unwrap().to_owned()
+        };
+        let slow_jobs: Vec<String> = (0..3)
+            .map(|n| {
+                post(
+                    json!({"dataRequest": {"mappedFields": {"slow": {"slow": ["id"]}}},
+                            "metadata": {"source": "reporter", "nonce": n}}),
+                )
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let innocent = post(job_body("reporter"));
+        let job = server.wait_job(&innocent, Duration::from_secs(30));
+        assert_eq!(job["status"], "completed", "{job}");
+        let waited = started.elapsed();
+        for id in &slow_jobs {
+            let job = server.wait_job(id, Duration::from_secs(30));
+            assert_eq!(job["status"], "completed", "{job}");
+        }
+        waited
+    };
+    let fair = innocent_wait(&[]);
+    assert!(
+        fair < Duration::from_secs(2),
+        "the other connection's job waited {fair:?}"
+    );
+    let unfair = innocent_wait(&["--max-jobs-per-connection", "2"]);
+    eprintln!(
+        "innocent job: {fair:?} with the default shares, {unfair:?} when one connection may hold every worker"
+    );
+    assert!(unfair >= Duration::from_secs(2), "{unfair:?}");
+    drop(db);
+    psql("postgres", &format!("DROP ROLE IF EXISTS {role}"));
+}

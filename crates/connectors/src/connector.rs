@@ -86,6 +86,37 @@ pub struct SqlConnectorFactory {
     policy: HostPolicy,
     copy_fast_path: bool,
     partitions: ReadPartitions,
+    session: Option<SessionLimits>,
+}
+
+/// Bounds on the waits a database controls, set on every session a connector opens
+/// (docs/operations.md, "Fair workers"): a statement that runs, or a lock it waits for,
+/// past them is cut off by the server (an outage of that run: retried with back-off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// PostgreSQL `statement_timeout`; MariaDB `max_statement_time` (MySQL:
+    /// `max_execution_time`).
+    pub statement: Duration,
+    /// PostgreSQL `lock_timeout`; MySQL/MariaDB `lock_wait_timeout`.
+    pub lock: Duration,
+}
+
+impl SessionLimits {
+    /// The limits for a run bounded by `extraction_timeout`: statements end a quarter of
+    /// it (at most 30 s) before it, after the point where a long job's segment stops on
+    /// its own; lock waits end after 30 s, or with the statement bound when lower. `None`
+    /// for an unbounded run.
+    pub fn below(extraction_timeout: Duration) -> Option<SessionLimits> {
+        if extraction_timeout.is_zero() {
+            return None;
+        }
+        let statement = extraction_timeout - (extraction_timeout / 4).min(Duration::from_secs(30));
+        let statement = statement.max(Duration::from_secs(1));
+        Some(SessionLimits {
+            statement,
+            lock: statement.min(Duration::from_secs(30)),
+        })
+    }
 }
 
 impl SqlConnectorFactory {
@@ -100,7 +131,14 @@ impl SqlConnectorFactory {
             policy,
             copy_fast_path: true,
             partitions: ReadPartitions::default(),
+            session: None,
         }
+    }
+
+    /// Sets `limits` on every session this factory's connectors open.
+    pub fn with_session_limits(mut self, limits: Option<SessionLimits>) -> Self {
+        self.session = limits;
+        self
     }
 
     /// PostgreSQL only: read each step over `connections` connections in one exported
@@ -157,6 +195,7 @@ impl SqlConnectorFactory {
             policy: self.policy.clone(),
             copy_fast_path: self.copy_fast_path,
             partitions: self.partitions,
+            session: self.session,
             pg_options: None,
             conn: None,
             catalog: None,
@@ -233,6 +272,16 @@ impl SqlRegistry {
         SqlRegistry { factories }
     }
 
+    /// Every factory with [`SqlConnectorFactory::with_session_limits`].
+    pub fn with_session_limits(self, limits: Option<SessionLimits>) -> Self {
+        let factories = self
+            .factories
+            .into_iter()
+            .map(|(k, f)| (k, Arc::new((*f).clone().with_session_limits(limits))))
+            .collect();
+        SqlRegistry { factories }
+    }
+
     pub fn factory(&self, datasource_type: DatasourceType) -> Option<Arc<SqlConnectorFactory>> {
         self.factories.get(&datasource_type).cloned()
     }
@@ -280,6 +329,7 @@ pub struct SqlConnector {
     policy: HostPolicy,
     copy_fast_path: bool,
     partitions: ReadPartitions,
+    session: Option<SessionLimits>,
     /// PostgreSQL: the options the connection was made with (the resolved, checked
     /// address), for a partitioned read's further connections.
     pg_options: Option<sqlx::postgres::PgConnectOptions>,
@@ -331,7 +381,7 @@ impl SqlConnector {
                 }
                 Dialect::Postgres => {
                     let target = self.policy.target(ctx, d).await?;
-                    let o = pg::options(d, &target, password)?;
+                    let o = pg::options(d, &target, password, self.session)?;
                     let fut = async { pg::connect(&o).await.map_err(error::connect_failed) };
                     let c = bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?;
                     self.pg_options = Some(o);
@@ -340,7 +390,12 @@ impl SqlConnector {
                 Dialect::MySql => {
                     let target = self.policy.target(ctx, d).await?;
                     let o = mysql::options(d, &target, password)?;
-                    let fut = async { mysql::connect(&o).await.map_err(error::connect_failed) };
+                    let session = self.session;
+                    let fut = async {
+                        let mut c = mysql::connect(&o).await.map_err(error::connect_failed)?;
+                        mysql::limit_session(&mut c, session).await;
+                        Ok(c)
+                    };
                     Conn::My(bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?)
                 }
             };

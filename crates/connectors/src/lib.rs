@@ -173,8 +173,8 @@ pub mod ssl;
 pub mod values;
 
 pub use connector::{
-    CONNECT_TIMEOUT, CredentialSource, DISCOVER_TIMEOUT, SqlConnector, SqlConnectorFactory,
-    SqlRegistry, StaticCredentials,
+    CONNECT_TIMEOUT, CredentialSource, DISCOVER_TIMEOUT, SessionLimits, SqlConnector,
+    SqlConnectorFactory, SqlRegistry, StaticCredentials,
 };
 pub use env::{EnvLoad, InternalDatasource, parse_env};
 pub use error::{ForbiddenHost, InvalidSslMode, is_forbidden_host};

@@ -48,6 +48,31 @@ pub async fn connect(o: &MySqlConnectOptions) -> std::result::Result<MySqlConnec
     o.connect().await
 }
 
+/// Sets `limits` on a new session: MariaDB's `max_statement_time` (seconds), else MySQL's
+/// `max_execution_time` (milliseconds, `SELECT`s only), and `lock_wait_timeout` (metadata
+/// locks, which a read waits for behind `LOCK TABLES` or DDL). A server that takes
+/// neither form keeps its own settings: the extraction timeout still bounds the run.
+pub async fn limit_session(
+    c: &mut MySqlConnection,
+    limits: Option<crate::connector::SessionLimits>,
+) {
+    use sqlx::Executor as _;
+    let Some(l) = limits else { return };
+    let lock = l.lock.as_secs().max(1);
+    let mariadb = format!(
+        "SET SESSION max_statement_time = {:.3}, lock_wait_timeout = {lock}",
+        l.statement.as_secs_f64()
+    );
+    if c.execute(mariadb.as_str()).await.is_ok() {
+        return;
+    }
+    let mysql = format!(
+        "SET SESSION max_execution_time = {}, lock_wait_timeout = {lock}",
+        l.statement.as_millis()
+    );
+    let _ = c.execute(mysql.as_str()).await;
+}
+
 /// The Parquet type of a MySQL/MariaDB column (docs/parquet.md): integers by width and
 /// sign, `TIME` as text (it spans ±838 hours, beyond a time of day).
 fn column_type(data_type: &str, column_type: &str, kind: Kind) -> ColumnType {

@@ -22,6 +22,7 @@ pub fn options(
     d: &ConnectionDescriptor,
     target: &DialTarget,
     password: &str,
+    session: Option<crate::connector::SessionLimits>,
 ) -> Result<PgConnectOptions> {
     let ca = ssl::root_cert(d);
     let mode = ssl::pg_mode(d, ca.is_some())?;
@@ -33,8 +34,18 @@ pub fn options(
         .ssl_mode(mode)
         .application_name("fetcher")
         .statement_cache_capacity(32)
-        .options([("TimeZone", "UTC")])
+        .options([("TimeZone", "UTC".to_owned())])
         .disable_statement_logging();
+    if let Some(limits) = session {
+        // Startup options, so every session (a partitioned read's too) has them.
+        o = o.options([
+            (
+                "statement_timeout",
+                limits.statement.as_millis().to_string(),
+            ),
+            ("lock_timeout", limits.lock.as_millis().to_string()),
+        ]);
+    }
     if !password.is_empty() {
         o = o.password(password);
     }

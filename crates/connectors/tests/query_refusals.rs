@@ -258,3 +258,118 @@ async fn a_session_the_server_ends_is_retryable_and_a_refused_login_is_not() {
         .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
         .await;
 }
+
+/// A harness whose connectors set `limits` on every session.
+async fn limited_harness(
+    d: &fetcher_engine::ConnectionDescriptor,
+    limits: fetcher_connectors::SessionLimits,
+) -> Harness {
+    let dialect = match d.datasource_type {
+        fetcher_engine::DatasourceType::Postgresql => fetcher_connectors::Dialect::Postgres,
+        _ => fetcher_connectors::Dialect::MySql,
+    };
+    let factory = fetcher_connectors::SqlConnectorFactory::new(
+        dialect,
+        std::sync::Arc::new(fetcher_connectors::StaticCredentials::new()),
+        fetcher_connectors::HostPolicy::single_tenant(),
+    )
+    .with_session_limits(Some(limits));
+    let registry = fetcher_engine::memory::MemoryRegistry::new();
+    registry.register(d.datasource_type, std::sync::Arc::new(factory));
+    harness_with_registry(registry, std::slice::from_ref(d)).await
+}
+
+/// #52 item 1: the waits a database controls are bounded per session below the run's
+/// own bound: a read a policy makes slow, or one waiting on a lock another session holds,
+/// is cut off by the server at the session's limits and is retryable (its worker free
+/// while it waits), on PostgreSQL and MariaDB.
+#[tokio::test]
+async fn session_limits_cut_slow_statements_and_lock_waits() {
+    let limits = fetcher_connectors::SessionLimits {
+        statement: std::time::Duration::from_millis(800),
+        lock: std::time::Duration::from_secs(1),
+    };
+    assert_eq!(
+        fetcher_connectors::SessionLimits::below(std::time::Duration::from_secs(300)),
+        Some(fetcher_connectors::SessionLimits {
+            statement: std::time::Duration::from_secs(270),
+            lock: std::time::Duration::from_secs(30),
+        })
+    );
+    assert_eq!(
+        fetcher_connectors::SessionLimits::below(std::time::Duration::ZERO),
+        None
+    );
+
+    let role = unique("limited_reader");
+    let db = PgDb::create(&format!(
+        "CREATE FUNCTION sleepy() RETURNS boolean LANGUAGE plpgsql AS $$BEGIN PERFORM pg_sleep(5); RETURN true; END$$;
+         CREATE TABLE slow (id bigint PRIMARY KEY); INSERT INTO slow VALUES (1);
+         ALTER TABLE slow ENABLE ROW LEVEL SECURITY;
+         CREATE POLICY p ON slow USING (sleepy());
+         CREATE TABLE locked (id bigint PRIMARY KEY); INSERT INTO locked VALUES (1);
+         CREATE ROLE {role} LOGIN;
+         GRANT SELECT ON slow, locked TO {role};"
+    ))
+    .await;
+    let mut reader = db.descriptor("pg");
+    reader.username = role.clone();
+    let h = limited_harness(&reader, limits).await;
+    let started = std::time::Instant::now();
+    let err = h
+        .store_ndjson(json!({"mappedFields": {"pg": {"slow": ["id"]}}}))
+        .await
+        .expect_err("the statement outlives its limit");
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut holder = pg_admin(&db.name).await;
+    holder
+        .execute("BEGIN; LOCK TABLE locked IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = h
+        .store_ndjson(json!({"mappedFields": {"pg": {"locked": ["id"]}}}))
+        .await
+        .expect_err("the lock outlives its limit");
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    holder.execute("ROLLBACK").await.unwrap();
+    drop(holder);
+    db.drop_db().await;
+    let mut admin = pg_admin("postgres").await;
+    let _ = admin
+        .execute(format!("DROP ROLE IF EXISTS {role}").as_str())
+        .await;
+
+    let my = MyDb::create(&[
+        "CREATE TABLE locked (id BIGINT PRIMARY KEY)",
+        "INSERT INTO locked VALUES (1)",
+    ])
+    .await;
+    let h = limited_harness(&my.descriptor("my"), limits).await;
+    let mut holder = my_admin(Some(&my.name)).await;
+    holder.execute("LOCK TABLES locked WRITE").await.unwrap();
+    let started = std::time::Instant::now();
+    let err = h
+        .store_ndjson(json!({"mappedFields": {"my": {"locked": ["id"]}}}))
+        .await
+        .expect_err("the metadata lock outlives its limit");
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    holder.execute("UNLOCK TABLES").await.unwrap();
+    drop(holder);
+    my.drop_db().await;
+}

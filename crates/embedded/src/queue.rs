@@ -1,17 +1,27 @@
 //! The in-process work queue of `fetcher serve`, and the worker that drains it.
 //!
-//! The queue itself is a channel; durability comes from the jobs table: on start the
-//! worker re-enqueues every job that needs a worker (pending, or processing with an
+//! The queue keeps its messages in memory; durability comes from the jobs table: on start
+//! the worker re-enqueues every job that needs a worker (pending, or processing with an
 //! expired lease), so jobs accepted before a crash or restart run after it. Messages are
 //! the same signed envelopes the SQS path carries, verified by the same pipeline.
+//!
+//! **Fair workers** (docs/operations.md, "Fair workers"): the queue is not one FIFO. Each
+//! tenant's messages wait in a line of their own, tenants are served in turn, and a
+//! message is taken only while its tenant runs fewer than [`Shares::per_tenant`] jobs and
+//! each connection it reads runs fewer than [`Shares::per_connection`]: a tenant whose
+//! queries run slow (a policy that sleeps, a lock it waits on) holds its share of the
+//! workers, never all of them, and another tenant's job starts at once. Continuations and
+//! the ranges of a fanned-out job are messages too, under the same shares.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use fetcher_crypto::envelope::HEADER_TENANT_ID;
 use fetcher_crypto::{KeyPurpose, MessageSigner};
 use fetcher_engine::{BoxFuture, Timestamp};
-use tokio::sync::{Mutex, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
@@ -22,43 +32,237 @@ use fetcher_host::model::{JobStatus, QueueMessage};
 use fetcher_host::pipeline::{Outcome, Pipeline, StrandedRules};
 use fetcher_host::ports::JobQueue;
 
-/// A channel-backed queue.
+/// How much of the workers one tenant, and one connection of a tenant, may hold at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shares {
+    /// Jobs of one tenant running at once.
+    pub per_tenant: usize,
+    /// Jobs reading one connection (of one tenant) running at once.
+    pub per_connection: usize,
+}
+
+impl Shares {
+    /// No limits: every message is taken in turn.
+    pub const UNLIMITED: Shares = Shares {
+        per_tenant: usize::MAX,
+        per_connection: usize::MAX,
+    };
+
+    /// The defaults for `workers` workers: one worker stays free of any one connection,
+    /// and (multi-tenant) of any one tenant, so another's job starts at once; a
+    /// single-tenant deployment's one tenant may use every worker.
+    pub fn defaults(workers: usize, multi_tenant: bool) -> Shares {
+        let below = workers.saturating_sub(1).max(1);
+        Shares {
+            per_tenant: if multi_tenant { below } else { workers.max(1) },
+            per_connection: below,
+        }
+    }
+}
+
+/// Whom a message's job is for: its tenant and the connections (config names) it reads.
+/// Read from the message before its signature is checked: a forged one can only wait in
+/// a line; the pipeline refuses it when it is taken.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Owner {
+    tenant: String,
+    connections: Vec<String>,
+}
+
+fn owner_of(msg: &QueueMessage) -> Owner {
+    let body: serde_json::Value = serde_json::from_slice(&msg.body).unwrap_or_default();
+    Owner {
+        tenant: msg
+            .headers
+            .get(HEADER_TENANT_ID)
+            .cloned()
+            .unwrap_or_default(),
+        connections: body["mappedFields"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default(),
+    }
+}
+
+/// A message waiting for a worker, with the number of times it was retried before.
+struct Waiting {
+    msg: QueueMessage,
+    attempt: u32,
+    owner: Owner,
+}
+
+/// The lines of waiting messages and what runs, by tenant and connection.
+#[derive(Default)]
+struct Lines {
+    /// Tenants with waiting messages, in the order they are served next.
+    turn: VecDeque<String>,
+    waiting: HashMap<String, VecDeque<Waiting>>,
+    running_tenant: HashMap<String, usize>,
+    running_connection: HashMap<(String, String), usize>,
+}
+
+impl Lines {
+    fn push(&mut self, w: Waiting) {
+        let line = self.waiting.entry(w.owner.tenant.clone()).or_default();
+        if line.is_empty() {
+            self.turn.push_back(w.owner.tenant.clone());
+        }
+        line.push_back(w);
+    }
+
+    fn waiting_of(&self, tenant: &str) -> usize {
+        self.waiting.get(tenant).map_or(0, VecDeque::len)
+    }
+
+    /// The next message a worker may take: tenants in turn, each its oldest message whose
+    /// tenant and connections are under their shares. The tenant served goes to the back.
+    fn take(&mut self, shares: Shares) -> Option<Waiting> {
+        for i in 0..self.turn.len() {
+            let tenant = &self.turn[i];
+            if self.running_tenant.get(tenant).copied().unwrap_or(0) >= shares.per_tenant {
+                continue;
+            }
+            let line = self.waiting.get_mut(tenant)?;
+            let free = |c: &String| {
+                let key = (tenant.clone(), c.clone());
+                self.running_connection.get(&key).copied().unwrap_or(0) < shares.per_connection
+            };
+            let Some(at) = line
+                .iter()
+                .position(|w| w.owner.connections.iter().all(free))
+            else {
+                continue;
+            };
+            let w = line.remove(at).expect("found above");
+            let tenant = self.turn.remove(i).expect("in turn");
+            if line.is_empty() {
+                self.waiting.remove(&tenant);
+            } else {
+                self.turn.push_back(tenant);
+            }
+            self.started(&w.owner);
+            return Some(w);
+        }
+        None
+    }
+
+    fn started(&mut self, owner: &Owner) {
+        *self.running_tenant.entry(owner.tenant.clone()).or_default() += 1;
+        for c in &owner.connections {
+            *self
+                .running_connection
+                .entry((owner.tenant.clone(), c.clone()))
+                .or_default() += 1;
+        }
+    }
+
+    fn ended(&mut self, owner: &Owner) {
+        fn down<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: K) {
+            if let Some(n) = map.get_mut(&key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    map.remove(&key);
+                }
+            }
+        }
+        down(&mut self.running_tenant, owner.tenant.clone());
+        for c in &owner.connections {
+            down(
+                &mut self.running_connection,
+                (owner.tenant.clone(), c.clone()),
+            );
+        }
+    }
+}
+
+/// The in-process queue: fair lines per tenant ([`Shares`]).
 pub struct InProcessQueue {
-    /// Each message with the number of times it was retried before.
-    tx: mpsc::UnboundedSender<(QueueMessage, u32)>,
-    rx: Mutex<mpsc::UnboundedReceiver<(QueueMessage, u32)>>,
+    lines: std::sync::Mutex<Lines>,
+    /// Signalled when a message arrives or a job ends (a share frees).
+    changed: Notify,
     accepting: watch::Sender<bool>,
     /// Messages enqueued and not yet finished (waiting, being handled, or waiting out a
     /// retry's delay): the queue's depth, as SQS counts its own.
     held: AtomicU64,
+    /// Messages one tenant may have waiting; past it, its new jobs are refused.
+    max_waiting_per_tenant: usize,
 }
 
 impl Default for InProcessQueue {
     fn default() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
         InProcessQueue {
-            tx,
-            rx: Mutex::new(rx),
+            lines: Default::default(),
+            changed: Notify::new(),
             accepting: watch::channel(true).0,
             held: AtomicU64::new(0),
+            max_waiting_per_tenant: DEFAULT_MAX_WAITING_PER_TENANT,
         }
     }
 }
+
+/// Messages one tenant may have waiting by default.
+pub const DEFAULT_MAX_WAITING_PER_TENANT: usize = 1000;
 
 impl InProcessQueue {
     pub fn new() -> Arc<Self> {
         Arc::default()
     }
 
+    /// A queue that holds at most `max` waiting messages of one tenant.
+    pub fn with_max_waiting_per_tenant(max: usize) -> Arc<Self> {
+        Arc::new(InProcessQueue {
+            max_waiting_per_tenant: max.max(1),
+            ..Default::default()
+        })
+    }
+
     /// Stops accepting new jobs (graceful shutdown): `enqueue` then fails with a
     /// retryable error, so the API answers 503 instead of losing the job.
     pub fn close(&self) {
         self.accepting.send_replace(false);
+        self.changed.notify_waiters();
     }
 
-    /// The next message, as the worker takes it (`None` once every sender is gone).
+    fn lines(&self) -> std::sync::MutexGuard<'_, Lines> {
+        self.lines.lock().expect("queue lines")
+    }
+
+    /// The next message in fair order, as a consumer without shares takes it (tests);
+    /// `None` when none comes within the wait.
     pub async fn recv(&self) -> Option<QueueMessage> {
-        self.rx.lock().await.recv().await.map(|(m, _)| m)
+        let w = self.take(Shares::UNLIMITED).await;
+        self.lines().ended(&w.owner);
+        Some(w.msg)
+    }
+
+    /// Waits for the next message a worker may take under `shares`. Cancel-safe: a
+    /// message is only ever taken when it is returned.
+    async fn take(&self, shares: Shares) -> Waiting {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(w) = self.lines().take(shares) {
+                return w;
+            }
+            changed.await;
+        }
+    }
+
+    /// A job taken with [`InProcessQueue::take`] stopped running: its shares free.
+    fn ended(&self, owner: &Owner) {
+        self.lines().ended(owner);
+        self.changed.notify_waiters();
+    }
+
+    fn push(&self, msg: QueueMessage, attempt: u32) {
+        let owner = owner_of(&msg);
+        self.lines().push(Waiting {
+            msg,
+            attempt,
+            owner,
+        });
+        self.changed.notify_waiters();
     }
 
     /// Sends `msg` back after `delay`, as retry `attempt`, without holding a worker while
@@ -69,7 +273,9 @@ impl InProcessQueue {
         let queue = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            if !*queue.accepting.borrow() || queue.tx.send((msg, attempt)).is_err() {
+            if *queue.accepting.borrow() {
+                queue.push(msg, attempt);
+            } else {
                 queue.finished();
             }
         });
@@ -94,13 +300,23 @@ impl JobQueue for InProcessQueue {
                 "shutting down; not accepting jobs",
             ))
         } else {
-            self.held.fetch_add(1, Ordering::SeqCst);
-            self.tx.send((message, 0)).map_err(|_| {
-                self.finished();
-                ServiceError::unavailable("job queue closed")
-            })
+            let tenant = owner_of(&message).tenant;
+            if self.lines().waiting_of(&tenant) >= self.max_waiting_per_tenant {
+                Err(ServiceError::new(
+                    fetcher_host::error::ErrorKind::RateLimited,
+                    "the tenant has its maximum number of jobs waiting for a worker",
+                ))
+            } else {
+                self.held.fetch_add(1, Ordering::SeqCst);
+                self.push(message, 0);
+                Ok(())
+            }
         };
         Box::pin(std::future::ready(out))
+    }
+
+    fn admits(&self, tenant: &str) -> bool {
+        self.lines().waiting_of(tenant) < self.max_waiting_per_tenant
     }
 
     fn depth(&self) -> BoxFuture<'_, Result<Option<u64>>> {
@@ -129,6 +345,8 @@ pub struct WorkerConfig {
     /// directory's lock): then startup recovery takes every processing job back at once
     /// instead of waiting out the dead process's leases.
     pub reclaim_leases: bool,
+    /// What one tenant and one connection may hold of the workers.
+    pub shares: Shares,
 }
 
 impl Default for WorkerConfig {
@@ -140,6 +358,7 @@ impl Default for WorkerConfig {
             repair_interval: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(60),
             reclaim_leases: false,
+            shares: Shares::defaults(2, false),
         }
     }
 }
@@ -218,7 +437,6 @@ impl Worker {
         let abandon = fetcher_engine::Context::background();
         let mut tasks = JoinSet::new();
         let mut repair = tokio::time::interval(self.config.repair_interval);
-        let mut rx = self.queue.rx.lock().await;
         let stop = async move {
             let _ = shutdown.wait_for(|s| *s).await;
         };
@@ -239,18 +457,18 @@ impl Worker {
                         Err(e) => warn!(error = %e.log_detail(), "stranded-job sweep failed"),
                     }
                 }
-                Some((msg, attempt)) = rx.recv(), if permits.available_permits() > 0 => {
+                w = self.queue.take(self.config.shares), if permits.available_permits() > 0 => {
                     let permit = permits.clone().try_acquire_owned().expect("a free slot");
                     let (pipeline, queue, config, abandon) = (self.pipeline.clone(), self.queue.clone(), self.config.clone(), abandon.clone());
                     tasks.spawn(async move {
                         let _permit = permit;
-                        handle(&pipeline, &queue, &config, &abandon, msg, attempt).await;
+                        handle(&pipeline, &queue, &config, &abandon, w.msg, w.attempt).await;
+                        queue.ended(&w.owner);
                     });
                 }
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             }
         }
-        drop(rx);
         self.queue.close();
         info!(in_flight = tasks.len(), "worker draining");
         let drained = tokio::time::timeout(self.config.shutdown_grace, async {
@@ -328,6 +546,133 @@ fn jitter() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    fn msg(tenant: &str, connections: &[&str], n: u32) -> Waiting {
+        let owner = Owner {
+            tenant: tenant.into(),
+            connections: connections.iter().map(|c| c.to_string()).collect(),
+        };
+        Waiting {
+            msg: QueueMessage {
+                headers: BTreeMap::from([("n".to_owned(), n.to_string())]),
+                body: Vec::new(),
+            },
+            attempt: 0,
+            owner,
+        }
+    }
+
+    fn n(w: &Waiting) -> u32 {
+        w.msg.headers["n"].parse().unwrap()
+    }
+
+    #[test]
+    fn tenants_take_turns_and_none_holds_more_than_its_share() {
+        let mut lines = Lines::default();
+        for i in 0..3 {
+            lines.push(msg("slow", &["a"], i));
+        }
+        lines.push(msg("other", &["b"], 10));
+        lines.push(msg("other", &["b"], 11));
+        let shares = Shares {
+            per_tenant: 1,
+            per_connection: 1,
+        };
+        // The first in line, then the other tenant's, though the slow one queued first.
+        let first = lines.take(shares).unwrap();
+        assert_eq!(n(&first), 0);
+        let second = lines.take(shares).unwrap();
+        assert_eq!(n(&second), 10);
+        // Both tenants hold their share: nothing more until one ends.
+        assert!(lines.take(shares).is_none());
+        lines.ended(&first.owner);
+        assert_eq!(n(&lines.take(shares).unwrap()), 1);
+        assert!(lines.take(shares).is_none());
+        lines.ended(&second.owner);
+        assert_eq!(n(&lines.take(shares).unwrap()), 11);
+        assert_eq!(lines.waiting_of("slow"), 1);
+        assert_eq!(lines.waiting_of("other"), 0);
+    }
+
+    #[test]
+    fn a_busy_connection_lets_the_same_tenants_other_connection_pass() {
+        let mut lines = Lines::default();
+        lines.push(msg("t", &["slow"], 0));
+        lines.push(msg("t", &["slow"], 1));
+        lines.push(msg("t", &["slow", "fast"], 2));
+        lines.push(msg("t", &["fast"], 3));
+        let shares = Shares::defaults(2, false);
+        assert_eq!(
+            shares,
+            Shares {
+                per_tenant: 2,
+                per_connection: 1
+            }
+        );
+        let held = lines.take(shares).unwrap();
+        assert_eq!(n(&held), 0);
+        // Messages 1 and 2 read the busy connection: 3 goes first.
+        assert_eq!(n(&lines.take(shares).unwrap()), 3);
+        assert!(
+            lines.take(shares).is_none(),
+            "the tenant holds both workers"
+        );
+        lines.ended(&held.owner);
+        assert_eq!(lines.running_tenant["t"], 1);
+    }
+
+    #[test]
+    fn the_default_shares_keep_a_worker_free_of_any_one() {
+        assert_eq!(
+            Shares::defaults(1, true),
+            Shares {
+                per_tenant: 1,
+                per_connection: 1
+            }
+        );
+        assert_eq!(
+            Shares::defaults(2, true),
+            Shares {
+                per_tenant: 1,
+                per_connection: 1
+            }
+        );
+        assert_eq!(
+            Shares::defaults(8, true),
+            Shares {
+                per_tenant: 7,
+                per_connection: 7
+            }
+        );
+        assert_eq!(
+            Shares::defaults(8, false),
+            Shares {
+                per_tenant: 8,
+                per_connection: 7
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tenant_with_its_maximum_waiting_is_refused_and_others_are_not() {
+        let queue = InProcessQueue::with_max_waiting_per_tenant(2);
+        let of = |tenant: &str| QueueMessage {
+            headers: BTreeMap::from([(HEADER_TENANT_ID.to_owned(), tenant.to_owned())]),
+            body: br#"{"jobId":"x","mappedFields":{"pg":{"t":["id"]}}}"#.to_vec(),
+        };
+        queue.enqueue(of("a")).await.unwrap();
+        queue.enqueue(of("a")).await.unwrap();
+        let refused = queue.enqueue(of("a")).await.unwrap_err();
+        assert_eq!(refused.kind(), fetcher_host::error::ErrorKind::RateLimited);
+        queue.enqueue(of("b")).await.unwrap();
+        assert_eq!(queue.depth().await.unwrap(), Some(3));
+        // Taking one makes room again.
+        let w = queue.take(Shares::UNLIMITED).await;
+        assert_eq!(w.owner.tenant, "a");
+        assert_eq!(w.owner.connections, ["pg"]);
+        queue.enqueue(of("a")).await.unwrap();
+    }
 
     #[test]
     fn retry_delays_grow_to_a_cap_and_cover_a_minute_of_outage() {

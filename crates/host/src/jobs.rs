@@ -114,6 +114,9 @@ pub enum JobError {
     /// Another job of the sync is pending or processing (a second job of a sync never
     /// runs beside it): 409 `FET-1024`, naming that job.
     SyncBusy { sync_id: String, job_id: JobId },
+    /// The tenant has its maximum number of jobs waiting for a worker: 429 `FET-1027`,
+    /// nothing stored (docs/operations.md, "Fair workers").
+    TooManyWaiting,
     /// Over one of the engine's per-table limits (tables per datasource, fields or
     /// filtered fields per table): 400 `FET-1061`, as validate-schema answers it.
     ValidationLimit(String),
@@ -393,6 +396,10 @@ impl JobService {
         // A host that is shutting down takes no new work: refuse before storing anything.
         if !self.queue.is_accepting() {
             return Err(JobError::ShuttingDown);
+        }
+        // A tenant with its maximum of jobs waiting for a worker queues no more.
+        if !self.queue.admits(&tenant.tenant_id) {
+            return Err(JobError::TooManyWaiting);
         }
         // Insert (atomic per hash), then enqueue.
         let request = JobRequest {

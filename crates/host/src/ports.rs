@@ -211,6 +211,14 @@ pub trait JobQueue: Send + Sync {
         true
     }
 
+    /// Whether `tenant` may queue another job: a queue that bounds each tenant's waiting
+    /// jobs (`serve`'s, docs/operations.md "Fair workers") says no at that bound, and the
+    /// job is refused before anything is stored. Queues without such a bound (SQS) keep
+    /// the default.
+    fn admits(&self, _tenant: &str) -> bool {
+        true
+    }
+
     /// How many messages the queue holds (waiting, in flight or delayed), if it can tell
     /// (approximately, as SQS counts). The repair pass asks whether it holds none at all
     /// ([`crate::pipeline::StrandedRules`]). `None`: the queue cannot tell.

@@ -71,7 +71,12 @@ impl HostPorts {
             Datasources::ServersOnly => SqlRegistry::servers_only(credentials, policy),
             Datasources::WithSqlite => SqlRegistry::new(credentials, policy),
         }
-        .with_read_partitions(settings.read_partitions);
+        .with_read_partitions(settings.read_partitions)
+        // The waits a database controls end before the run's own bound (docs/operations.md,
+        // "Fair workers").
+        .with_session_limits(fetcher_connectors::SessionLimits::below(
+            settings.extraction_timeout,
+        ));
         Engine::builder()
             .connector_registry(Arc::new(registry))
             .connection_store(self.connections.clone())

@@ -61,6 +61,8 @@ pub mod code {
     pub const SYNC_MISMATCH: &str = "FET-1025";
     /// The sync belongs to another product of the tenant.
     pub const SYNC_OF_ANOTHER_PRODUCT: &str = "FET-1026";
+    /// The tenant has its maximum number of jobs waiting for a worker.
+    pub const TOO_MANY_WAITING: &str = "FET-1027";
     pub const CONNECTION_DOWN: &str = "FET-1040";
     pub const SCHEMA_INVALID: &str = "FET-1060";
     pub const VALIDATION_LIMIT: &str = "FET-1061";

@@ -301,6 +301,12 @@ pub(crate) fn error_of(e: JobError) -> ApiError {
         }
         JobError::InvalidDataRequest(m) => ApiError::invalid_data_request(m),
         JobError::ValidationLimit(m) => ApiError::validation_limit(m),
+        JobError::TooManyWaiting => ApiError::business(
+            StatusCode::TOO_MANY_REQUESTS,
+            code::TOO_MANY_WAITING,
+            "Too Many Jobs Waiting",
+            "the tenant has its maximum number of jobs waiting for a worker: submit more once some have started",
+        ),
         JobError::Metadata(title, message) => {
             ApiError::business(bad, code::MISSING_FIELDS, title, message)
         }
@@ -456,7 +462,7 @@ fn exact_filter_numbers(body: &[u8]) -> Result<(), ApiError> {
 /// Create an extraction job (de-duplicated by content).
 #[utoipa::path(post, path = "/v1/fetcher", tag = "fetcher", request_body = FetcherRequest, params(("X-Product-Name" = Option<String>, Header, description = "The caller's product: metadata.source must be it (400 FET-1016); required where the deployment requires it (docs/api.md, Products)")),
     responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT (multi-tenant mode, or single-tenant with auth required)"), (status = 202, body = FetcherResponse, description = "New job"), (status = 200, body = FetcherResponse, description = "Duplicate of an existing job"),
-        (status = 400, body = ErrorBody, description = "FET-0001, FET-0401 (also Invalid Incremental Read), FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040, FET-1061"), (status = 409, body = ErrorBody, description = "FET-1024: another job of the sync is pending or processing; FET-1025: the sync's watermark is on other columns; FET-1026: the sync belongs to another product"), (status = 413, body = ErrorBody, description = "Body over 4 MiB, or the job request (mapped fields, filters, metadata) over 192 KiB"),
+        (status = 400, body = ErrorBody, description = "FET-0001, FET-0401 (also Invalid Incremental Read), FET-0402, FET-0414, FET-1014, FET-1016, FET-1020, FET-1040, FET-1061"), (status = 409, body = ErrorBody, description = "FET-1024: another job of the sync is pending or processing; FET-1025: the sync's watermark is on other columns; FET-1026: the sync belongs to another product"), (status = 429, body = ErrorBody, description = "FET-1027: the tenant has its maximum number of jobs waiting for a worker (serve)"), (status = 413, body = ErrorBody, description = "Body over 4 MiB, or the job request (mapped fields, filters, metadata) over 192 KiB"),
         (status = 422, body = super::connections::SchemaValidationErrorResponse, description = "FET-1060: the cached schema lacks a mapped table or field (validate-schema's body)"), (status = 500, body = ErrorBody, description = "FET-0002"), (status = 503, body = ErrorBody, description = "FET-0003: shutting down, nothing stored"), (status = 504, body = ErrorBody, description = "The datasources' connection tests did not finish within the budget (20 s)")))]
 pub async fn create_job(
     State(st): State<AppState>,

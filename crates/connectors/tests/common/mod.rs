@@ -233,6 +233,14 @@ pub async fn batches(
     out
 }
 
+/// A harness over any connector registry.
+pub async fn harness_with_registry(
+    registry: Arc<dyn fetcher_engine::ports::ConnectorRegistry>,
+    descriptors: &[ConnectionDescriptor],
+) -> Harness {
+    harness_with(registry, descriptors).await
+}
+
 async fn harness_with(
     registry: Arc<dyn fetcher_engine::ports::ConnectorRegistry>,
     descriptors: &[ConnectionDescriptor],
