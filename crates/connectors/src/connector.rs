@@ -467,7 +467,10 @@ impl SqlConnector {
 }
 
 fn connect_timeout() -> EngineError {
-    EngineError::new(Category::Connect, msg::CONNECT_FAILED)
+    EngineError::new(
+        Category::Connect,
+        fetcher_engine::error::msg::CONNECT_TIMED_OUT,
+    )
 }
 
 fn discover_timeout() -> EngineError {

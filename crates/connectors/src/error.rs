@@ -91,9 +91,62 @@ pub fn from_done(d: Done) -> EngineError {
 /// (a wrong password, a locked or login-less user, an unknown database: [`answer`] says
 /// the login was refused, not that the server was unreachable).
 pub fn connect_failed(cause: sqlx::Error) -> EngineError {
-    let refused = answer(&cause) != Answer::Transient;
-    let e = EngineError::wrap(Category::Connect, msg::CONNECT_FAILED, cause);
+    use fetcher_engine::error::msg as why;
+    let reason = connect_reason(&cause);
+    let refused = answer(&cause) != Answer::Transient
+        || matches!(
+            reason,
+            Some(why::LOGIN_REFUSED | why::DATABASE_UNKNOWN | why::TLS_REFUSED)
+        );
+    let e = EngineError::wrap(
+        Category::Connect,
+        reason.unwrap_or(msg::CONNECT_FAILED),
+        cause,
+    );
     if refused { e.final_answer() } else { e }
+}
+
+/// Why a connection failed, where the answer tells the caller what to fix: the engine's
+/// fixed text of that reason ([`fetcher_engine::Reason`]), or `None`.
+fn connect_reason(e: &sqlx::Error) -> Option<&'static str> {
+    use fetcher_engine::error::msg as why;
+    match e {
+        sqlx::Error::Database(d) => {
+            if let Some(my) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                return match my.number() {
+                    // Access denied (to the server, to the database), a plugin or an
+                    // expired password the server refuses.
+                    1044 | 1045 | 1251 | 1698 | 1862 | 4151 => Some(why::LOGIN_REFUSED),
+                    1049 => Some(why::DATABASE_UNKNOWN),
+                    _ => None,
+                };
+            }
+            let code = d.code().unwrap_or_default();
+            match code.get(..2) {
+                Some("28") => Some(why::LOGIN_REFUSED),
+                _ if code == "3D000" => Some(why::DATABASE_UNKNOWN),
+                // No privilege to connect to the database.
+                _ if code == "42501" => Some(why::LOGIN_REFUSED),
+                _ => None,
+            }
+        }
+        // A handshake rustls refused (a certificate that does not verify, no common
+        // protocol) reaches here as an I/O error carrying rustls' own error.
+        sqlx::Error::Io(io)
+            if io
+                .get_ref()
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) =>
+        {
+            Some(why::TLS_REFUSED)
+        }
+        sqlx::Error::Io(io) => match io.kind() {
+            std::io::ErrorKind::ConnectionRefused => Some(why::NOT_LISTENING),
+            std::io::ErrorKind::TimedOut => Some(why::CONNECT_TIMED_OUT),
+            _ => None,
+        },
+        sqlx::Error::Tls(_) => Some(why::TLS_REFUSED),
+        _ => None,
+    }
 }
 
 /// What the database's own answer to a statement says about retrying it.

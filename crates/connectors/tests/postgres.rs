@@ -420,10 +420,10 @@ async fn bad_input_is_rejected_never_widened() {
     assert_eq!(e.category(), Category::Connect);
     assert_eq!(
         e.to_string(),
-        "engine: [connect] failed to connect to datasource"
+        "engine: [connect] the datasource has no database of that name"
     );
     let e = c.test_connection(&ctx).await.unwrap_err();
-    assert_eq!(e.message(), "failed to connect to datasource");
+    assert_eq!(e.message(), "the datasource has no database of that name");
     c.close(&ctx).await.unwrap();
 
     // Invalid TLS mode at build.

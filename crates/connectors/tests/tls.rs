@@ -225,7 +225,11 @@ async fn postgres_tls_modes_are_applied() {
             None => {
                 let e = tested.unwrap_err();
                 assert_eq!(e.category(), Category::Connect, "{host} {mode}");
-                assert_eq!(e.message(), "failed to connect to datasource");
+                assert_eq!(
+                    e.message(),
+                    "the TLS handshake with the datasource failed",
+                    "{host} {mode}"
+                );
             }
             Some(encrypted) => {
                 tested.unwrap_or_else(|e| {
@@ -260,7 +264,7 @@ async fn postgres_tls_modes_are_applied() {
     let shown = format!("{e} | {e:?}");
     assert_eq!(
         shown,
-        "engine: [connect] failed to connect to datasource | engine: [connect] failed to connect to datasource"
+        "engine: [connect] the datasource refused the login | engine: [connect] the datasource refused the login"
     );
     let e = c.discover_schema(&ctx).await.unwrap_err();
     assert_eq!(e.category(), Category::Connect);

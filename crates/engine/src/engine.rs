@@ -500,8 +500,17 @@ impl Engine {
                 Some(
                     crate::Reason::HostNotResolved
                     | crate::Reason::ForbiddenHost
-                    | crate::Reason::InvalidTlsMode,
+                    | crate::Reason::InvalidTlsMode
+                    | crate::Reason::LoginRefused
+                    | crate::Reason::DatabaseUnknown
+                    | crate::Reason::NotListening
+                    | crate::Reason::ConnectTimedOut
+                    | crate::Reason::TlsRefused,
                 ) => e,
+                // The operation's deadline passed while connecting: no answer in time.
+                _ if e.category() == Category::Timeout => {
+                    EngineError::new(Category::Connect, msg::CONNECT_TIMED_OUT)
+                }
                 _ => {
                     let retry = e.retry();
                     EngineError::wrap(Category::Connect, msg::CONNECT_FAILED, e).with_retry(retry)

@@ -111,6 +111,18 @@ pub enum Reason {
     InvalidTlsMode,
     /// `not_found`: the host registered no connector for the connection's datasource type.
     NoConnector,
+    /// `connect`: the datasource refused the login (user, password, a locked or
+    /// login-less user, no access to the database): the caller must fix the connection.
+    LoginRefused,
+    /// `connect`: the server has no database of the connection's name.
+    DatabaseUnknown,
+    /// `connect`: nothing listens at the connection's host and port (refused at once).
+    NotListening,
+    /// `connect`: the datasource did not answer the connection within its bound.
+    ConnectTimedOut,
+    /// `connect`: the TLS handshake failed (the server offers no TLS where the mode needs
+    /// it, or its certificate does not verify).
+    TlsRefused,
 }
 
 /// Whether retrying the same operation later can help: the one answer every host acts on
@@ -191,6 +203,11 @@ impl EngineError {
             (Category::NotFound, m) if m.starts_with(msg::NO_CONNECTOR_PREFIX) => {
                 Some(Reason::NoConnector)
             }
+            (Category::Connect, msg::LOGIN_REFUSED) => Some(Reason::LoginRefused),
+            (Category::Connect, msg::DATABASE_UNKNOWN) => Some(Reason::DatabaseUnknown),
+            (Category::Connect, msg::NOT_LISTENING) => Some(Reason::NotListening),
+            (Category::Connect, msg::CONNECT_TIMED_OUT) => Some(Reason::ConnectTimedOut),
+            (Category::Connect, msg::TLS_REFUSED) => Some(Reason::TlsRefused),
             _ => None,
         }
     }
@@ -269,6 +286,12 @@ pub mod msg {
     pub const BUILD_FAILED: &str = "failed to build connector for connection";
     pub const CONNECT_FAILED: &str = "failed to connect to datasource";
     pub const HOST_NOT_RESOLVED: &str = "datasource host could not be resolved";
+    /// Why a connection failed, where the caller must fix it (`connect`, a reason each).
+    pub const LOGIN_REFUSED: &str = "the datasource refused the login";
+    pub const DATABASE_UNKNOWN: &str = "the datasource has no database of that name";
+    pub const NOT_LISTENING: &str = "nothing listens at the datasource's host and port";
+    pub const CONNECT_TIMED_OUT: &str = "the datasource did not answer the connection in time";
+    pub const TLS_REFUSED: &str = "the TLS handshake with the datasource failed";
     pub const HOST_FORBIDDEN: &str = "host is not a valid external database endpoint";
     pub const TLS_MODE_INVALID: &str = "the TLS mode is not one of the connection type's";
     pub const DISCOVER_FAILED: &str = "failed to discover datasource schema";

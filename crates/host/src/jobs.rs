@@ -84,8 +84,9 @@ pub enum JobError {
     ProductMismatch { config_name: String, source: String },
     /// 400 `FET-0414`.
     ForbiddenHost,
-    /// 400 `FET-1040`.
-    ConnectionDown(String),
+    /// 400 `FET-1040`, with why when the connector said (the engine's fixed text of a
+    /// connect reason: a refused login, an unknown database, …).
+    ConnectionDown(String, Option<String>),
     /// A cancel of a job that already ended (`completed`, `failed`, `canceled`): 409.
     Finished(JobStatus),
     /// A connection-store failure while resolving (mapped like every connection-store error).
@@ -333,7 +334,16 @@ impl JobService {
                     Ok(Err(e)) if fetcher_connectors::is_forbidden_host(&e) => {
                         Err(JobError::ForbiddenHost)
                     }
-                    _ => Err(JobError::ConnectionDown(d.config_name.clone())),
+                    Ok(Err(e))
+                        if e.reason().is_some()
+                            && e.category() == fetcher_engine::Category::Connect =>
+                    {
+                        Err(JobError::ConnectionDown(
+                            d.config_name.clone(),
+                            Some(e.message().to_owned()),
+                        ))
+                    }
+                    _ => Err(JobError::ConnectionDown(d.config_name.clone(), None)),
                 }
             });
         let outcomes = tokio::time::timeout(

@@ -44,6 +44,12 @@ pub mod code {
     pub const FORBIDDEN_HOST: &str = "FET-0414";
     /// Ours: the connection's host name has no address (docs/api.md, "Errors").
     pub const HOST_NOT_RESOLVED: &str = "FET-0415";
+    /// Why a connection test or discovery failed, where the caller must fix it.
+    pub const LOGIN_REFUSED: &str = "FET-0416";
+    pub const DATABASE_UNKNOWN: &str = "FET-0417";
+    pub const NOT_LISTENING: &str = "FET-0418";
+    pub const CONNECT_TIMED_OUT: &str = "FET-0419";
+    pub const TLS_REFUSED: &str = "FET-0420";
     pub const ENTITY_NOT_FOUND: &str = "FET-1001";
     pub const DUPLICATE: &str = "FET-1002";
     pub const NOT_ASSIGNED: &str = "FET-1014";
@@ -433,6 +439,70 @@ impl ApiError {
             "{} - Invalid SSL mode. The provided SSL mode '{shown}' is not supported. Please use a valid SSL mode for this database type.",
             code::SSL_MODE
         )
+    }
+
+    /// Why a connection test or discovery of `d` failed, when the engine says
+    /// (docs/api.md, "Why a connection failed"): what to fix, in our words, naming only
+    /// what the caller gave (host, port, database, user, TLS mode). `None`: no reason.
+    pub fn connection_reason(
+        reason: Option<fetcher_engine::Reason>,
+        d: &fetcher_engine::ConnectionDescriptor,
+    ) -> Option<Self> {
+        use fetcher_engine::Reason;
+        let at = format!("{}:{}", d.host, d.port);
+        let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
+        let (status, code, title, message) = match reason? {
+            Reason::HostNotResolved => return Some(Self::host_not_resolved()),
+            Reason::LoginRefused => (
+                unprocessable,
+                code::LOGIN_REFUSED,
+                "Login Refused",
+                format!(
+                    "The database at {at} refused the login of user '{}': check the user name and password, and that the user may connect to database '{}'.",
+                    d.username, d.database_name
+                ),
+            ),
+            Reason::DatabaseUnknown => (
+                unprocessable,
+                code::DATABASE_UNKNOWN,
+                "Database Unknown",
+                format!(
+                    "The server at {at} has no database '{}': check databaseName.",
+                    d.database_name
+                ),
+            ),
+            Reason::NotListening => (
+                unprocessable,
+                code::NOT_LISTENING,
+                "Nothing Listening",
+                format!(
+                    "Nothing is listening at {at}: check the host and port, and that the database is running."
+                ),
+            ),
+            Reason::ConnectTimedOut => (
+                StatusCode::GATEWAY_TIMEOUT,
+                code::CONNECT_TIMED_OUT,
+                "Connection Timed Out",
+                format!(
+                    "The database at {at} did not answer in time: check the host and port, and that the network lets this service reach it (firewalls, security groups)."
+                ),
+            ),
+            Reason::TlsRefused => (
+                unprocessable,
+                code::TLS_REFUSED,
+                "TLS Handshake Failed",
+                format!(
+                    "The TLS handshake with {at} failed with ssl.mode '{}': the server may not offer TLS, or its certificate does not verify for this host; check ssl.mode and the server's certificate.",
+                    if d.ssl_mode.as_str().is_empty() {
+                        "default"
+                    } else {
+                        d.ssl_mode.as_str()
+                    }
+                ),
+            ),
+            _ => return None,
+        };
+        Some(Self::business(status, code, title, message))
     }
 
     pub fn connect_failed() -> Self {

@@ -348,11 +348,14 @@ pub(crate) fn error_of(e: JobError) -> ApiError {
             ),
         ),
         JobError::ForbiddenHost => ApiError::forbidden_host(),
-        JobError::ConnectionDown(n) => ApiError::business(
+        JobError::ConnectionDown(n, why) => ApiError::business(
             bad,
             code::CONNECTION_DOWN,
             "Connection Down",
-            format!("Connection '{n}' is not available"),
+            match why {
+                Some(why) => format!("Connection '{n}' is not available: {why}"),
+                None => format!("Connection '{n}' is not available"),
+            },
         ),
         JobError::ConnectionStore(e) => ApiError::from_engine(&e),
         JobError::JobStore(e) => ApiError::from_job_store(&e),

@@ -31,6 +31,10 @@ pub(super) fn connector_error(
         // wrong type): the caller's fault, reported as such. Connectors write these texts
         // themselves and never put driver output in them.
         Category::Validation => e,
+        // Why the connection failed, in the engine's fixed words (a refused login, an
+        // unknown database, nothing listening, a timeout, a failed TLS handshake): what
+        // the caller must fix, so kept (the reference said only "failed to connect").
+        Category::Connect if e.reason().is_some() => e,
         _ => match ctx.err() {
             Some(d) => d.into(),
             None => {

@@ -57,14 +57,15 @@ pub async fn test_connection(
         Ok(Err(e)) if e.reason() == Some(Reason::ConnectionNotFound) => {
             Err(ApiError::not_found("connection"))
         }
-        Ok(Err(e)) if e.reason() == Some(Reason::HostNotResolved) => {
-            Err(ApiError::host_not_resolved())
-        }
         Ok(Err(e)) => {
-            tracing::info!(error = %e, "connection test failed");
-            Err(ApiError::connect_failed())
+            tracing::info!(error = %e, cause = %cause_chain(&e), "connection test failed");
+            Err(ApiError::connection_reason(e.reason(), &d)
+                .unwrap_or_else(ApiError::connect_failed))
         }
-        Err(_) => Err(ApiError::connect_failed()),
+        Err(_) => Err(
+            ApiError::connection_reason(Some(Reason::ConnectTimedOut), &d)
+                .unwrap_or_else(ApiError::connect_failed),
+        ),
     }
 }
 
@@ -93,7 +94,7 @@ pub async fn get_schema(
     .await
     {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(schema_error(&e)),
+        Ok(Err(e)) => return Err(schema_error(&e, &d)),
         Err(_) => return Err(ApiError::schema_failed()),
     };
     let mut tables: Vec<TableSchema> = snapshot
@@ -120,21 +121,35 @@ pub async fn get_schema(
     .into_response())
 }
 
-pub(super) fn schema_error(e: &EngineError) -> ApiError {
+pub(super) fn schema_error(e: &EngineError, d: &ConnectionDescriptor) -> ApiError {
     if is_forbidden_host(e) {
         return ApiError::forbidden_host();
     }
-    tracing::info!(error = %e, "schema discovery failed");
+    tracing::info!(error = %e, cause = %cause_chain(e), "schema discovery failed");
     match e.category() {
         Category::NotFound if e.reason() == Some(Reason::ConnectionNotFound) => {
             ApiError::not_found("connection")
         }
-        Category::Connect if e.reason() == Some(Reason::HostNotResolved) => {
-            ApiError::host_not_resolved()
+        Category::Connect => {
+            ApiError::connection_reason(e.reason(), d).unwrap_or_else(ApiError::connect_failed)
         }
-        Category::Connect => ApiError::connect_failed(),
         _ => ApiError::schema_failed(),
     }
+}
+
+/// The hidden causes of `e`, for the log: the driver's own words (never credentials: the
+/// drivers do not print passwords), which no HTTP body carries.
+fn cause_chain(e: &EngineError) -> String {
+    let mut out = String::new();
+    let mut next = std::error::Error::source(e);
+    while let Some(c) = next {
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&c.to_string());
+        next = c.source();
+    }
+    out
 }
 
 /// Check that tables and fields of a mapping exist.
