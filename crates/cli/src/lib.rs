@@ -9,6 +9,7 @@
 pub mod demo;
 pub mod host_guard;
 pub mod http_server;
+pub mod key_check;
 pub mod keys;
 pub mod parts;
 pub mod result;

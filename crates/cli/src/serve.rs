@@ -380,6 +380,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     // lease its store holds at start belongs to a process that is gone.
     let _data_dir_lock = lock_data_dir(&args.data_dir)?;
     let ring = Arc::new(key_ring(&args).await?);
+    // A key that is not the one this directory's data was sealed with stops the start
+    // here, not at every connection later.
+    crate::key_check::verify(&args.data_dir, &ring)?;
     let keys: Arc<dyn KeyProvider> = Arc::new(StaticKeyProvider(ring.clone()));
 
     let db = SqliteStore::open(&args.data_dir.join("fetcher.db"))

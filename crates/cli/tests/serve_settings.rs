@@ -850,3 +850,26 @@ fn the_connection_cap_fits_the_file_limit() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("file limit (ulimit -n) is 40"), "{err}");
 }
+
+/// #53 item 2: a master key that is not the data directory's stops the start with what
+/// to do, instead of a serve on which every stored connection then looks broken.
+#[test]
+fn a_master_key_that_is_not_the_directorys_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &[]);
+    drop(server);
+    let err = refused_with(
+        &data,
+        &[],
+        &[(
+            "FETCHER_MASTER_KEY",
+            "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=",
+        )],
+    );
+    assert!(err.contains("sealed with another master key"), "{err}");
+    // The right key still starts it.
+    let server = Server::start(&data, &[]);
+    let (status, _) = server.request("GET", "/health", None, &[]);
+    assert_eq!(status, 200);
+}
