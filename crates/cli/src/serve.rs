@@ -135,8 +135,10 @@ pub struct ServeArgs {
     /// and handed back (`pending`) for the next start.
     #[arg(long, default_value_t = 60, env = "FETCHER_SHUTDOWN_GRACE")]
     pub shutdown_grace: u64,
-    /// Seconds `/readyz` answers 503 before the server stops, on shutdown.
-    #[arg(long, default_value_t = 12, env = "FETCHER_DRAIN_DELAY")]
+    /// Seconds `/readyz` answers 503 before the server stops, on shutdown: behind a load
+    /// balancer, its health check interval times its threshold (say 12). None by default:
+    /// on a laptop Ctrl-C stops at once.
+    #[arg(long, default_value_t = 0, env = "FETCHER_DRAIN_DELAY")]
     pub drain_delay: u64,
     /// Result format when a job does not ask: `v2` (streamed; as large as
     /// --max-result-bytes allows), `v1` (the reference's format, for consumers built for
@@ -588,6 +590,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     };
     crate::http_server::serve(listener, router, limits, async move {
         shutdown_signal().await;
+        // A second signal while this one drains and finishes the jobs: stop now. The jobs
+        // in flight stay in the data directory and the next start takes them back.
+        tokio::spawn(async {
+            shutdown_signal().await;
+            eprintln!("fetcher serve: second signal, stopping now (jobs in flight resume at the next start)");
+            std::process::exit(130);
+        });
         info!(?drain, "shutting down: draining");
         shutdown_state.start_draining();
         tokio::time::sleep(drain).await;

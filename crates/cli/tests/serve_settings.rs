@@ -873,3 +873,50 @@ fn a_master_key_that_is_not_the_directorys_stops_the_start() {
     let (status, _) = server.request("GET", "/health", None, &[]);
     assert_eq!(status, 200);
 }
+
+/// #53 item 10: Ctrl-C on a laptop stops an idle serve at once (no drain by default), and
+/// a second signal cuts a drain short.
+#[test]
+fn ctrl_c_stops_at_once_and_a_second_one_cuts_a_drain_short() {
+    let interrupt = |server: &Server| {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(server.child.id() as i32, libc::SIGINT) };
+    };
+    let wait_exit = |server: &mut Server, within: Duration| {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve still running after {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut idle = Server::start_with(&data, &[], None, &[]);
+    let started = Instant::now();
+    interrupt(&idle);
+    let status = wait_exit(&mut idle, Duration::from_secs(5));
+    assert!(status.success(), "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut draining = Server::start_with(&data, &["--drain-delay", "30"], None, &[]);
+    interrupt(&draining);
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    interrupt(&draining);
+    let status = wait_exit(&mut draining, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}

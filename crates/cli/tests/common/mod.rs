@@ -46,12 +46,7 @@ impl Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fetcher"));
         cmd.args(["serve", "--data-dir"])
             .arg(data_dir)
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--drain-delay",
-                "0",
-            ])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(extra)
             .env("FETCHER_MASTER_KEY", KEY)
             .env("FETCHER_LOG", if log.is_some() { "info" } else { "warn" })
