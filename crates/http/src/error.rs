@@ -212,6 +212,16 @@ impl ApiError {
         )
     }
 
+    /// 400 `FET-0001` saying what is wrong with the body (where and why).
+    pub fn invalid_payload_because(why: impl std::fmt::Display) -> Self {
+        Self::business(
+            StatusCode::BAD_REQUEST,
+            code::BAD_REQUEST,
+            "Invalid payload",
+            format!("unable to parse request body: {why}"),
+        )
+    }
+
     pub fn empty_body() -> Self {
         Self::business(
             StatusCode::BAD_REQUEST,

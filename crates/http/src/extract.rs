@@ -27,8 +27,11 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
 }
 
 /// Parses a JSON body: the media type must end with `json` (parameters ignored,
-/// case-insensitive); anything unparseable or of the wrong shape is 400 `FET-0001`.
-/// Unknown keys are ignored.
+/// case-insensitive); anything unparseable or of the wrong shape is 400 `FET-0001`, whose
+/// message says where and why (docs/api.md, "Errors"): a missing `Content-Type`, an empty
+/// body, malformed JSON with its line and column, or the JSON path of a value of the
+/// wrong kind, what was expected and what kind came (never the value itself: it may be a
+/// password). Unknown keys are ignored.
 pub fn parse_json<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, ApiError> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
@@ -43,9 +46,119 @@ pub fn parse_json<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Resu
         })
         .unwrap_or(false);
     if !is_json {
-        return Err(ApiError::invalid_payload());
+        return Err(ApiError::invalid_payload_because(
+            "Content-Type must be application/json",
+        ));
     }
-    serde_json::from_slice(body).map_err(|_| ApiError::invalid_payload())
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid_payload_because(
+            "the body is empty: send a JSON object",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed: Result<T, _> = serde_path_to_error::deserialize(&mut de);
+    match parsed.map_err(|e| describe(e.path().to_string(), e.into_inner())) {
+        Ok(v) => de.end().map(|()| v).map_err(|e| describe(".".into(), e)),
+        Err(why) => Err(why),
+    }
+    .map_err(|why: String| ApiError::invalid_payload_because(why))
+}
+
+/// What is wrong with a body, in our words: where (the JSON path, or the line and column
+/// of malformed JSON) and why, without echoing a value.
+fn describe(path: String, e: serde_json::Error) -> String {
+    use serde_json::error::Category;
+    // serde's own text, without its position (given our way below).
+    let text = e.to_string();
+    let reason = match text.rfind(" at line ") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    };
+    match e.classify() {
+        Category::Syntax | Category::Eof => format!(
+            "malformed JSON at line {}, column {}: {reason}",
+            e.line(),
+            e.column()
+        ),
+        Category::Io => "the body could not be read".to_owned(),
+        Category::Data => {
+            let what = data_reason(&reason);
+            if path == "." || path.is_empty() {
+                what
+            } else {
+                format!("{path}: {what}")
+            }
+        }
+    }
+}
+
+/// serde's data error as `expected …, got …` with the kind of value that came, never the
+/// value (`invalid type: string "hunter2", expected i64` → `expected a whole number, got
+/// a string`).
+fn data_reason(reason: &str) -> String {
+    fn kind(unexpected: &str) -> &'static str {
+        match unexpected.split([' ', '`', '"']).next().unwrap_or("") {
+            "string" | "char" => "a string",
+            "integer" => "a whole number",
+            "floating" => "a number with a fraction",
+            "boolean" => "true or false",
+            "map" => "an object",
+            "sequence" => "an array",
+            "null" | "unit" => "null",
+            _ => "another kind of value",
+        }
+    }
+    fn expected(exp: &str) -> String {
+        match exp.trim() {
+            "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "usize" => {
+                "a whole number".to_owned()
+            }
+            "f32" | "f64" => "a number".to_owned(),
+            "a sequence" => "an array".to_owned(),
+            "a map" => "an object".to_owned(),
+            "a boolean" => "true or false".to_owned(),
+            e if e.starts_with("struct ") => "an object".to_owned(),
+            e => e.to_owned(),
+        }
+    }
+    // A struct given as an array (serde reads structs from sequences too).
+    if reason.starts_with("invalid length ") && reason.contains(", expected struct ") {
+        return "expected an object, got an array".to_owned();
+    }
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = reason.strip_prefix(prefix)
+            && let Some((unexpected, exp)) = rest.rsplit_once(", expected ")
+        {
+            return format!("expected {}, got {}", expected(exp), kind(unexpected));
+        }
+    }
+    reason.replace('`', "'")
+}
+
+/// Refuses a key that is a misspelling of a known one (the same letters but for case,
+/// `_` and `-`), naming the right one, instead of ignoring it (docs/api.md, "Errors").
+/// Other unknown keys are still ignored, as the reference ignores them.
+pub fn known_keys(body: &serde_json::Value, known: &[&str]) -> Result<(), ApiError> {
+    let fold = |k: &str| -> String {
+        k.chars()
+            .filter(|c| *c != '_' && *c != '-')
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
+    let Some(object) = body.as_object() else {
+        return Ok(());
+    };
+    for key in object.keys() {
+        if known.contains(&key.as_str()) {
+            continue;
+        }
+        if let Some(right) = known.iter().find(|k| fold(k) == fold(key)) {
+            return Err(ApiError::invalid_payload_because(format!(
+                "unknown key '{key}': did you mean '{right}'?"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A `{id}` path parameter: any UUID form the `uuid` crate accepts (hyphenated, simple,

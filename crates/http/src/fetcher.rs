@@ -84,6 +84,23 @@ pub struct DataRequest {
     pub filters: Option<FilterInput>,
 }
 
+/// The keys of a job request at its top level and in `dataRequest`: a misspelling of one
+/// is refused naming it.
+fn check_known_keys(body: &[u8]) -> Result<(), ApiError> {
+    let v: Value = serde_json::from_slice(body).unwrap_or_default();
+    super::extract::known_keys(
+        &v,
+        &[
+            "dataRequest",
+            "metadata",
+            "resultFormat",
+            "incremental",
+            "syncId",
+        ],
+    )?;
+    super::extract::known_keys(&v["dataRequest"], &["mappedFields", "filters"])
+}
+
 /// Body of `POST /v1/fetcher`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -475,6 +492,7 @@ pub async fn create_job(
 ) -> Result<Response, ApiError> {
     let product = caller_product(&st, &headers)?;
     let req: FetcherRequest = parse_json(&headers, &body)?;
+    check_known_keys(&body)?;
     exact_filter_numbers(&body)?;
     let data = req.data_request.unwrap_or_default();
     let filters: Filters = data

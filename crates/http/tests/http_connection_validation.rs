@@ -165,13 +165,39 @@ async fn body_errors_are_clean_400s() {
         ("x-product-name", "p"),
         ("content-type", "application/json"),
     ];
-    for body in [
-        "{",
-        "",
-        "[]",
-        r#"{"port":"5432"}"#,
-        r#"{"port":5432.0}"#,
-        "null",
+    // #53 item 3: where and why, never the value.
+    for (body, why) in [
+        (
+            "{",
+            "malformed JSON at line 1, column 1: EOF while parsing an object",
+        ),
+        ("", "the body is empty: send a JSON object"),
+        ("[]", "expected an object, got an array"),
+        (
+            r#"{"port":"5432"}"#,
+            "port: expected a whole number, got a string",
+        ),
+        (
+            r#"{"port":5432.0}"#,
+            "port: expected a whole number, got a number with a fraction",
+        ),
+        ("null", "expected an object, got null"),
+        (
+            r#"{"port":5432,}"#,
+            "malformed JSON at line 1, column 14: trailing comma",
+        ),
+        (
+            r#"{"ssl":"require"}"#,
+            "ssl: expected an object, got a string",
+        ),
+        (
+            r#"{"password":12345}"#,
+            "password: expected a string, got a whole number",
+        ),
+        (
+            r#"{"database_name":"app"}"#,
+            "unknown key 'database_name': did you mean 'databaseName'?",
+        ),
     ] {
         let r = h.raw(Method::POST, BASE, &hdr, body).await;
         assert_eq!(
@@ -179,7 +205,16 @@ async fn body_errors_are_clean_400s() {
             (StatusCode::BAD_REQUEST, json!("FET-0001")),
             "{body}"
         );
-        assert_eq!(r.json()["message"], "unable to parse request body");
+        assert_eq!(
+            r.json()["message"],
+            format!("unable to parse request body: {why}"),
+            "{body}"
+        );
+        assert!(
+            !r.text.contains("12345") && !r.text.contains("5432.0"),
+            "{}",
+            r.text
+        );
     }
     for body in ["{}", r#"{"nope":1}"#] {
         let r = h.raw(Method::POST, BASE, &hdr, body).await;
@@ -193,7 +228,10 @@ async fn body_errors_are_clean_400s() {
             connection("abc").to_string(),
         )
         .await;
-    assert_eq!(r.json()["message"], "unable to parse request body");
+    assert_eq!(
+        r.json()["message"],
+        "unable to parse request body: Content-Type must be application/json"
+    );
     let r = h
         .raw(
             Method::POST,

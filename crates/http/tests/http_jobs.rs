@@ -890,3 +890,78 @@ async fn a_product_reads_and_cancels_only_its_own_jobs() {
         r.text
     );
 }
+
+/// #53 item 3: a job body that cannot be used says where and why (the JSON path, what was
+/// expected and what kind came, or the line and column of malformed JSON), and a
+/// misspelled known key is refused naming the right one instead of ignored.
+#[tokio::test]
+async fn job_bodies_say_where_and_why() {
+    let h = setup().await;
+    let ok = json!({"dataRequest": {"mappedFields": {"core-pg": {"users": ["id"]}}}, "metadata": {"source": "reporter"}});
+    let with = |path: &[&str], v: serde_json::Value| {
+        let mut b = ok.clone();
+        let mut at = &mut b;
+        for p in &path[..path.len() - 1] {
+            at = &mut at[*p];
+        }
+        at[path[path.len() - 1]] = v;
+        b.to_string()
+    };
+    for (body, why) in [
+        (
+            with(
+                &["dataRequest", "filters"],
+                json!({"core-pg": {"users": {"country": {"eq": "BR"}}}}),
+            ),
+            "dataRequest.filters.core-pg.users.country.eq: expected an array, got a string",
+        ),
+        (
+            with(
+                &["dataRequest", "filters"],
+                json!({"core-pg": {"users": {"country": "BR"}}}),
+            ),
+            "dataRequest.filters.core-pg.users.country: expected an object, got a string",
+        ),
+        (
+            with(&["resultFormat"], json!("csv")),
+            "resultFormat: unknown variant 'csv', expected one of 'v2', 'v1', 'parquet'",
+        ),
+        (
+            with(&["resultformat"], json!("parquet")),
+            "unknown key 'resultformat': did you mean 'resultFormat'?",
+        ),
+        (
+            with(&["dataRequest", "mapped_fields"], json!({})),
+            "unknown key 'mapped_fields': did you mean 'mappedFields'?",
+        ),
+        (
+            format!("{},", ok),
+            // The comma is the character after the object.
+            &*format!(
+                "malformed JSON at line 1, column {}: trailing characters",
+                ok.to_string().len() + 1
+            )
+            .leak(),
+        ),
+    ] {
+        let r = h
+            .raw(
+                Method::POST,
+                "/v1/fetcher",
+                &[("content-type", "application/json")],
+                body.clone(),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!("FET-0001")),
+            "{body}: {}",
+            r.text
+        );
+        assert_eq!(
+            r.json()["message"],
+            format!("unable to parse request body: {why}"),
+            "{body}"
+        );
+    }
+}

@@ -112,6 +112,7 @@ pub async fn create_connection(
 ) -> Result<Response, ApiError> {
     let product = product_name(&headers, true)?.unwrap_or_default();
     let b: ConnectionBody = parse_json(&headers, &body)?;
+    connection_keys(&body)?;
     let created = create(&st, st.config(), &scope.tenant, product, &b).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
@@ -295,6 +296,7 @@ pub async fn update_connection(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, BAD_ID)?;
     let b: ConnectionBody = parse_json(&headers, &body)?;
+    connection_keys(&body)?;
     let ssl_mode_set = b.ssl.as_ref().is_some_and(|s| s.mode.is_some());
     let any = b.config_name.is_some()
         || b.datasource_type.is_some()
@@ -453,4 +455,26 @@ pub async fn assign_connection(
         .await
         .map_err(|e| ApiError::from_engine(&e))?;
     Ok(Json(response(&ConnectionRecord::from_descriptor(&updated))).into_response())
+}
+
+/// The keys of a connection body (and of its `ssl`): a misspelling of one is refused
+/// naming it (`database_name` → `databaseName`).
+fn connection_keys(body: &[u8]) -> Result<(), ApiError> {
+    let v: Value = serde_json::from_slice(body).unwrap_or_default();
+    crate::extract::known_keys(
+        &v,
+        &[
+            "configName",
+            "type",
+            "host",
+            "port",
+            "databaseName",
+            "schema",
+            "userName",
+            "password",
+            "ssl",
+            "metadata",
+        ],
+    )?;
+    crate::extract::known_keys(&v["ssl"], &["mode", "ca", "cert", "key"])
 }
