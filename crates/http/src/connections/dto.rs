@@ -48,6 +48,12 @@ pub struct ConnectionBody {
     pub ssl: Option<SslInput>,
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
+    /// Beyond the reference, on create: the connection as a URL, as other tools take it
+    /// (`postgresql://user:password@host:5432/db?sslmode=require`, `mysql://…`,
+    /// `mariadb://…`). It fills the fields not given; a field given both ways must agree.
+    /// Write-only: it holds the password.
+    #[schema(example = "postgresql://reader:secret@db.example.com:5432/app?sslmode=require")]
+    pub url: Option<String>,
 }
 
 /// A connection's database type: the OpenAPI picture of [`DatasourceType`] (the engine

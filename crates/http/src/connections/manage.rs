@@ -111,8 +111,11 @@ pub async fn create_connection(
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
     let product = product_name(&headers, true)?.unwrap_or_default();
-    let b: ConnectionBody = parse_json(&headers, &body)?;
+    let mut b: ConnectionBody = parse_json(&headers, &body)?;
     connection_keys(&body)?;
+    if let Some(url) = b.url.take() {
+        from_url(&mut b, &url)?;
+    }
     let created = create(&st, st.config(), &scope.tenant, product, &b).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
@@ -297,6 +300,11 @@ pub async fn update_connection(
     let id = parse_id(&id, BAD_ID)?;
     let b: ConnectionBody = parse_json(&headers, &body)?;
     connection_keys(&body)?;
+    if b.url.is_some() {
+        return Err(ApiError::invalid_payload_because(
+            "url: a connection URL is taken when a connection is created; patch its fields",
+        ));
+    }
     let ssl_mode_set = b.ssl.as_ref().is_some_and(|s| s.mode.is_some());
     let any = b.config_name.is_some()
         || b.datasource_type.is_some()
@@ -474,7 +482,86 @@ fn connection_keys(body: &[u8]) -> Result<(), ApiError> {
             "password",
             "ssl",
             "metadata",
+            "url",
         ],
     )?;
     crate::extract::known_keys(&v["ssl"], &["mode", "ca", "cert", "key"])
+}
+
+/// Fills `b` from a connection URL (`postgresql://user:password@host:5432/db?sslmode=…`,
+/// `postgres://`, `mysql://`, `mariadb://`): the fields not given, percent-decoded; a
+/// field given both ways must agree. No answer ever echoes the URL (it holds the
+/// password): the messages name the part that is wrong.
+fn from_url(b: &mut ConnectionBody, text: &str) -> Result<(), ApiError> {
+    let bad = |why: String| ApiError::invalid_payload_because(format!("url: {why}"));
+    let u = url::Url::parse(text.trim()).map_err(|_| {
+        bad("expected a URL such as postgresql://user:password@host:5432/database".into())
+    })?;
+    let (ty, default_port) = match u.scheme() {
+        "postgresql" | "postgres" => ("POSTGRESQL", 5432),
+        "mysql" | "mariadb" => ("MYSQL", 3306),
+        // Not echoed: text before a colon may be a user name or worse.
+        _ => {
+            return Err(bad(
+                "it must start with postgresql://, postgres://, mysql:// or mariadb://".into(),
+            ));
+        }
+    };
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .map(|c| c.into_owned())
+            .map_err(|_| bad("a part of it is not UTF-8 once percent-decoded".into()))
+    };
+    fn agree(
+        field: &mut Option<String>,
+        value: String,
+        name: &str,
+        bad: &dyn Fn(String) -> ApiError,
+    ) -> Result<(), ApiError> {
+        match field {
+            Some(given) if *given != value => Err(bad(format!(
+                "its {name} differs from the {name} given beside it"
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                *field = Some(value);
+                Ok(())
+            }
+        }
+    }
+    agree(&mut b.datasource_type, ty.to_owned(), "type", &bad)?;
+    let host = u
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| bad("it names no host".into()))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    agree(&mut b.host, host.to_owned(), "host", &bad)?;
+    let port = i64::from(u.port().unwrap_or(default_port));
+    match b.port {
+        Some(given) if given != port => {
+            return Err(bad("its port differs from the port given beside it".into()));
+        }
+        _ => b.port = Some(port),
+    }
+    let database = decode(u.path().trim_start_matches('/'))?;
+    if !database.is_empty() {
+        agree(&mut b.database_name, database, "database", &bad)?;
+    }
+    if !u.username().is_empty() {
+        agree(&mut b.user_name, decode(u.username())?, "user", &bad)?;
+    }
+    if let Some(password) = u.password() {
+        agree(&mut b.password, decode(password)?, "password", &bad)?;
+    }
+    for (key, value) in u.query_pairs() {
+        if matches!(
+            key.as_ref(),
+            "sslmode" | "ssl-mode" | "sslMode" | "ssl_mode"
+        ) {
+            let ssl = b.ssl.get_or_insert_with(Default::default);
+            agree(&mut ssl.mode, value.to_ascii_lowercase(), "ssl mode", &bad)?;
+        }
+    }
+    Ok(())
 }

@@ -213,7 +213,9 @@ pub(super) fn model_rules(r: &mut ConnectionRecord, text: TypedText<'_>) -> Resu
         }
     }
     let ty = r.datasource_type;
-    if let Some(SslSettings { mode, ca, .. }) = &mut r.ssl {
+    // A CA is optional (#53 item 7): `require` encrypts without verifying, and a verifying
+    // mode without one checks against the bundled Mozilla roots (docs/datasources.md).
+    if let Some(SslSettings { mode, .. }) = &mut r.ssl {
         let mode_text = text.ssl_mode.unwrap_or(mode.as_str());
         if mode_text.is_empty() {
             missing.insert("ssl.mode".into(), "SSL mode is required".into());
@@ -224,9 +226,6 @@ pub(super) fn model_rules(r: &mut ConnectionRecord, text: TypedText<'_>) -> Resu
                     invalid.insert("ssl.mode".into(), ApiError::invalid_ssl_mode_text(&e));
                 }
             }
-        }
-        if ca.is_empty() {
-            missing.insert("ssl.ca".into(), "SSL CA is required".into());
         }
     }
     if !missing.is_empty() {
@@ -382,10 +381,13 @@ mod tests {
                 .unwrap()
                 .starts_with("FET-0413 - Invalid SSL mode. The provided SSL mode 'skip-verify'")
         );
+        // No CA is needed (#53 item 7).
         r.ssl = pem("");
-        let e = model_rules(&mut r, skip).unwrap_err();
-        assert_eq!(e.body["code"], "FET-0402");
-        assert_eq!(e.body["fields"]["ssl.ca"], "SSL CA is required");
+        let require = TypedText {
+            ssl_mode: Some("require"),
+            ..none
+        };
+        model_rules(&mut r, require).unwrap();
         // A valid mode is parsed into the record.
         r.ssl = pem("PEM");
         let full = TypedText {
