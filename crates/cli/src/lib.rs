@@ -60,9 +60,32 @@ pub fn run() -> ExitCode {
     });
     match out {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`fetcher result open … | head`): what it
+        // read was right, and there is nothing to say.
+        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("fetcher: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Whether `e` is a write to a pipe whose reader closed it.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_closed_pipe_is_told_apart() {
+        let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .context("writing the result");
+        assert!(super::closed_pipe(&pipe));
+        let other = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert!(!super::closed_pipe(&other));
     }
 }

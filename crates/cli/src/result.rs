@@ -67,9 +67,16 @@ async fn locate(args: &OpenArgs) -> Result<Target> {
     if uuid_like(&args.target)
         && let Some(id) = fetcher_host::model::JobId::parse(&args.target)
     {
-        let store = SqliteStore::open(&args.data_dir.join("fetcher.db"))
+        let db = args.data_dir.join("fetcher.db");
+        if !db.is_file() {
+            bail!(
+                "no serve data directory at {} (no fetcher.db there): give the one serve uses with --data-dir or FETCHER_DATA_DIR",
+                args.data_dir.display()
+            );
+        }
+        let store = SqliteStore::open(&db)
             .await
-            .context("opening the data directory")?;
+            .with_context(|| format!("opening the data directory {}", args.data_dir.display()))?;
         let job = store
             .get(&args.tenant, id)
             .await?

@@ -45,8 +45,8 @@ pub struct ServeArgs {
     /// refused (FET-0414); `--demo` then uses `<data-dir>-sqlite` for its demo database.
     #[arg(long, env = "FETCHER_SQLITE_DIR")]
     pub sqlite_dir: Option<PathBuf>,
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:8080", env = "FETCHER_LISTEN")]
+    /// Address to listen on: `HOST:PORT`, or a bare port (on 127.0.0.1).
+    #[arg(long, default_value = "127.0.0.1:8080", env = "FETCHER_LISTEN", value_parser = listen_address)]
     pub listen: SocketAddr,
     /// Host names this server answers for besides IP addresses and `localhost`
     /// (comma-separated, no port): a request whose `Host` is any other name is 421, so a
@@ -686,4 +686,15 @@ async fn shutdown_signal() {
         _ = ctrl_c => {},
         _ = term => {},
     }
+}
+
+/// `--listen`: `HOST:PORT` (an IP address), or a bare port on the loopback address.
+fn listen_address(text: &str) -> std::result::Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse().map_err(|_| {
+        format!("'{text}' is not HOST:PORT (an IP address and a port, such as 127.0.0.1:8080 or 0.0.0.0:8080) nor a bare port")
+    })
 }

@@ -920,3 +920,64 @@ fn ctrl_c_stops_at_once_and_a_second_one_cuts_a_drain_short() {
         started.elapsed()
     );
 }
+
+/// #53 item 8: `--listen` takes a bare port (on 127.0.0.1) and says what it wants
+/// otherwise; `result open` names the data directory it looked in when there is none.
+#[test]
+fn listen_takes_a_bare_port_and_result_open_names_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fetcher"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--listen", &port.to_string()])
+        .env("FETCHER_MASTER_KEY", KEY)
+        .env("FETCHER_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let healthy = loop {
+        if let Ok((200, _)) = http(port, "GET", "/health", None, &[]) {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        healthy,
+        "serve --listen {port} did not answer on 127.0.0.1:{port}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_fetcher"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path().join("other"))
+        .args(["--listen", "localhost:8080"])
+        .env("FETCHER_MASTER_KEY", KEY)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("HOST:PORT"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_fetcher"))
+        .args([
+            "result",
+            "open",
+            "0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("nowhere"))
+        .env("FETCHER_MASTER_KEY", KEY)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("no serve data directory at")
+            && err.contains("nowhere"),
+        "{err}"
+    );
+}
