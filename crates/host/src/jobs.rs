@@ -369,7 +369,19 @@ impl JobService {
             else {
                 continue;
             };
-            let selection = &mapped[&d.config_name];
+            // The mapped fields and the filtered ones: a filter on a column the table
+            // lacks is refused now too, not when the job runs.
+            let mut selection = mapped[&d.config_name].clone();
+            for (table, conditions) in req.filters.get(&d.config_name).into_iter().flatten() {
+                if let Some(fields) = selection.get_mut(table) {
+                    for field in conditions.keys() {
+                        if !fields.contains(field) {
+                            fields.push(field.clone());
+                        }
+                    }
+                }
+            }
+            let selection = &selection;
             if cached.missing(d.datasource_type, selection).is_empty() {
                 continue;
             }

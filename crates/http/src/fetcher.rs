@@ -101,6 +101,56 @@ fn check_known_keys(body: &[u8]) -> Result<(), ApiError> {
     super::extract::known_keys(&v["dataRequest"], &["mappedFields", "filters"])
 }
 
+/// The operators a filter condition may use, as docs/filters.md lists them.
+const OPERATORS: [&str; 10] = [
+    "eq", "ne", "gt", "gte", "lt", "lte", "between", "in", "nin", "like",
+];
+
+/// Each filter condition's operators are known and given the number of values they take
+/// (docs/filters.md): refused at creation (400 `FET-0401`, naming the table, the column
+/// and what is allowed) rather than dropped (the reference ignored an unknown operator,
+/// widening the job) or failing when the job runs. An empty value list still counts as
+/// absent, as the reference has it.
+fn check_filter_operators(body: &[u8]) -> Result<(), ApiError> {
+    let v: Value = serde_json::from_slice(body).unwrap_or_default();
+    let Some(filters) = v["dataRequest"]["filters"].as_object() else {
+        return Ok(());
+    };
+    for (ds, tables) in filters {
+        for (table, fields) in tables.as_object().into_iter().flatten() {
+            for (field, condition) in fields.as_object().into_iter().flatten() {
+                let at = format!("filter on '{ds}.{table}.{field}'");
+                for (op, values) in condition.as_object().into_iter().flatten() {
+                    if !OPERATORS.contains(&op.as_str()) {
+                        return Err(ApiError::invalid_data_request(format!(
+                            "{at}: unknown operator '{op}'; the operators are {}",
+                            OPERATORS.join(", ")
+                        )));
+                    }
+                    let n = values.as_array().map_or(0, Vec::len);
+                    let want = match op.as_str() {
+                        "gt" | "gte" | "lt" | "lte" | "like" => Some(1),
+                        "between" => Some(2),
+                        _ => None,
+                    };
+                    if let Some(want) = want.filter(|w| n != 0 && n != *w) {
+                        return Err(ApiError::invalid_data_request(format!(
+                            "{at}: '{op}' takes {want} value{}, got {n}",
+                            if want == 1 { "" } else { "s" }
+                        )));
+                    }
+                    if op == "like" && n == 1 && !values[0].is_string() {
+                        return Err(ApiError::invalid_data_request(format!(
+                            "{at}: 'like' takes a string pattern"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Body of `POST /v1/fetcher`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -493,6 +543,7 @@ pub async fn create_job(
     let product = caller_product(&st, &headers)?;
     let req: FetcherRequest = parse_json(&headers, &body)?;
     check_known_keys(&body)?;
+    check_filter_operators(&body)?;
     exact_filter_numbers(&body)?;
     let data = req.data_request.unwrap_or_default();
     let filters: Filters = data

@@ -256,7 +256,9 @@ async fn get_job_strips_internal_keys_and_scopes_errors() {
     let mut body = job("core-pg", "reporter");
     body["metadata"]["terminalEventPending"] = json!(true);
     body["dataRequest"]["filters"] =
-        json!({"core-pg": {"users": {"id": {"gte": [1], "bogus": [2], "eq": []}}}});
+        // An empty value list counts as absent (the reference's leniency, kept); an
+        // unknown operator is refused (filters_are_checked_at_creation).
+        json!({"core-pg": {"users": {"id": {"gte": [1], "eq": []}}}});
     body["resultFormat"] = json!("v2");
     let r = h.call(Method::POST, "/v1/fetcher", &[], Some(body)).await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
@@ -964,4 +966,82 @@ async fn job_bodies_say_where_and_why() {
             "{body}"
         );
     }
+}
+
+/// #53 item 4: filters are checked when the job is created: an unknown operator or the
+/// wrong number of values is 400 `FET-0401` naming the table, the column and what is
+/// allowed (the reference ignored an unknown operator, widening the job), and a filter on
+/// a column the cached schema lacks is refused like a mapped one (422 `FET-1060`).
+#[tokio::test]
+async fn filters_are_checked_at_creation() {
+    let h = harness();
+    h.create("reporter", connection("core-pg")).await;
+    let with_filter = |f: serde_json::Value, n: u32| {
+        json!({"dataRequest": {"mappedFields": {"core-pg": {"users": ["id"]}},
+            "filters": {"core-pg": {"users": f}}}, "metadata": {"source": "reporter", "n": n}})
+    };
+    for (n, (filter, message)) in [
+        (
+            json!({"country": {"equals": ["BR"]}}),
+            "filter on 'core-pg.users.country': unknown operator 'equals'; the operators are eq, ne, gt, gte, lt, lte, between, in, nin, like",
+        ),
+        (
+            json!({"id": {"between": [1]}}),
+            "filter on 'core-pg.users.id': 'between' takes 2 values, got 1",
+        ),
+        (
+            json!({"id": {"gt": [1, 2]}}),
+            "filter on 'core-pg.users.id': 'gt' takes 1 value, got 2",
+        ),
+        (
+            json!({"name": {"like": [5]}}),
+            "filter on 'core-pg.users.name': 'like' takes a string pattern",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = h
+            .call(Method::POST, "/v1/fetcher", &[], Some(with_filter(filter.clone(), n as u32)))
+            .await;
+        assert_eq!(
+            (r.status, r.code(), r.json()["message"].clone()),
+            (StatusCode::BAD_REQUEST, json!("FET-0401"), json!(message)),
+            "{filter}"
+        );
+    }
+    assert!(h.queue.sent().is_empty(), "nothing queued");
+    // With the schema cached, a filter on a column the table lacks is refused too.
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/management/connections/validate-schema",
+            &[("x-product-name", "reporter")],
+            Some(json!({"mappedFields": {"core-pg": {"users": ["id"]}}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/fetcher",
+            &[],
+            Some(with_filter(json!({"ghost_column": {"eq": [1]}}), 99)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert_eq!(
+        r.json()["errors"],
+        json!([{"type": "FIELD_NOT_FOUND", "dataSourceId": "core-pg", "table": "users", "field": "ghost_column"}])
+    );
+    // A known column with a good filter is accepted.
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/fetcher",
+            &[],
+            Some(with_filter(json!({"id": {"between": [1, 9]}}), 100)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
 }
