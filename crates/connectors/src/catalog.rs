@@ -55,6 +55,8 @@ pub struct ColumnInfo {
     pub pg_text_array: bool,
     /// Whether `ORDER BY col` works natively (PG `json`, `xml`, … do not).
     pub orderable: bool,
+    /// Whether the column may hold NULL, as the catalog says.
+    pub nullable: bool,
     /// The type a typed result format (Parquet) writes the column as (docs/parquet.md).
     pub ctype: ColumnType,
 }
@@ -93,6 +95,9 @@ pub struct TableInfo {
     /// MySQL/MariaDB: the table's indexes that can return rows in order (empty on the
     /// other dialects, whose planners find such an index themselves).
     pub ordered_indexes: Vec<OrderedIndex>,
+    /// The catalog's row estimate (PostgreSQL `reltuples` once analysed, InnoDB's
+    /// `table_rows`); `None` when it keeps none.
+    pub row_estimate: Option<i64>,
 }
 
 /// An index and the column order it returns rows in: its own full ascending columns, and
@@ -157,10 +162,12 @@ impl Catalog {
                                 cursor: crate::incremental::can_be_cursor(c),
                                 key: crate::incremental::can_be_key(c),
                                 lookback: crate::incremental::lookback_kind(c),
+                                nullable: Some(c.nullable),
                             };
                             (c.name.clone(), ty)
                         })
                         .collect(),
+                    row_estimate: t.row_estimate,
                 })
                 .collect(),
             captured_at: None,
@@ -283,6 +290,7 @@ mod tests {
             key: "t".into(),
             columns: vec![],
             primary_key: vec!["id".into()],
+            row_estimate: None,
             ordered_indexes: vec![
                 index("wide", &["ts", "id", "v"]),
                 index("PRIMARY", &["id"]),

@@ -496,6 +496,7 @@ mod tests {
             pg_raw_bytes: false,
             pg_text_array: false,
             orderable: true,
+            nullable: true,
             ctype: fetcher_engine::ColumnType::Unknown,
         };
         TableInfo {
@@ -514,6 +515,7 @@ mod tests {
             ],
             primary_key: vec![],
             ordered_indexes: vec![],
+            row_estimate: None,
         }
     }
 

@@ -122,8 +122,8 @@ fn kind_of(data_type: &str, column_type: &str) -> Kind {
 
 /// Base tables of `DATABASE()`; names always bare.
 pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT CAST(table_name AS CHAR) FROM information_schema.tables \
+    let tables: Vec<(String, Option<i64>)> = sqlx::query_as(
+        "SELECT CAST(table_name AS CHAR), CAST(table_rows AS SIGNED) FROM information_schema.tables \
          WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' ORDER BY table_name",
     )
     .fetch_all(&mut *conn)
@@ -131,7 +131,8 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
     .map_err(discover_failed)?;
     let columns = sqlx::query(
         "SELECT CAST(table_name AS CHAR), CAST(column_name AS CHAR), \
-                CAST(LOWER(data_type) AS CHAR), CAST(LOWER(column_type) AS CHAR) \
+                CAST(LOWER(data_type) AS CHAR), CAST(LOWER(column_type) AS CHAR), \
+                CAST(is_nullable = 'YES' AS SIGNED) \
          FROM information_schema.columns WHERE table_schema = DATABASE() \
          ORDER BY table_name, ordinal_position",
     )
@@ -174,7 +175,7 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
 
     let mut by_table: BTreeMap<String, TableInfo> = tables
         .into_iter()
-        .map(|t| {
+        .map(|(t, rows)| {
             (
                 t.clone(),
                 TableInfo {
@@ -184,6 +185,7 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
                     columns: Vec::new(),
                     primary_key: Vec::new(),
                     ordered_indexes: Vec::new(),
+                    row_estimate: rows,
                 },
             )
         })
@@ -191,6 +193,7 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
     for r in columns {
         let get = |i| r.try_get::<String, _>(i).map_err(discover_failed);
         let (table, column, data_type, column_type) = (get(0)?, get(1)?, get(2)?, get(3)?);
+        let nullable = r.try_get::<i64, _>(4).map_err(discover_failed)? != 0;
         let Some(t) = by_table.get_mut(&table) else {
             continue;
         };
@@ -212,6 +215,7 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
             pg_raw_bytes: false,
             pg_text_array: false,
             orderable: true,
+            nullable,
         });
     }
     for r in keys {

@@ -69,7 +69,8 @@ SELECT n.nspname::text, c.relname::text, a.attname::text, \
   CASE WHEN t.typtype = 'd' THEN format_type(dom.base, dom.typmod) \
        ELSE format_type(a.atttypid, a.atttypmod) END, \
   COALESCE((SELECT k.n FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
-            WHERE i.indrelid = c.oid AND i.indisprimary AND k.attnum = a.attnum), 0)::int8 \
+            WHERE i.indrelid = c.oid AND i.indisprimary AND k.attnum = a.attnum), 0)::int8, \
+  NOT a.attnotnull, c.reltuples::int8 \
 FROM pg_class c \
 JOIN pg_namespace n ON n.oid = c.relnamespace \
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
@@ -169,6 +170,9 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
         let category = get(6)?;
         let type_name = get(7)?;
         let pk_pos = r.try_get::<i64, _>(8).map_err(discover_failed)?;
+        let nullable = r.try_get::<bool, _>(9).map_err(discover_failed)?;
+        // `-1` until the table is first analysed (PostgreSQL 14+), `0` before that too.
+        let estimate = r.try_get::<i64, _>(10).map_err(discover_failed)?;
         let effective = if typtype == "d" { base } else { typid };
         let supported = pgbin::pg_supported(effective)
             || (category == "A" && pgbin::array_element(effective).is_some());
@@ -215,6 +219,7 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
             pg_text_array: text_array,
             pg_raw_bytes: raw_bytes,
             orderable: effective != oid::JSON && category != "A",
+            nullable,
             ctype,
         };
         let same = matches!(&current, Some((t, _)) if t.schema == schema && t.name == table);
@@ -228,6 +233,7 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
                     columns: Vec::new(),
                     primary_key: Vec::new(),
                     ordered_indexes: Vec::new(),
+                    row_estimate: (estimate >= 0).then_some(estimate),
                 },
                 Vec::new(),
             ));

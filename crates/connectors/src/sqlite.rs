@@ -87,12 +87,13 @@ pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
     .map_err(discover_failed)?;
     let mut catalog = Catalog::default();
     for t in tables {
-        let cols: Vec<(String, String, i64)> =
-            sqlx::query_as("SELECT name, type, pk FROM pragma_table_info(?) ORDER BY cid")
-                .bind(&t)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(discover_failed)?;
+        let cols: Vec<(String, String, i64, i64)> = sqlx::query_as(
+            "SELECT name, type, pk, \"notnull\" FROM pragma_table_info(?) ORDER BY cid",
+        )
+        .bind(&t)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(discover_failed)?;
         let mut pk: Vec<(i64, String)> = cols
             .iter()
             .filter(|c| c.2 > 0)
@@ -107,7 +108,9 @@ pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
                 name: t,
                 columns: cols
                     .into_iter()
-                    .map(|(name, ty, _)| ColumnInfo {
+                    .map(|(name, ty, pk, notnull)| ColumnInfo {
+                        // A key column of a rowid table is NOT NULL whatever it says.
+                        nullable: notnull == 0 && pk == 0,
                         name,
                         kind: kind_of(&ty),
                         ctype: column_type(kind_of(&ty)),
@@ -121,6 +124,7 @@ pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
                     .collect(),
                 primary_key: pk.into_iter().map(|(_, n)| n).collect(),
                 ordered_indexes: Vec::new(),
+                row_estimate: None,
             },
         );
     }

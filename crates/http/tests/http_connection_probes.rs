@@ -83,9 +83,20 @@ async fn schema_discovery() {
         ),
         (Some("schemame"), Some("POSTGRESQL"), Some("ledger"))
     );
+    // The reference's sorted `fields`, and beside them (#53 item 9) each column in the
+    // table's order with its type, nullability, key place and cursor use, and the row
+    // estimate, as far as the connector says.
     assert_eq!(
         v["tables"],
-        json!([{"name": "accounting.invoices", "fields": ["id", "total"]}, {"name": "users", "fields": ["address.city", "id", "name"]}])
+        json!([
+            {"name": "accounting.invoices", "fields": ["id", "total"],
+             "columns": [{"name": "total", "cursor": false}, {"name": "id", "cursor": false}]},
+            {"name": "users", "fields": ["address.city", "id", "name"], "rowEstimate": 42,
+             "columns": [
+                {"name": "name", "type": "text", "nullable": true, "cursor": true},
+                {"name": "id", "type": "bigint", "nullable": false, "primaryKey": 1, "cursor": true},
+                {"name": "address.city", "type": "jsonb", "nullable": true, "cursor": false}]}
+        ])
     );
     h.factory.behaviour.lock().unwrap().fail_discover = Some(fetcher_engine::Category::Connect);
     let r = h.get_as("p", &url).await;

@@ -24,6 +24,10 @@ pub struct TableSnapshot {
     /// connector that does not say).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub types: BTreeMap<String, FieldType>,
+    /// The catalog's estimate of the table's rows, when the datasource keeps one (a
+    /// table never analysed has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_estimate: Option<i64>,
 }
 
 /// A field's catalog type, and whether it can order an incremental read.
@@ -41,6 +45,9 @@ pub struct FieldType {
     /// The lookback a cursor of this type takes (none: text, or not a cursor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lookback: Option<crate::LookbackKind>,
+    /// Whether the column may hold NULL (`None`: the connector does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nullable: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,8 +16,8 @@
 //! }
 //! ```
 //!
-//! What it checks: discovery (the fixture's tables, their fields in order and primary
-//! keys; nothing else but what the datasource itself holds); a full read (rows in key
+//! What it checks: discovery (the fixture's tables, their fields in order, primary keys
+//! and nullability; nothing else but what the datasource itself holds); a full read (rows in key
 //! order, in bounded batches of one table each, every value as the encodings say);
 //! projection; every filter operator and what `null` means in each; a table without a
 //! key (ordered by its columns); an empty table; key spans and key ranges (each row in
@@ -346,6 +346,12 @@ async fn discovers_the_fixture(s: &Subject) {
             "{}: the primary key",
             t.name
         );
+        for c in &t.columns {
+            // A key column is never NULL, whatever the table declared.
+            let want = c.nullable && !t.primary_key.contains(&c.name);
+            let said = found.types.get(c.name).and_then(|ty| ty.nullable);
+            assert_eq!(said, Some(want), "{}.{}: nullable", t.name, c.name);
+        }
     }
     let lower: BTreeSet<String> = snapshot
         .tables

@@ -117,9 +117,35 @@ pub struct ConnectionTestResponse {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct TableSchema {
     pub name: String,
+    /// The column names, sorted (the reference's list).
     pub fields: Vec<String>,
+    /// Beyond the reference: each column in the table's order, with its type,
+    /// nullability and key membership, for planning a job.
+    pub columns: Vec<ColumnSchema>,
+    /// Beyond the reference: the catalog's row estimate, when it keeps one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub row_estimate: Option<i64>,
+}
+
+/// A discovered column.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ColumnSchema {
+    pub name: String,
+    /// The database's type name (`bigint`, `numeric(18,4)`, `timestamp with time zone`).
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nullable: Option<bool>,
+    /// Its place in the primary key (1-based), if it is part of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub primary_key: Option<usize>,
+    /// Whether it can be an incremental cursor (integers, decimals, dates, timestamps,
+    /// text).
+    pub cursor: bool,
 }
 
 /// A connection's discovered schema.

@@ -101,11 +101,27 @@ pub async fn get_schema(
         .tables
         .into_iter()
         .map(|t| {
+            let columns = t
+                .fields
+                .iter()
+                .map(|f| {
+                    let ty = t.types.get(f);
+                    ColumnSchema {
+                        name: f.clone(),
+                        type_name: ty.map(|ty| ty.name.clone()),
+                        nullable: ty.and_then(|ty| ty.nullable),
+                        primary_key: t.primary_key.iter().position(|k| k == f).map(|i| i + 1),
+                        cursor: ty.is_some_and(|ty| ty.cursor),
+                    }
+                })
+                .collect();
             let mut fields = t.fields;
             fields.sort();
             TableSchema {
                 name: t.name,
                 fields,
+                columns,
+                row_estimate: t.row_estimate,
             }
         })
         .collect();

@@ -73,10 +73,12 @@ pub fn schema() -> SchemaSnapshot {
                         cursor: ok,
                         key: ok,
                         lookback: (t == "bigint").then_some(fetcher_engine::LookbackKind::Amount),
+                        nullable: Some(n != "id"),
                     };
                     (n.to_string(), ty)
                 })
                 .collect(),
+                row_estimate: Some(42),
             },
             TableSnapshot {
                 name: "accounting.invoices".into(),
