@@ -74,10 +74,11 @@ pub enum JobError {
     Metadata(&'static str, &'static str),
     /// 400 `FET-0401` `Invalid Filter References`.
     FilterReferences(String),
-    /// 400 `FET-1020` `No Connections Found`.
-    NoConnections,
-    /// 400 `FET-1020` `Missing Data Source`.
-    MissingDataSource(String),
+    /// 400 `FET-1020` `No Connections Found`, with the config names of the product's
+    /// connections (at most 20), so the caller sees what the keys may be.
+    NoConnections(Vec<String>),
+    /// 400 `FET-1020` `Missing Data Source`, likewise.
+    MissingDataSource(String, Vec<String>),
     /// 400 `FET-1014`.
     NotAssigned(String),
     /// 400 `FET-1016`.
@@ -293,11 +294,22 @@ impl JobService {
                 Err(e) => return Err(JobError::ConnectionStore(e)),
             }
         }
-        if resolved.is_empty() {
-            return Err(JobError::NoConnections);
-        }
-        if let Some(name) = missing.into_iter().next() {
-            return Err(JobError::MissingDataSource(name));
+        if resolved.is_empty() || !missing.is_empty() {
+            // `mappedFields` keys are config names: say which the product has.
+            let known: Vec<String> = self
+                .engine
+                .list_connections(&ctx, tenant)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|d| ConnectionRecord::product_of(d) == source)
+                .map(|d| d.config_name)
+                .take(20)
+                .collect();
+            return Err(match missing.into_iter().next() {
+                Some(name) if !resolved.is_empty() => JobError::MissingDataSource(name, known),
+                _ => JobError::NoConnections(known),
+            });
         }
         for d in resolved.iter().filter(|d| !is_internal(d)) {
             let product = ConnectionRecord::product_of(d);

@@ -101,6 +101,20 @@ fn check_known_keys(body: &[u8]) -> Result<(), ApiError> {
     super::extract::known_keys(&v["dataRequest"], &["mappedFields", "filters"])
 }
 
+/// What a `FET-1020` adds: `mappedFields` keys are connection config names, and the
+/// product's are these (docs/api.md, "Creating a job").
+fn known_connections(known: &[String]) -> String {
+    if known.is_empty() {
+        "; mappedFields keys are connection configNames, and this product has none yet (POST /v1/management/connections)".to_owned()
+    } else {
+        let names: Vec<String> = known.iter().map(|n| format!("'{n}'")).collect();
+        format!(
+            "; mappedFields keys are connection configNames: this product's are {}",
+            names.join(", ")
+        )
+    }
+}
+
 /// The operators a filter condition may use, as docs/filters.md lists them.
 const OPERATORS: [&str; 10] = [
     "eq", "ne", "gt", "gte", "lt", "lte", "between", "in", "nin", "like",
@@ -383,17 +397,23 @@ pub(crate) fn error_of(e: JobError) -> ApiError {
             "Invalid Filter References",
             m,
         ),
-        JobError::NoConnections => ApiError::business(
+        JobError::NoConnections(known) => ApiError::business(
             bad,
             code::NO_CONNECTIONS,
             "No Connections Found",
-            "No connections configured for the requested datasources",
+            format!(
+                "No connections configured for the requested datasources{}",
+                known_connections(&known)
+            ),
         ),
-        JobError::MissingDataSource(n) => ApiError::business(
+        JobError::MissingDataSource(n, known) => ApiError::business(
             bad,
             code::NO_CONNECTIONS,
             "Missing Data Source",
-            format!("No connection configured for datasource '{n}'"),
+            format!(
+                "No connection configured for datasource '{n}'{}",
+                known_connections(&known)
+            ),
         ),
         JobError::NotAssigned(n) => ApiError::business(
             bad,

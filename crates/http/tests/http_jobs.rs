@@ -403,12 +403,24 @@ async fn validation_errors_in_order() {
         (
             json!({"dataRequest": {"mappedFields": {"nobody": {"t": ["f"]}}}, "metadata": {"source": "reporter"}}),
             "FET-1020",
-            Some("No connections configured for the requested datasources"),
+            // The reference's text, then what the keys may be (#53 item 8).
+            Some(
+                "No connections configured for the requested datasources; mappedFields keys are connection configNames: this product's are 'core-pg'",
+            ),
         ),
         (
             json!({"dataRequest": {"mappedFields": {"core-pg": {"t": ["f"]}, "zz-missing": {"t": ["f"]}}}, "metadata": {"source": "reporter"}}),
             "FET-1020",
-            Some("No connection configured for datasource 'zz-missing'"),
+            Some(
+                "No connection configured for datasource 'zz-missing'; mappedFields keys are connection configNames: this product's are 'core-pg'",
+            ),
+        ),
+        (
+            json!({"dataRequest": {"mappedFields": {"nobody": {"t": ["f"]}}}, "metadata": {"source": "newcomer"}}),
+            "FET-1020",
+            Some(
+                "No connections configured for the requested datasources; mappedFields keys are connection configNames, and this product has none yet (POST /v1/management/connections)",
+            ),
         ),
         (
             json!({"dataRequest": {"mappedFields": {"core-pg": {"t": ["f"]}}}, "metadata": {"source": "billing"}}),
