@@ -14,18 +14,6 @@ const MY_PASSWORD: &str = "connection-errors-test-only";
 /// A CA that signed nothing: the local server's certificate never verifies against it.
 const UNRELATED_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUO9nh2CWtWixEILuipMWc+p/Awc4wCgYIKoZIzj0EAwIw\nLjEsMCoGA1UEAwwjZmV0Y2hlciB0ZXN0IENBIHRoYXQgc2lnbmVkIG5vdGhpbmcw\nIBcNMjYxMjA3MDYyMDE0WhgPMjEyNjExMTMwNjIwMTRaMC4xLDAqBgNVBAMMI2Zl\ndGNoZXIgdGVzdCBDQSB0aGF0IHNpZ25lZCBub3RoaW5nMFkwEwYHKoZIzj0CAQYI\nKoZIzj0DAQcDQgAELhEYYyWguh1YRnMjeIB1DqTqAKmme9nnrPaoOkbVaARUh9fI\nSxzIcqcNE1t14w3JQA4o9uwAa7jJLI41LUiiUqNTMFEwHQYDVR0OBBYEFD9O1Ejo\nzZNL8slCu3Oad6oIpp3/MB8GA1UdIwQYMBaAFD9O1EjozZNL8slCu3Oad6oIpp3/\nMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIgC6V5ghK1F7XvHWP5\n8ePaXBFocvNYhTJx1I7VOUjsjnMCIQDEBEvyWkqgMarrM4KQ44b1tBeWCtqws9tD\n9a0Zs2ZURg==\n-----END CERTIFICATE-----\n";
 
-fn mysql(sql: &str) {
-    let out = std::process::Command::new("mysql")
-        .args(["-h", "127.0.0.1", "-u", "root", "-e", sql])
-        .output()
-        .expect("mysql");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Registers `body` (product `reporter`) and returns its id.
 fn register(server: &Server, body: &Value) -> String {
     let (status, created) = server.request(
@@ -43,9 +31,12 @@ fn connection_failures_say_what_to_fix() {
     let db = PgDb::create("fetcher_why");
     psql(&db.0, "CREATE TABLE t (id bigint PRIMARY KEY)");
     let user = format!("why_{}", free_port());
-    mysql(&format!(
-        "CREATE USER '{user}'@'%' IDENTIFIED BY '{MY_PASSWORD}'; GRANT SELECT ON *.* TO '{user}'@'%'"
-    ));
+    mysql(
+        None,
+        &format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY '{MY_PASSWORD}'; GRANT SELECT ON *.* TO '{user}'@'%'"
+        ),
+    );
     let dir = tempfile::tempdir().unwrap();
     // One worker, so the job below queues behind a blocker while its login changes.
     let server = Server::start(dir.path(), &["--workers", "1"]);
@@ -134,11 +125,7 @@ fn connection_failures_say_what_to_fix() {
     // A job whose login is refused when it runs says so in its error.
     let good = my("my-later", 3306, "mysql", MY_PASSWORD);
     register(&server, &good);
-    let lock = std::process::Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", &db.0, "-q", "-c"])
-        .arg("BEGIN; LOCK TABLE t IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(2); COMMIT;")
-        .spawn()
-        .unwrap();
+    let lock = lock_table(&db, "t", 2);
     let ledger = pg("ledger", 5432, &db.0, "postgres", None);
     register(&server, &ledger);
     let post = |body: Value| {
@@ -155,9 +142,10 @@ fn connection_failures_say_what_to_fix() {
         json!({"dataRequest": {"mappedFields": {"my-later": {"user": ["User"]}}},
                             "metadata": {"source": "reporter"}}),
     );
-    mysql(&format!(
-        "ALTER USER '{user}'@'%' IDENTIFIED BY 'changed-meanwhile'"
-    ));
+    mysql(
+        None,
+        &format!("ALTER USER '{user}'@'%' IDENTIFIED BY 'changed-meanwhile'"),
+    );
     let job = server.wait_job(&later, Duration::from_secs(30));
     assert_eq!(job["status"], "failed", "{job}");
     let error = job["metadata"]["error"].as_str().unwrap_or_default();
@@ -166,5 +154,5 @@ fn connection_failures_say_what_to_fix() {
     drop(silent);
     let mut lock = lock;
     let _ = lock.wait();
-    mysql(&format!("DROP USER IF EXISTS '{user}'@'%'"));
+    mysql(None, &format!("DROP USER IF EXISTS '{user}'@'%'"));
 }

@@ -18,20 +18,6 @@ const PG_ROWS: u64 = 2_000_000;
 const MY_ROWS: u64 = 1_000_000;
 const MY_PASSWORD: &str = "long-jobs-test-only";
 
-fn mysql(db: Option<&str>, sql: &str) {
-    let mut cmd = Command::new("mysql");
-    cmd.args(["-h", "127.0.0.1", "-u", "root"]);
-    if let Some(db) = db {
-        cmd.arg(db);
-    }
-    let out = cmd.args(["-e", sql]).output().expect("mysql");
-    assert!(
-        out.status.success(),
-        "mysql failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A MariaDB database with `big`, dropped on drop.
 struct MyDb(String);
 

@@ -20,28 +20,6 @@ fn seed(db: &PgDb) {
     );
 }
 
-/// Holds an exclusive lock on `accounts` for `seconds` (a psql child), so an extraction
-/// blocks mid-job.
-fn lock_accounts(db: &PgDb, seconds: u32) -> std::process::Child {
-    let sql = format!(
-        "BEGIN; LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep({seconds}); COMMIT;"
-    );
-    std::process::Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            &db.0,
-            "-q",
-            "-c",
-            &sql,
-        ])
-        .spawn()
-        .unwrap()
-}
-
 /// Registers `db` as the `ledger` connection of product `reporter`.
 fn register_ledger(server: &Server, db: &PgDb) {
     let (status, created) = server.request(
@@ -166,7 +144,7 @@ fn a_job_interrupted_by_a_crash_is_taken_over_after_restart() {
     let mut server = Server::start(dir.path(), &[]);
     register_ledger(&server, &db);
     // Hold an exclusive lock so the extraction blocks mid-job.
-    let mut locker = lock_accounts(&db, 6);
+    let mut locker = lock_table(&db, "accounts", 6);
     std::thread::sleep(Duration::from_millis(500));
     let (status, accepted) =
         server.request("POST", "/v1/fetcher", Some(&job_body("reporter")), &[]);
@@ -203,7 +181,7 @@ fn shutdown_is_bounded_by_its_grace_and_hands_abandoned_jobs_back() {
     let mut server = Server::start(dir.path(), &["--workers", "1", "--shutdown-grace", "2"]);
     register_ledger(&server, &db);
     // The one worker blocks in the database; a second job waits in the queue.
-    let mut locker = lock_accounts(&db, 10);
+    let mut locker = lock_table(&db, "accounts", 10);
     std::thread::sleep(Duration::from_millis(500));
     let mut ids = Vec::new();
     for filter in [2, 3] {
@@ -673,7 +651,7 @@ fn retries_wait_without_a_worker_and_refusals_fail_at_once() {
     };
     // The only worker is busy with a job blocked on a lock while the "down" job queues;
     // then the proxy is cut, the lock ends, and the "down" job fails its first attempt.
-    let mut lock = lock_accounts(&db, 3);
+    let mut lock = lock_table(&db, "accounts", 3);
     std::thread::sleep(Duration::from_millis(300));
     let blocker = post(
         json!({"dataRequest": {"mappedFields": {"ledger": {"accounts": ["id"]}}},

@@ -14,20 +14,6 @@ use serde_json::{Value, json};
 
 const MY_PASSWORD: &str = "refusals-test-only";
 
-fn mysql(db: Option<&str>, sql: &str) {
-    let mut cmd = Command::new("mysql");
-    cmd.args(["-h", "127.0.0.1", "-u", "root"]);
-    if let Some(db) = db {
-        cmd.arg(db);
-    }
-    let out = cmd.args(["-e", sql]).output().expect("mysql");
-    assert!(
-        out.status.success(),
-        "mysql failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A MariaDB database with table `t` and a user of its own that may read it; both
 /// dropped on drop.
 struct MyDb {
@@ -62,19 +48,6 @@ impl Drop for MyDb {
             ))
             .output();
     }
-}
-
-/// Holds an exclusive lock on `accounts` for `seconds` (a psql child), so the one worker
-/// is busy while the jobs under test queue and their logins are revoked.
-fn lock_accounts(db: &PgDb, seconds: u32) -> std::process::Child {
-    let sql = format!(
-        "BEGIN; LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep({seconds}); COMMIT;"
-    );
-    Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", &db.0, "-q", "-c"])
-        .arg(sql)
-        .spawn()
-        .unwrap()
 }
 
 /// When the job ended, in nanoseconds since the epoch.
@@ -137,7 +110,7 @@ fn refused_logins_fail_at_once(extra: &[&str]) {
         assert_eq!(status, 202, "{config}: {job}");
         job["jobId"].as_str().unwrap().to_owned()
     };
-    let mut lock = lock_accounts(&pg, 3);
+    let mut lock = lock_table(&pg, "accounts", 3);
     std::thread::sleep(Duration::from_millis(300));
     let blocker = post("ledger", "accounts");
     // Accepted while the logins work (creation tests each connection), queued behind the

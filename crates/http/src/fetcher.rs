@@ -86,10 +86,9 @@ pub struct DataRequest {
 
 /// The keys of a job request at its top level and in `dataRequest`: a misspelling of one
 /// is refused naming it.
-fn check_known_keys(body: &[u8]) -> Result<(), ApiError> {
-    let v: Value = serde_json::from_slice(body).unwrap_or_default();
+fn check_known_keys(v: &Value) -> Result<(), ApiError> {
     super::extract::known_keys(
-        &v,
+        v,
         &[
             "dataRequest",
             "metadata",
@@ -125,8 +124,7 @@ const OPERATORS: [&str; 10] = [
 /// and what is allowed) rather than dropped (the reference ignored an unknown operator,
 /// widening the job) or failing when the job runs. An empty value list still counts as
 /// absent, as the reference has it.
-fn check_filter_operators(body: &[u8]) -> Result<(), ApiError> {
-    let v: Value = serde_json::from_slice(body).unwrap_or_default();
+fn check_filter_operators(v: &Value) -> Result<(), ApiError> {
     let Some(filters) = v["dataRequest"]["filters"].as_object() else {
         return Ok(());
     };
@@ -562,8 +560,11 @@ pub async fn create_job(
 ) -> Result<Response, ApiError> {
     let product = caller_product(&st, &headers)?;
     let req: FetcherRequest = parse_json(&headers, &body)?;
-    check_known_keys(&body)?;
-    check_filter_operators(&body)?;
+    // The typed request ignores unknown keys and operators: the raw tree, read once,
+    // is what tells a misspelling or an unknown operator apart.
+    let raw: Value = serde_json::from_slice(&body).unwrap_or_default();
+    check_known_keys(&raw)?;
+    check_filter_operators(&raw)?;
     exact_filter_numbers(&body)?;
     let data = req.data_request.unwrap_or_default();
     let filters: Filters = data

@@ -297,3 +297,31 @@ pub fn open_result_with(data_dir: &Path, target: &str, extra: &[&str]) -> (bool,
         String::from_utf8_lossy(&out.stderr).to_string(),
     )
 }
+
+/// Runs SQL against the local MariaDB as root (in `db` when given).
+pub fn mysql(db: Option<&str>, sql: &str) {
+    let mut cmd = Command::new("mysql");
+    cmd.args(["-h", "127.0.0.1", "-u", "root"]);
+    if let Some(db) = db {
+        cmd.arg(db);
+    }
+    let out = cmd.args(["-e", sql]).output().expect("mysql");
+    assert!(
+        out.status.success(),
+        "mysql failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Holds an exclusive lock on `table` of `db` for `seconds` (a psql child), so an
+/// extraction reading it blocks, and the jobs queued behind it wait.
+pub fn lock_table(db: &PgDb, table: &str, seconds: u32) -> Child {
+    let sql = format!(
+        "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep({seconds}); COMMIT;"
+    );
+    Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", &db.0, "-q", "-c"])
+        .arg(sql)
+        .spawn()
+        .unwrap()
+}
