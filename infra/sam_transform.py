@@ -53,6 +53,7 @@ ALTERNATIVES = {
     "AlarmEmail": "ops@example.com",
     "VpcSubnetIds": "subnet-0123456789abcdef0,subnet-0fedcba9876543210",
     "ExtractReservedConcurrency": "20",
+    "ExtractMaxJobsPerTenant": "3",
     "ApiReservedConcurrency": "50",
     "PrivateNetworkCidrs": "10.0.0.0/16,172.31.0.0/16",
 }

@@ -19,6 +19,8 @@
 //! | `FETCHER_STACK_NAME` | the stack the functions belong to (the template sets it): the `Stack` dimension of every metric, so one stage's alarms never count another's (default `fetcher`) |
 //! | `FETCHER_READ_PARTITIONS` | PostgreSQL connections per extraction step, 1 to 16 (default 1; docs/datasources.md, "Partitioned reads") |
 //! | `FETCHER_PROGRESS_INTERVAL_MS` | how often a running job writes its progress with its lease heartbeat, and so how soon a cancel is seen (default 2000, at least 100) |
+//! | `FETCHER_EXTRACT_CONCURRENCY` | extractions the event source runs at once (the template passes its `MaximumConcurrency`; default 10): the default of the per-tenant share below |
+//! | `FETCHER_MAX_JOBS_PER_TENANT` | extractions of one tenant that run at once, whole jobs, continuations and ranges alike (default one less than `FETCHER_EXTRACT_CONCURRENCY`, at least 1): a message past it is sent again after `FETCHER_TENANT_DEFER_SECS` (default 20, 1 to 900) instead of taking an invocation (docs/operations.md, "Fair workers") |
 //! | `FETCHER_RETRY_BACKOFF_SECS` | first delay before a retried job message comes back (default 30; doubles per receive, at most 15 minutes) instead of the queue's visibility timeout |
 //! | `FETCHER_MAX_MESSAGE_AGE_SECS` | oldest job message trusted (default 21600); must exceed the queue's visibility × receive count (the template sets visibility × 6) |
 //! | `FETCHER_ALLOW_UNAUTHENTICATED` | `true`: the API serves calls without verified claims (a private test deployment). Default `false`: a call the authorizer did not verify is 401, in every mode |
@@ -68,6 +70,10 @@ pub struct HostConfig {
     pub fanout_range_rows: i64,
     /// The first back-off of a retried job message; doubles per receive up to 15 minutes.
     pub retry_backoff: Duration,
+    /// Extractions of one tenant that run at once (at least 1).
+    pub max_jobs_per_tenant: usize,
+    /// How long a message past its tenant's share waits before it comes back.
+    pub tenant_defer: Duration,
     /// How old a job message may be and still be trusted. It must exceed the queue's
     /// visibility timeout × its receive count, or a late redelivery is rejected unseen
     /// (the template derives it so).
@@ -152,6 +158,12 @@ impl HostConfig {
             fanout_range_rows: s.extraction.fanout_range_rows as i64,
             max_message_age: Duration::from_secs(s.max_message_age_secs),
             retry_backoff: Duration::from_secs(s.retry_backoff_secs),
+            max_jobs_per_tenant: s
+                .max_jobs_per_tenant
+                .map(|n| n as usize)
+                .unwrap_or_else(|| usize::from(s.extract_concurrency).saturating_sub(1))
+                .max(1),
+            tenant_defer: Duration::from_secs(s.tenant_defer_secs),
             require_auth: !s.allow_unauthenticated,
             require_product: s.extraction.require_product,
             guard_hosts: !s.allow_private_hosts,
@@ -188,6 +200,15 @@ struct LambdaSettings {
     lease_secs: u64,
     #[arg(long, env = "FETCHER_RETRY_BACKOFF_SECS", default_value_t = 30)]
     retry_backoff_secs: u64,
+    #[arg(long, env = "FETCHER_EXTRACT_CONCURRENCY", default_value_t = 10,
+        value_parser = clap::value_parser!(u16).range(1..))]
+    extract_concurrency: u16,
+    #[arg(long, env = "FETCHER_MAX_JOBS_PER_TENANT",
+        value_parser = clap::value_parser!(u32).range(1..))]
+    max_jobs_per_tenant: Option<u32>,
+    #[arg(long, env = "FETCHER_TENANT_DEFER_SECS", default_value_t = 20,
+        value_parser = clap::value_parser!(u64).range(1..=900))]
+    tenant_defer_secs: u64,
     #[arg(long, env = "FETCHER_MAX_MESSAGE_AGE_SECS", default_value_t = 6 * 3600)]
     max_message_age_secs: u64,
     #[arg(long, env = "FETCHER_ALLOW_UNAUTHENTICATED")]

@@ -39,6 +39,7 @@
 //! | active-config marker | `ACTIVE#<t>#<configName>` | `<jobId>` | one per config an active job reads |
 //! | execution state | `EXEC#<t>#<jobId>` | `E` | `doc` |
 //! | schema cache | `SCHEMA#<t>#<configName>` | `S` | `doc`, `expiresAt` (TTL, also checked on read) |
+//! | tenant slots | `SLOTS#<tenant>` | `S` | `holds` (hold token → end, ns), `ver`, `expiresAt` (a day after the last hold's end) |
 //! | rate-limit counter | `RATE#<key>` | `R` | `hits` (atomic `ADD`), `windowStart` (ms), `expiresAt` |
 //!
 //! | GSI | partition | sort | holds |

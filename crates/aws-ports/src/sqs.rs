@@ -5,6 +5,7 @@
 //! empty, which is what the verifier assumes), the body is the message body verbatim.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::MessageAttributeValue;
@@ -58,33 +59,48 @@ impl SqsJobQueue {
     }
 }
 
+impl SqsJobQueue {
+    /// Sends `message` (its headers as message attributes), delivered after `delay`
+    /// (whole seconds, at most SQS's 15 minutes).
+    async fn send(&self, message: QueueMessage, delay: Duration) -> Result<()> {
+        let body = String::from_utf8(message.body)
+            .map_err(|_| ServiceError::internal("job message body is not UTF-8"))?;
+        let mut req = self
+            .client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body);
+        if !delay.is_zero() {
+            req = req.delay_seconds(delay.as_secs().clamp(1, 900) as i32);
+        }
+        for (name, value) in message.headers.iter().filter(|(_, v)| !v.is_empty()) {
+            req = req.message_attributes(
+                name,
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(value)
+                    .build()
+                    .map_err(|e| ServiceError::internal("bad message attribute").with_cause(e))?,
+            );
+        }
+        req.send()
+            .await
+            .map_err(|e| ServiceError::unavailable("job queue unavailable").with_cause(e))?;
+        Ok(())
+    }
+}
+
 impl JobQueue for SqsJobQueue {
     fn enqueue<'a>(&'a self, message: QueueMessage) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let body = String::from_utf8(message.body)
-                .map_err(|_| ServiceError::internal("job message body is not UTF-8"))?;
-            let mut req = self
-                .client
-                .send_message()
-                .queue_url(&self.queue_url)
-                .message_body(body);
-            for (name, value) in message.headers.iter().filter(|(_, v)| !v.is_empty()) {
-                req = req.message_attributes(
-                    name,
-                    MessageAttributeValue::builder()
-                        .data_type("String")
-                        .string_value(value)
-                        .build()
-                        .map_err(|e| {
-                            ServiceError::internal("bad message attribute").with_cause(e)
-                        })?,
-                );
-            }
-            req.send()
-                .await
-                .map_err(|e| ServiceError::unavailable("job queue unavailable").with_cause(e))?;
-            Ok(())
-        })
+        Box::pin(self.send(message, Duration::ZERO))
+    }
+
+    fn enqueue_after<'a>(
+        &'a self,
+        message: QueueMessage,
+        delay: Duration,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.send(message, delay))
     }
 
     /// The queue's approximate counts summed: waiting, in flight (received, not yet

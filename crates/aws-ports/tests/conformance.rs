@@ -59,6 +59,11 @@ async fn dynamodb_rate_limiter_conforms() {
     service_suites::rate_limiter(&(Arc::new(store().await) as Arc<dyn RateLimiter>)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dynamodb_tenant_slots_conform() {
+    service_suites::tenant_slots(&(Arc::new(store().await) as Arc<dyn TenantSlots>)).await;
+}
+
 #[tokio::test]
 async fn s3_object_store_conforms() {
     service_suites::object_store(&(Arc::new(objects().await) as Arc<dyn ObjectStore>)).await;

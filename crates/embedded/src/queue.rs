@@ -521,7 +521,8 @@ async fn handle(
         | Outcome::Dropped { .. }
         | Outcome::Continued { .. }
         | Outcome::FannedOut { .. }
-        | Outcome::RangeDone { .. } => {}
+        | Outcome::RangeDone { .. }
+        | Outcome::Deferred { .. } => {}
         Outcome::Skipped(why) => info!(why, "message skipped"),
     }
     queue.finished();

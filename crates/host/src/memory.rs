@@ -401,6 +401,45 @@ impl RateLimiter for MemoryRateLimiter {
     }
 }
 
+/// Tenant slots in a map: per tenant, each live hold's end.
+#[derive(Default)]
+pub struct MemoryTenantSlots {
+    holds: Mutex<HashMap<String, HashMap<String, Timestamp>>>,
+}
+
+impl MemoryTenantSlots {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+}
+
+impl TenantSlots for MemoryTenantSlots {
+    fn acquire<'a>(
+        &'a self,
+        tenant: &'a str,
+        cap: usize,
+        until: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<SlotHold>>> {
+        let now = Timestamp::now();
+        let mut all = self.holds.lock().unwrap();
+        let holds = all.entry(tenant.to_owned()).or_default();
+        holds.retain(|_, end| *end > now);
+        if holds.len() >= cap {
+            return ready(Ok(None));
+        }
+        let hold = SlotHold::new();
+        holds.insert(hold.token().to_owned(), until);
+        ready(Ok(Some(hold)))
+    }
+
+    fn release<'a>(&'a self, tenant: &'a str, hold: &'a SlotHold) -> BoxFuture<'a, Result<()>> {
+        if let Some(holds) = self.holds.lock().unwrap().get_mut(tenant) {
+            holds.remove(hold.token());
+        }
+        ready(Ok(()))
+    }
+}
+
 /// A fixed key ring.
 pub struct StaticKeyProvider(pub Arc<KeyRing>);
 

@@ -203,6 +203,18 @@ pub trait JobStore: Send + Sync {
 pub trait JobQueue: Send + Sync {
     fn enqueue<'a>(&'a self, message: QueueMessage) -> BoxFuture<'a, Result<()>>;
 
+    /// Enqueues `message` for delivery no sooner than `delay` from now (SQS's
+    /// `DelaySeconds`, at most 15 minutes): a message deferred while its tenant is at its
+    /// share ([`TenantSlots`]). A queue that cannot delay delivers it at once.
+    fn enqueue_after<'a>(
+        &'a self,
+        message: QueueMessage,
+        delay: Duration,
+    ) -> BoxFuture<'a, Result<()>> {
+        let _ = delay;
+        self.enqueue(message)
+    }
+
     /// `false` once the host is shutting down and takes no new work (`serve`'s
     /// in-process queue after its drain). A job submitted then is refused (503, nothing
     /// stored); one whose enqueue loses that race stays `pending`, durable in the jobs
@@ -287,6 +299,48 @@ pub fn gcra(
             retry_after: Duration::from_nanos(wait as u64),
         };
         (refused, None)
+    }
+}
+
+/// A tenant's share of the workers across processes: the Lambda host's per-tenant bound
+/// (docs/operations.md, "Fair workers"), where every invocation is its own process and
+/// SQS has no notion of tenant. `serve` keeps its shares in its own queue instead.
+///
+/// A hold lasts until its `until` (the invocation's end), so a worker that dies without
+/// releasing frees its slot then, never later.
+pub trait TenantSlots: Send + Sync {
+    /// Takes one of `tenant`'s `cap` slots until `until`; `None` while `cap` live holds
+    /// exist. Atomic: concurrent callers never hold more than `cap` together.
+    fn acquire<'a>(
+        &'a self,
+        tenant: &'a str,
+        cap: usize,
+        until: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<SlotHold>>>;
+
+    /// Gives a hold back before its time; releasing one already gone (expired, released)
+    /// is not an error.
+    fn release<'a>(&'a self, tenant: &'a str, hold: &'a SlotHold) -> BoxFuture<'a, Result<()>>;
+}
+
+/// One held slot of a tenant: a random token naming the hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotHold(String);
+
+impl SlotHold {
+    /// A fresh, unguessable hold.
+    pub fn new() -> SlotHold {
+        SlotHold(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    pub fn token(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for SlotHold {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

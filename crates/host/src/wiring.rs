@@ -114,6 +114,7 @@ impl HostPorts {
             config,
             table_format: None,
             queue: None,
+            tenant_share: None,
         }
     }
 }

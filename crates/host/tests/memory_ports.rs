@@ -22,6 +22,11 @@ async fn memory_rate_limiter_conforms() {
     suites::rate_limiter(&(MemoryRateLimiter::new() as Arc<dyn RateLimiter>)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_tenant_slots_conform() {
+    suites::tenant_slots(&(MemoryTenantSlots::new() as Arc<dyn TenantSlots>)).await;
+}
+
 #[tokio::test]
 async fn memory_job_queue_conforms() {
     let queue = MemoryJobQueue::new();

@@ -234,6 +234,7 @@ async fn a_parquet_job_fails_cleanly_on_a_host_without_the_writer() {
         pipeline: Pipeline {
             table_format: None,
             queue: None,
+            tenant_share: None,
             config: PipelineConfig {
                 max_attempts: 1,
                 ..Default::default()

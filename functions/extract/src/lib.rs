@@ -23,7 +23,7 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use fetcher_aws::EventBridgePublisher;
 use fetcher_aws::host::{Host, HostConfig, emf_line};
 use fetcher_aws::sqs::queue_message_from_record;
-use fetcher_host::pipeline::{Outcome, Pipeline, PipelineConfig, StrandedRules};
+use fetcher_host::pipeline::{Outcome, Pipeline, PipelineConfig, StrandedRules, TenantShare};
 use serde_json::{Value, json};
 use tracing::{error, info, warn};
 
@@ -123,6 +123,7 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
     let (fanout_ranges, fanout_range_rows) = (config.fanout_ranges, config.fanout_range_rows);
     let stack = config.stack_name.clone();
     let secret = config.master_key_secret.clone();
+    let (per_tenant, tenant_defer) = (config.max_jobs_per_tenant, config.tenant_defer);
     let host = Host::build(config, sdk)?;
     let key_source = fetcher_aws::SecretsManagerKeySource::new(
         host.clients.secrets.clone(),
@@ -156,6 +157,13 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
     );
     // Long jobs continue in another invocation (docs/operations.md, "Long jobs").
     let pipeline = pipeline.with_queue(Arc::new(queue.clone()));
+    // Each tenant's share of the concurrent invocations (docs/operations.md, "Fair
+    // workers"): SQS knows no tenants, so the shares live in the table.
+    let pipeline = pipeline.with_tenant_share(TenantShare {
+        slots: Arc::new(store.clone()),
+        per_tenant,
+        defer: tenant_defer,
+    });
     #[cfg(feature = "parquet")]
     let pipeline = pipeline.with_table_format(Arc::new(fetcher_parquet::ParquetFormat::new()));
     Ok(Extractor {
@@ -320,6 +328,11 @@ impl Extractor {
             Ok(Outcome::Dropped { reason, job_id }) => {
                 warn!(%message_id, reason = reason.as_str(), job_id = job_id.map(|j| j.to_string()).unwrap_or_default(), "message dropped");
                 self.metrics(&[("MessagesDropped", "Count", 1.0)]);
+                true
+            }
+            Ok(Outcome::Deferred { job_id, delay }) => {
+                info!(%message_id, %job_id, delay_s = delay.as_secs(), "tenant at its share of workers; message sent again for later");
+                self.metrics(&[("MessagesDeferred", "Count", 1.0)]);
                 true
             }
             Ok(Outcome::Retry(e)) => {

@@ -480,3 +480,240 @@ async fn a_reencryption_pass_moves_stored_credentials_to_the_current_key() {
         .unwrap();
     assert_eq!(plain.as_str(), "the-password");
 }
+
+/// `psql` on the local PostgreSQL as `postgres`; panics on failure.
+fn psql(sql: &str) -> String {
+    let out = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "test",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-tAc",
+            sql,
+        ])
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A PostgreSQL connection of `tenant` named `name`, on the local server.
+async fn local_connection(ex: &Extractor, tenant: &str, name: &str) {
+    let input = fetcher_engine::ConnectionInput {
+        config_name: name.into(),
+        datasource_type: fetcher_engine::DatasourceType::Postgresql,
+        host: "127.0.0.1".into(),
+        port: 5432,
+        database_name: "test".into(),
+        username: "postgres".into(),
+        password: fetcher_engine::Secret::from(b"trust-auth-ignores-it".to_vec()),
+        ..Default::default()
+    };
+    ex.pipeline
+        .engine
+        .create_connection(
+            &fetcher_engine::Context::background(),
+            &fetcher_engine::TenantContext::new(tenant).unwrap(),
+            &input,
+        )
+        .await
+        .unwrap();
+}
+
+/// A job of `tenant` reading `table`'s `id` through connection `name`.
+fn job_reading(tenant: &str, name: &str, table: &str) -> Job {
+    let mut req = JobRequest::default();
+    req.mapped_fields.insert(
+        name.into(),
+        [(table.to_owned(), vec!["id".to_owned()])].into(),
+    );
+    Job::new(tenant, req, uuid::Uuid::now_v7().to_string())
+}
+
+/// Polls the job until `done` holds (15 s at most).
+async fn wait_for(
+    ex: &Extractor,
+    tenant: &str,
+    id: fetcher_host::model::JobId,
+    done: impl Fn(&Job) -> bool,
+) -> Job {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let job = stored_job(ex, tenant, id).await;
+        if done(&job) {
+            return job;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {id} stayed {:?}",
+            job.status
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// #52 item 1 on Lambda: a tenant whose jobs fill its share of the invocations (here 1;
+/// its read waits on a lock another session holds, as a slow policy or a locked table
+/// would) has its next message sent back for later, not run; another tenant's small job
+/// runs at once. The deferred message arrives again after the delay and then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_at_its_share_waits_while_another_tenants_job_runs() {
+    let sqs = fetcher_aws::testing::clients().await.sqs;
+    let queue_url = sqs
+        .create_queue()
+        .queue_name(format!("fetcher-share-{}", uuid::Uuid::new_v4().simple()))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let mut cfg = host_config().await;
+    cfg.queue_url = Some(queue_url.clone());
+    cfg.max_jobs_per_tenant = 1;
+    cfg.tenant_defer = std::time::Duration::from_secs(2);
+    let ex = Arc::new(from_config(cfg, &config().await).unwrap());
+
+    let suffix = &uuid::Uuid::new_v4().simple().to_string()[..12];
+    let (held, free) = (
+        format!("share_held_{suffix}"),
+        format!("share_free_{suffix}"),
+    );
+    psql(&format!(
+        "create table {held} (id int primary key); insert into {held} values (1), (2), (3);
+         create table {free} (id int primary key); insert into {free} values (1);"
+    ));
+    // Another session holds the table for 6 s: a read of it waits that long.
+    let mut locker = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-c"])
+        .arg(format!(
+            "begin; lock table {held} in access exclusive mode; select pg_sleep(6); commit;"
+        ))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let granted = format!(
+        "select count(*) from pg_locks l join pg_class c on c.oid = l.relation \
+         where c.relname = '{held}' and l.mode = 'AccessExclusiveLock' and l.granted"
+    );
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while psql(&granted) != "1" {
+        assert!(
+            std::time::Instant::now() < until,
+            "the lock was never taken"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    let (busy, quiet) = (
+        format!("t{}", uuid::Uuid::new_v4().simple()),
+        format!("t{}", uuid::Uuid::new_v4().simple()),
+    );
+    local_connection(&ex, &busy, "held-db").await;
+    local_connection(&ex, &quiet, "free-db").await;
+    let (first, second, small) = (
+        job_reading(&busy, "held-db", &held),
+        job_reading(&busy, "held-db", &held),
+        job_reading(&quiet, "free-db", &free),
+    );
+    let signer = signer(&ex).await;
+    let mut messages = Vec::new();
+    for job in [&first, &second, &small] {
+        ex.pipeline.jobs.insert(job).await.unwrap();
+        messages.push(encode(job, &signer, "req-share", unix_now()));
+    }
+
+    // The busy tenant's first job takes its one slot and waits on the lock.
+    let running = tokio::spawn({
+        let (ex, event) = (ex.clone(), sqs_event(&[("share-1", &messages[0])]));
+        async move { ex.handle(event).await }
+    });
+    wait_for(&ex, &busy, first.id, |j| j.status == JobStatus::Processing).await;
+
+    // Its second job is sent back for later at once: no invocation waits for it.
+    let t = std::time::Instant::now();
+    let out = ex.handle(sqs_event(&[("share-2", &messages[1])])).await;
+    assert_eq!(
+        out,
+        json!({"batchItemFailures": []}),
+        "deferred, not retried"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        stored_job(&ex, &busy, second.id).await.status,
+        JobStatus::Pending
+    );
+
+    // The quiet tenant's job runs to its end while the busy one still waits.
+    let t = std::time::Instant::now();
+    let out = ex.handle(sqs_event(&[("share-3", &messages[2])])).await;
+    let waited = t.elapsed();
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    assert_eq!(
+        stored_job(&ex, &quiet, small.id).await.status,
+        JobStatus::Completed
+    );
+    assert!(
+        waited < std::time::Duration::from_secs(3),
+        "the small job took {waited:?}"
+    );
+    assert!(
+        !running.is_finished(),
+        "the busy tenant's first job still holds its slot"
+    );
+    eprintln!("the other tenant's small job completed in {waited:?}");
+
+    // The deferred message comes back after its delay, unchanged.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let again = loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(&queue_url)
+            .message_attribute_names("All")
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        if let Some(m) = got.messages().first() {
+            break m.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deferred message never came back"
+        );
+    };
+    assert_eq!(
+        again.body(),
+        Some(String::from_utf8_lossy(&messages[1].body).as_ref())
+    );
+
+    // The lock ends, the first job completes and frees the slot; the second then runs.
+    assert!(locker.wait().unwrap().success());
+    let out = running.await.unwrap();
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    assert_eq!(
+        stored_job(&ex, &busy, first.id).await.status,
+        JobStatus::Completed
+    );
+    let out = ex.handle(sqs_event(&[("share-2b", &messages[1])])).await;
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    assert_eq!(
+        stored_job(&ex, &busy, second.id).await.status,
+        JobStatus::Completed
+    );
+
+    psql(&format!("drop table {held}; drop table {free};"));
+    let _ = sqs.delete_queue().queue_url(&queue_url).send().await;
+}

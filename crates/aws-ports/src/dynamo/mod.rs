@@ -11,6 +11,7 @@
 //! | `rate_limit` | `RateLimiter` (one counter item per key, atomic `ADD`, TTL) |
 //! | `jobs` | `JobStore`: the job item and its indexes, dedup locks, active-config markers, read-modify-write transitions |
 //! | `job_lease` | a processing job's lease item, which heartbeats update alone |
+//! | `tenant_slots` | `TenantSlots`: one item per tenant with its live holds' ends, version-conditioned writes |
 //! | `syncs` | a sync's item: its watermarks and its one active job, written in its jobs' transactions |
 
 use std::collections::HashMap;
@@ -58,6 +59,7 @@ mod jobs;
 mod rate_limit;
 mod schema_cache;
 mod syncs;
+mod tenant_slots;
 
 pub use connections::ReencryptReport;
 use item::*;

@@ -39,6 +39,9 @@ mod receive;
 mod repair;
 mod run;
 mod segment;
+mod share;
+
+pub use share::TenantShare;
 
 pub use payload::{canceled_event, completed_payload, failed_payload};
 pub use segment::CHECKPOINT_MISMATCH;
@@ -150,6 +153,9 @@ pub enum Outcome {
         /// The job an authentic message named.
         job_id: Option<JobId>,
     },
+    /// The tenant runs its share of jobs already ([`TenantShare`]): the message was sent
+    /// again to arrive after `delay` (delete this delivery).
+    Deferred { job_id: JobId, delay: Duration },
     /// Let the message come back later.
     Retry(ServiceError),
 }
@@ -220,6 +226,9 @@ pub struct Pipeline {
     /// Where a long job's next segment is sent; `None`: jobs run in one go (a host
     /// without a queue cannot continue them).
     pub queue: Option<Arc<dyn JobQueue>>,
+    /// Each tenant's share of the workers across processes; `None`: the host shares
+    /// its workers itself (`serve`'s queue) or not at all.
+    pub tenant_share: Option<TenantShare>,
 }
 
 /// The failure of a Parquet job on a host without the Parquet writer.

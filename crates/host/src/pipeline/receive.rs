@@ -41,7 +41,7 @@ impl Pipeline {
             }
         }
         match decoded {
-            Ok(received) => self.process(received, stop, deadline).await,
+            Ok(received) => self.process_in_share(received, msg, stop, deadline).await,
             Err(Rejected::BadSignature(e)) => {
                 // Never retried, and no job is touched: a forged message must not be able
                 // to fail someone's job. The job's genuine message is still on its way.

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fetcher_engine::Timestamp;
 use fetcher_engine::testing::unique_tenant;
 
 use crate::model::*;
@@ -138,6 +139,76 @@ pub async fn rate_limiter(limiter: &Arc<dyn RateLimiter>) {
             .unwrap()
             .allowed
     );
+}
+
+fn in_(d: Duration) -> Timestamp {
+    Timestamp::from_system_time(std::time::SystemTime::now() + d)
+}
+
+/// The [`TenantSlots`] obligations: at most `cap` live holds per tenant, also when
+/// taken concurrently; a release frees its slot (twice is harmless); a hold past its end
+/// frees itself; tenants are independent.
+pub async fn tenant_slots(slots: &Arc<dyn TenantSlots>) {
+    let tenant = unique_tenant("slots").tenant_id;
+    let later = move || in_(Duration::from_secs(600));
+    let a = slots
+        .acquire(&tenant, 2, later())
+        .await
+        .unwrap()
+        .expect("first slot");
+    let b = slots
+        .acquire(&tenant, 2, later())
+        .await
+        .unwrap()
+        .expect("second slot");
+    assert_ne!(a, b, "each hold is its own");
+    assert!(
+        slots.acquire(&tenant, 2, later()).await.unwrap().is_none(),
+        "the tenant holds its share"
+    );
+    let other = unique_tenant("slots").tenant_id;
+    assert!(
+        slots.acquire(&other, 2, later()).await.unwrap().is_some(),
+        "another tenant has a share of its own"
+    );
+    slots.release(&tenant, &a).await.unwrap();
+    slots.release(&tenant, &a).await.unwrap();
+    let c = slots
+        .acquire(&tenant, 2, later())
+        .await
+        .unwrap()
+        .expect("a released slot is free");
+    assert!(
+        slots.acquire(&tenant, 2, later()).await.unwrap().is_none(),
+        "one release frees one slot"
+    );
+    // A cap lowered since (a redeploy): nothing more until holds end.
+    assert!(slots.acquire(&tenant, 1, later()).await.unwrap().is_none());
+    slots.release(&tenant, &b).await.unwrap();
+    slots.release(&tenant, &c).await.unwrap();
+
+    // A hold whose holder died ends by itself.
+    let brief = unique_tenant("slots").tenant_id;
+    let soon = in_(Duration::from_millis(1500));
+    slots.acquire(&brief, 1, soon).await.unwrap().expect("slot");
+    assert!(slots.acquire(&brief, 1, later()).await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    assert!(
+        slots.acquire(&brief, 1, later()).await.unwrap().is_some(),
+        "an ended hold frees its slot"
+    );
+
+    // Concurrent takers: exactly `cap` win.
+    let race = unique_tenant("slots").tenant_id;
+    let takers = (0..8).map(|_| {
+        let (slots, race) = (slots.clone(), race.clone());
+        tokio::spawn(async move { slots.acquire(&race, 3, later()).await.unwrap().is_some() })
+    });
+    let mut won = 0;
+    for t in takers {
+        won += usize::from(t.await.unwrap());
+    }
+    assert_eq!(won, 3, "atomic: no slot handed out twice");
 }
 
 #[cfg(test)]

@@ -88,6 +88,7 @@ pub async fn world() -> World {
         },
         table_format: Some(Arc::new(fetcher_parquet::ParquetFormat::new())),
         queue: None,
+        tenant_share: None,
     };
     World {
         pipeline,
