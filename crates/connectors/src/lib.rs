@@ -15,9 +15,8 @@
 //! | [`pgbin`] | PostgreSQL binary format decoding (query rows and `COPY … (FORMAT binary)`) |
 //! | `pg`, `mysql`, `sqlite` | per-dialect connect options, catalog queries, producers |
 //! | `partition` | PostgreSQL partitioned reads: several connections in one exported snapshot, key-range chunks merged back into the single stream ([`ReadPartitions`]) |
-//! | [`values`] | lossless rendering: calendar, timestamps, tagged strings, UUIDs, JSON |
+//! | `values`, `host`, `cloud_services` | re-exported from `fetcher-connect`, the driver-free crate every connector family shares (lossless value helpers; host safety) |
 //! | [`ssl`] | TLS mode parsing per type ([`validate_ssl_mode`]) and the sqlx mapping |
-//! | [`host`] | host safety (SSRF): [`HostPolicy`], [`validate_host_input`], blocked ranges and names; which files SQLite datasources may open ([`SqliteFiles`]) |
 //! | [`env`] | internal datasources from `DATASOURCE_{NAME}_*` pairs ([`parse_env`]) |
 //! | [`error`] | fixed messages, typed hidden causes (no API codes: those are the hosts') |
 //!
@@ -155,12 +154,10 @@
 //! * Connection test latency is measured by the engine (`ConnectionTestResult.latency`).
 
 pub mod catalog;
-pub mod cloud_services;
 pub mod connector;
 pub mod env;
 pub mod error;
 pub mod filter;
-pub mod host;
 pub mod incremental;
 mod mysql;
 mod partition;
@@ -170,14 +167,17 @@ pub mod query;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 pub mod ssl;
-pub mod values;
+
+// The parts every connector family shares live in `fetcher-connect` (no sqlx); kept at
+// their old paths here so callers need not change.
+pub use fetcher_connect::{cloud_services, host, tls_provider, values};
 
 pub use connector::{
     CONNECT_TIMEOUT, CredentialSource, DISCOVER_TIMEOUT, SessionLimits, SqlConnector,
     SqlConnectorFactory, SqlRegistry, StaticCredentials,
 };
 pub use env::{EnvLoad, InternalDatasource, parse_env};
-pub use error::{ForbiddenHost, InvalidSslMode, is_forbidden_host};
+pub use fetcher_connect::{ForbiddenHost, InvalidSslMode, is_forbidden_host};
 pub use host::{
     DialTarget, HostPolicy, PrivateNetworks, Resolver, SqliteFiles, SqliteRoot, SystemResolver,
     is_blocked_hostname, is_blocked_ip, validate_host_input, validate_host_input_admitting,
@@ -186,18 +186,6 @@ pub use partition::ReadPartitions;
 pub use ssl::validate_ssl_mode;
 
 use fetcher_engine::DatasourceType;
-
-/// Installs rustls' `ring` provider as the process default, once. sqlx builds its TLS
-/// configuration from the process default, and rustls refuses to guess one when a binary
-/// links both `ring` (sqlx) and `aws-lc-rs` (the AWS SDK): without this, the first TLS
-/// connection of such a binary panics. Called before every connect; cheap after the first.
-pub fn tls_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // Err means another provider was installed first; any installed provider works.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
 
 /// The SQL dialects this crate speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
