@@ -43,6 +43,13 @@ ensure_moto() {
   echo "AWS endpoint: ${AWS_ENDPOINT_URL}"
 }
 
+# A MongoDB wire server (SecantusDB's secantusd-rs, built once into a cache outside the
+# checkout) on 127.0.0.1:${MONGO_PORT:-27117}, for the MongoDB connector's tests.
+ensure_mongo() {
+  ./scripts/mongo start >/dev/null
+  export FETCHER_MONGO_PORT="${MONGO_PORT:-27117}"
+}
+
 # pyarrow and DuckDB in the project's .venv: the Parquet tests read results back with
 # both (DuckDB as a second, stricter reader).
 ensure_pyarrow() {

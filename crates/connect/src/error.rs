@@ -88,3 +88,25 @@ pub fn from_done(d: Done) -> EngineError {
         Done::Canceled => EngineError::new(Category::Canceled, "execution canceled"),
     }
 }
+
+/// The descriptor's TLS mode, checked against its type: a mode of another type's (a
+/// record patched to a new type, or written by another host) is refused, not guessed.
+pub fn checked_tls_mode(
+    d: &fetcher_engine::ConnectionDescriptor,
+) -> fetcher_engine::Result<fetcher_engine::TlsMode> {
+    if d.ssl_mode.is_valid_for(d.datasource_type) {
+        return Ok(d.ssl_mode);
+    }
+    let shown: String = d
+        .ssl_mode
+        .as_str()
+        .chars()
+        .take(64)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    Err(EngineError::wrap(
+        Category::Validation,
+        fetcher_engine::error::msg::TLS_MODE_INVALID,
+        InvalidSslMode { shown },
+    ))
+}

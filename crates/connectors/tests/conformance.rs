@@ -97,6 +97,7 @@ async fn postgres_conforms() {
     let capabilities = Capabilities {
         key_ranges: true,
         exact_decimals: true,
+        documents: false,
     };
     connector(&subject(
         Dialect::Postgres,
@@ -116,6 +117,7 @@ async fn mariadb_conforms() {
     let capabilities = Capabilities {
         key_ranges: true,
         exact_decimals: true,
+        documents: false,
     };
     connector(&subject(Dialect::MySql, db.descriptor("src"), capabilities)).await;
     db.drop_db().await;
@@ -127,6 +129,7 @@ async fn sqlite_conforms() {
     let capabilities = Capabilities {
         key_ranges: false,
         exact_decimals: false,
+        documents: false,
     };
     connector(&subject(
         Dialect::Sqlite,

@@ -173,6 +173,12 @@ pub struct Capabilities {
     /// Decimals keep their declared scale (`12.50`). Off (a datasource that stores them
     /// as binary floating point): they read as the same number, compared as numbers.
     pub exact_decimals: bool,
+    /// A document datasource: every table (collection) is keyed by its `_id`, which is how
+    /// the connector's test loads a fixture table's key column (a table without a key
+    /// gets increasing ids in the fixture's row order), and fields are learned from the
+    /// documents, so an empty table shows its `_id` only. The suite then names the key
+    /// `_id` in what it asks and checks, and a keyless table reads in `_id` order.
+    pub documents: bool,
 }
 
 /// A connector under test: how to build it, and the connection to the loaded fixture.
@@ -186,7 +192,83 @@ pub struct Subject {
 /// Batches a connector may hand over at once at most: bounded, never a whole table.
 pub const MAX_BATCH_ROWS: usize = 10_000;
 
+/// The key column of a fixture table, if it has one (the fixture's keys are single).
+fn key_of(table: &str) -> Option<&'static str> {
+    fixture()
+        .into_iter()
+        .find(|t| t.name == table)
+        .and_then(|t| t.primary_key.first().copied())
+}
+
 impl Subject {
+    /// How the datasource names `field` of fixture `table`: a document datasource's
+    /// key is `_id`.
+    fn name_of(&self, table: &str, field: &str) -> String {
+        if self.capabilities.documents && key_of(table) == Some(field) {
+            "_id".to_owned()
+        } else {
+            field.to_owned()
+        }
+    }
+
+    /// A request in the fixture's names, in the datasource's (`tables`, `filters` and
+    /// `incremental` keyed by table).
+    fn renamed(&self, mut request: J) -> J {
+        if !self.capabilities.documents {
+            return request;
+        }
+        let rename_list = |table: &str, list: &mut J| {
+            if let Some(items) = list.as_array_mut() {
+                for f in items {
+                    if let Some(name) = f.as_str() {
+                        *f = J::String(self.name_of(table, name));
+                    }
+                }
+            }
+        };
+        if let Some(tables) = request.get_mut("tables").and_then(J::as_object_mut) {
+            for (t, fields) in tables.iter_mut() {
+                rename_list(t, fields);
+            }
+        }
+        if let Some(filters) = request.get_mut("filters").and_then(J::as_object_mut) {
+            for (t, f) in filters.iter_mut() {
+                if let Some(fields) = f.as_object() {
+                    *f = J::Object(
+                        fields
+                            .iter()
+                            .map(|(k, v)| (self.name_of(t, k), v.clone()))
+                            .collect(),
+                    );
+                }
+            }
+        }
+        if let Some(inc) = request.get_mut("incremental").and_then(J::as_object_mut) {
+            for (t, read) in inc.iter_mut() {
+                if let Some(key) = read.get_mut("key") {
+                    rename_list(t, key);
+                }
+                if let Some(key) = read.pointer_mut("/after/key") {
+                    rename_list(t, key);
+                }
+            }
+        }
+        request
+    }
+
+    /// A row of fixture `table` as JSON in the fixture's names.
+    fn plain(&self, table: &str, row: &crate::Row) -> serde_json::Map<String, J> {
+        row.iter()
+            .map(|(k, v)| {
+                let k = match (self.capabilities.documents, key_of(table)) {
+                    (true, Some(key)) if k == "_id" => key.to_owned(),
+                    _ => k.to_owned(),
+                };
+                (k, v.to_json())
+            })
+            .collect()
+    }
+
     async fn build(&self, ctx: &Context) -> Box<dyn Connector> {
         self.factory
             .build(ctx, &self.tenant, &self.descriptor)
@@ -196,6 +278,7 @@ impl Subject {
     }
 
     fn step(&self, request: J) -> PlanStep {
+        let request = self.renamed(request);
         let config = &self.descriptor.config_name;
         let request: ExtractionRequest =
             serde_json::from_value(json!({"mappedFields": {config: request["tables"]},
@@ -241,7 +324,7 @@ impl Subject {
             .into_iter()
             .filter(|b| &*b.table == table)
             .flat_map(|b| b.rows)
-            .map(|r| r.iter().map(|(k, v)| (k.to_owned(), v.to_json())).collect())
+            .map(|r| self.plain(table, &r))
             .collect()
     }
 
@@ -339,17 +422,32 @@ async fn discovers_the_fixture(s: &Subject) {
             .iter()
             .find(|d| d.name == t.name)
             .unwrap_or_else(|| panic!("discovery lists no table {}", t.name));
-        let fields: Vec<&str> = t.columns.iter().map(|c| c.name).collect();
+        let mut fields: Vec<String> = t
+            .columns
+            .iter()
+            .map(|c| s.name_of(t.name, c.name))
+            .collect();
+        let mut key: Vec<String> = t.primary_key.iter().map(|c| s.name_of(t.name, c)).collect();
+        if s.capabilities.documents {
+            // Every document has an `_id`, stored first; an empty table shows nothing else.
+            if key.is_empty() {
+                fields.insert(0, "_id".into());
+                key.push("_id".into());
+            }
+            fields.retain(|f| f == "_id" || !t.rows.is_empty());
+            fields.sort_by_key(|f| f != "_id");
+        }
         assert_eq!(found.fields, fields, "{}: the fields, in order", t.name);
-        assert_eq!(
-            found.primary_key, t.primary_key,
-            "{}: the primary key",
-            t.name
-        );
-        for c in &t.columns {
+        assert_eq!(found.primary_key, key, "{}: the primary key", t.name);
+        for c in t
+            .columns
+            .iter()
+            .filter(|_| !s.capabilities.documents || !t.rows.is_empty())
+        {
             // A key column is never NULL, whatever the table declared.
             let want = c.nullable && !t.primary_key.contains(&c.name);
-            let said = found.types.get(c.name).and_then(|ty| ty.nullable);
+            let name = s.name_of(t.name, c.name);
+            let said = found.types.get(&name).and_then(|ty| ty.nullable);
             assert_eq!(said, Some(want), "{}.{}: nullable", t.name, c.name);
         }
     }
@@ -384,7 +482,7 @@ async fn reads_in_key_order_in_bounded_batches(s: &Subject) {
     let rows: Vec<serde_json::Map<String, J>> = batches
         .into_iter()
         .flat_map(|b| b.rows)
-        .map(|r| r.iter().map(|(k, v)| (k.to_owned(), v.to_json())).collect())
+        .map(|r| s.plain("items", &r))
         .collect();
     let want = items();
     assert_eq!(rows.len(), want.len(), "every row, once");
@@ -502,20 +600,37 @@ async fn orders_a_keyless_table_and_reads_an_empty_one(s: &Subject) {
         .flat_map(|b| &b.rows)
         .map(|r| (r.get("v").unwrap().to_json(), r.get("w").unwrap().to_json()))
         .collect();
-    // Ordered by the selected columns (NULL first or last, the datasource's own rule),
-    // duplicates kept.
-    let non_null: Vec<(J, J)> = rows.iter().filter(|(v, _)| !v.is_null()).cloned().collect();
-    assert_eq!(
-        non_null,
-        [(1, "a"), (1, "a"), (2, "a"), (2, "b"), (3, "c")]
-            .map(|(v, w)| (json!(v), json!(w)))
-            .to_vec()
-    );
-    assert_eq!(rows.len(), 6, "{rows:?}");
-    assert!(
-        rows.first().is_some_and(|r| r.0.is_null()) || rows.last().is_some_and(|r| r.0.is_null()),
-        "the NULL row sorts at one end: {rows:?}"
-    );
+    if s.capabilities.documents {
+        // Keyed by `_id` after all, loaded in the fixture's order: read in that order.
+        let fixture_order: Vec<(J, J)> = fixture()
+            .into_iter()
+            .find(|t| t.name == "nokey")
+            .expect("nokey")
+            .rows
+            .into_iter()
+            .map(|r| (r[0].clone(), r[1].clone()))
+            .collect();
+        assert_eq!(
+            rows, fixture_order,
+            "a keyless table of documents, in _id order"
+        );
+    } else {
+        // Ordered by the selected columns (NULL first or last, the datasource's own rule),
+        // duplicates kept.
+        let non_null: Vec<(J, J)> = rows.iter().filter(|(v, _)| !v.is_null()).cloned().collect();
+        assert_eq!(
+            non_null,
+            [(1, "a"), (1, "a"), (2, "a"), (2, "b"), (3, "c")]
+                .map(|(v, w)| (json!(v), json!(w)))
+                .to_vec()
+        );
+        assert_eq!(rows.len(), 6, "{rows:?}");
+        assert!(
+            rows.first().is_some_and(|r| r.0.is_null())
+                || rows.last().is_some_and(|r| r.0.is_null()),
+            "the NULL row sorts at one end: {rows:?}"
+        );
+    }
     let empty: usize = batches
         .iter()
         .filter(|b| &*b.table == "empty")
