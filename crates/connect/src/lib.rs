@@ -12,6 +12,7 @@
 //! | [`cloud_services`] | cloud providers' metadata and internal service addresses, with sources |
 //! | [`credentials`] | [`CredentialSource`] (the host's store) and [`StaticCredentials`] (internal datasources, tests) |
 //! | [`error`] | the connectors' fixed messages, the typed hidden causes hosts match ([`ForbiddenHost`], [`InvalidSslMode`]) |
+//! | [`registry`] | [`registry::Families`]: the connector families a host registers, by datasource type |
 //! | [`stream`] | [`stream::ChannelCursor`]: the cursor a producer task feeds in bounded batches |
 //! | [`values`] | lossless rendering helpers: calendar, RFC 3339 timestamps with microseconds, tagged specials, exact floats, UUIDs, JSON |
 //!
@@ -24,6 +25,7 @@ pub mod cloud_services;
 pub mod credentials;
 pub mod error;
 pub mod host;
+pub mod registry;
 pub mod stream;
 pub mod values;
 

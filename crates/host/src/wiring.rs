@@ -8,9 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fetcher_connect::registry::Families;
 use fetcher_connectors::{HostPolicy, SqlRegistry};
 use fetcher_engine::ports::{ConnectionStore, ExecutionStore, SchemaCache};
-use fetcher_engine::{Engine, Limits};
+use fetcher_engine::{DatasourceType, Engine, Limits};
+use fetcher_mongo::MongoConnectorFactory;
 
 use crate::credentials::{CipherProtector, StoredCredentials};
 use crate::jobs::JobStoreActiveChecker;
@@ -33,7 +35,8 @@ pub struct HostPorts {
 /// Which datasource types a host can reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Datasources {
-    /// PostgreSQL and MySQL/MariaDB: a host whose API and worker share no disk (Lambda).
+    /// PostgreSQL, MySQL/MariaDB and MongoDB: a host whose API and worker share no disk
+    /// (Lambda).
     ServersOnly,
     /// Also SQLite files, under the policy's SQLite directory (`serve`). Needs the
     /// connectors' `sqlite` feature; without it a SQLite datasource is refused like any
@@ -67,9 +70,11 @@ impl HostPorts {
             protector.clone(),
         ));
         let policy = settings.policy.clone();
-        let registry = match settings.datasources {
-            Datasources::ServersOnly => SqlRegistry::servers_only(credentials, policy),
-            Datasources::WithSqlite => SqlRegistry::new(credentials, policy),
+        let sql = match settings.datasources {
+            Datasources::ServersOnly => {
+                SqlRegistry::servers_only(credentials.clone(), policy.clone())
+            }
+            Datasources::WithSqlite => SqlRegistry::new(credentials.clone(), policy.clone()),
         }
         .with_read_partitions(settings.read_partitions)
         // The waits a database controls end before the run's own bound (docs/operations.md,
@@ -77,8 +82,22 @@ impl HostPorts {
         .with_session_limits(fetcher_connectors::SessionLimits::below(
             settings.extraction_timeout,
         ));
+        // The connector families: the SQL servers (and SQLite where allowed), MongoDB.
+        let families = Families::new()
+            .with_registry(
+                &sql,
+                &[
+                    DatasourceType::Postgresql,
+                    DatasourceType::Mysql,
+                    DatasourceType::Sqlite,
+                ],
+            )
+            .with(
+                DatasourceType::MongoDb,
+                Arc::new(MongoConnectorFactory::new(credentials, policy)),
+            );
         Engine::builder()
-            .connector_registry(Arc::new(registry))
+            .connector_registry(Arc::new(families))
             .connection_store(self.connections.clone())
             .schema_cache(self.schema_cache.clone())
             .schema_ttl(settings.schema_ttl)

@@ -9,9 +9,9 @@ use fetcher_connect::stream::{ChannelCursor, Msg};
 use fetcher_connect::{CredentialSource, DialTarget, HostPolicy};
 use fetcher_engine::ports::{Connector, ConnectorFactory, RowCursor};
 use fetcher_engine::{
-    BoxFuture, Category, Columns, ConnectionDescriptor, Context, DatasourceType, EngineError,
-    IncrementalRead, Lookback, PlanStep, Result, Row, RowBatch, SchemaSnapshot, Secret,
-    TenantContext, TlsMode, Value,
+    BoxFuture, Category, ColumnType, Columns, ConnectionDescriptor, Context, DatasourceType,
+    EngineError, IncrementalRead, Lookback, PlanStep, Result, Row, RowBatch, SchemaSnapshot,
+    Secret, TenantContext, TlsMode, Value,
 };
 use mongodb::bson::raw::RawBsonRef;
 use mongodb::bson::{Bson, Document, RawDocument, RawDocumentBuf, doc};
@@ -150,6 +150,18 @@ fn discover_timeout() -> EngineError {
     EngineError::new(Category::Timeout, msg::DISCOVER_FAILED)
 }
 
+/// A connection option the reference takes from the connection's metadata
+/// (`authSource`), or from the descriptor's own attributes (internal datasources).
+fn option<'a>(d: &'a ConnectionDescriptor, key: &str) -> Option<&'a str> {
+    d.host_attributes
+        .get("metadata")
+        .and_then(|m| m.get(key))
+        .or_else(|| d.host_attributes.get(key))
+        .and_then(|v| v.as_str())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
 /// The driver's options: one server, the checked address host safety chose, dialled
 /// directly (the driver never follows the members a server names, so every address
 /// dialled is a checked one), reads from the primary when there is one.
@@ -179,10 +191,7 @@ fn options(
         c.username = Some(d.username.clone());
         c.password = Some(password.to_owned());
         c.source = Some(
-            d.host_attributes
-                .get("authSource")
-                .and_then(|v| v.as_str())
-                .filter(|s| !s.is_empty())
+            option(d, "authSource")
                 .unwrap_or(DEFAULT_AUTH_SOURCE)
                 .to_owned(),
         );
@@ -292,9 +301,14 @@ struct TablePlan {
     /// The table as the step names it (batches carry this name).
     table: Arc<str>,
     collection: String,
-    /// The row's columns in order (requested fields, then the incremental cursor and key
-    /// when not requested); `None`: every field of each document.
-    columns: Option<Vec<String>>,
+    /// The row's columns in order: the requested fields, then the incremental cursor and
+    /// key when not requested; for a whole-document read, the discovered top-level
+    /// fields.
+    columns: Vec<String>,
+    /// Each column's type for typed formats: the field's one observed BSON type.
+    types: Vec<ColumnType>,
+    /// Whole documents are read (no field named): no projection.
+    whole: bool,
     query: Document,
     projection: Option<Document>,
     sort: Document,
@@ -421,7 +435,11 @@ impl MongoConnector {
         for c in &order_key {
             sort.insert(c.as_str(), 1);
         }
-        let columns = (!asked.is_empty()).then(|| {
+        let whole = asked.is_empty();
+        let columns = if whole {
+            let t = shape.table(table, None);
+            t.fields.into_iter().filter(|f| !f.contains('.')).collect()
+        } else {
             let mut cols = asked.to_vec();
             if incremental.is_some() {
                 for c in &order_key {
@@ -431,8 +449,9 @@ impl MongoConnector {
                 }
             }
             cols
-        });
-        let projection = columns.as_ref().map(|c| projection(c, &order_key));
+        };
+        let projection = (!whole).then(|| projection(&columns, &order_key));
+        let types = columns.iter().map(|c| column_type(shape.kind(c))).collect();
         let query = match clauses.len() {
             0 => Document::new(),
             1 => clauses.pop().expect("one clause"),
@@ -442,12 +461,28 @@ impl MongoConnector {
             table: Arc::from(table),
             collection: table.to_owned(),
             columns,
+            types,
+            whole,
             query,
             projection,
             sort,
             order_key,
             positions: step.positions,
         })
+    }
+}
+
+/// The column type of a field seen holding one BSON type (`None`: several, or none
+/// seen: written as each value's NDJSON text).
+fn column_type(kind: Option<&str>) -> ColumnType {
+    match kind {
+        Some("int" | "long") => ColumnType::Int64,
+        Some("double") => ColumnType::Float64,
+        Some("bool") => ColumnType::Bool,
+        Some("string" | "objectId" | "decimal") => ColumnType::Text,
+        Some("date") => ColumnType::TimestampTz,
+        Some("object" | "array") => ColumnType::Json,
+        _ => ColumnType::Unknown,
     }
 }
 
@@ -464,61 +499,55 @@ fn lookup<'a>(doc: &'a RawDocument, path: &str) -> Option<RawBsonRef<'a>> {
     Some(v)
 }
 
-/// Rows of one plan, with a column shape per set of present fields.
+/// Rows of one plan: every row has the plan's columns, a field a document lacks as
+/// null (a typed format needs one shape per table; filters still tell missing from
+/// null).
 struct RowMaker {
-    columns: Option<Vec<String>>,
-    shapes: std::collections::HashMap<Vec<u16>, Arc<Columns>>,
-    free: std::collections::HashMap<String, Arc<Columns>>,
+    columns: Arc<Columns>,
+    /// Whole documents are read: a column's index by top-level field name.
+    whole: Option<std::collections::HashMap<String, usize>>,
 }
 
 impl RowMaker {
-    fn row(&mut self, doc: &RawDocument) -> Row {
-        match &self.columns {
-            Some(cols) => {
-                let mut present = Vec::with_capacity(cols.len());
-                let mut vals = Vec::with_capacity(cols.len());
-                for (i, c) in cols.iter().enumerate() {
-                    if let Some(v) = lookup(doc, c) {
-                        present.push(i as u16);
-                        vals.push(values::value(v));
-                    }
-                }
-                let shape = self
-                    .shapes
-                    .entry(present)
-                    .or_insert_with_key(|p| {
-                        Columns::new(p.iter().map(|&i| cols[usize::from(i)].clone()))
-                    })
-                    .clone();
-                Row::new(shape, vals)
-            }
-            None => {
-                let mut names = String::new();
-                let mut vals = Vec::new();
-                for (k, v) in doc.into_iter().flatten() {
-                    names.push_str(k);
-                    names.push('\0');
-                    vals.push(values::value(v));
-                }
-                let shape = self
-                    .free
-                    .entry(names)
-                    .or_insert_with_key(|n| {
-                        Columns::new(n.split_terminator('\0').map(str::to_owned))
-                    })
-                    .clone();
-                Row::new(shape, vals)
-            }
-        }
+    fn new(plan: &TablePlan) -> RowMaker {
+        let columns = Columns::typed(plan.columns.iter().cloned().zip(plan.types.iter().copied()));
+        let whole = plan.whole.then(|| {
+            plan.columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.clone(), i))
+                .collect()
+        });
+        RowMaker { columns, whole }
     }
 
-    fn empty_columns(&self) -> Arc<Columns> {
-        match &self.columns {
-            Some(c) => Columns::new(c.iter().cloned()),
-            None => Columns::new(["_id"]),
-        }
+    fn row(&self, doc: &RawDocument) -> Result<Row> {
+        let n = self.columns.len();
+        let vals = match &self.whole {
+            None => self
+                .columns
+                .names()
+                .iter()
+                .map(|c| lookup(doc, c).map_or(Value::Null, values::value))
+                .collect(),
+            Some(index) => {
+                let mut vals = vec![Value::Null; n];
+                for (k, v) in doc.into_iter().flatten() {
+                    let Some(&i) = index.get(k) else {
+                        // Never dropped silently: the schema said less than the data holds.
+                        return Err(error::validation(UNLISTED_FIELD));
+                    };
+                    vals[i] = values::value(v);
+                }
+                vals
+            }
+        };
+        Ok(Row::new(self.columns.clone(), vals))
     }
 }
+
+/// A whole-document read met a field discovery did not see.
+pub const UNLISTED_FIELD: &str = "a document holds a field the collection's discovered schema does not list: name the fields to read, or discover the schema again";
 
 /// Reads every plan in order and sends its batches.
 async fn produce(db: Database, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
@@ -541,11 +570,7 @@ async fn produce_table(db: &Database, plan: &TablePlan, tx: &mpsc::Sender<Msg>) 
         find = find.projection(p.clone());
     }
     let mut cursor = find.await.map_err(|e| query_failed(e, msg::QUERY_FAILED))?;
-    let mut maker = RowMaker {
-        columns: plan.columns.clone(),
-        shapes: Default::default(),
-        free: Default::default(),
-    };
+    let maker = RowMaker::new(plan);
     let mut rows = Vec::with_capacity(BATCH_ROWS);
     let mut position = None;
     let mut sent_any = false;
@@ -556,7 +581,7 @@ async fn produce_table(db: &Database, plan: &TablePlan, tx: &mpsc::Sender<Msg>) 
             .map_err(|e| query_failed(e, msg::QUERY_FAILED))?;
         if more {
             let doc = cursor.current();
-            rows.push(maker.row(doc));
+            rows.push(maker.row(doc)?);
             if plan.positions {
                 position = Some(
                     plan.order_key
@@ -582,7 +607,7 @@ async fn produce_table(db: &Database, plan: &TablePlan, tx: &mpsc::Sender<Msg>) 
         let _ = tx
             .send(Msg::Batch(RowBatch::empty(
                 plan.table.clone(),
-                maker.empty_columns(),
+                maker.columns.clone(),
             )))
             .await;
     }

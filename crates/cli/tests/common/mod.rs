@@ -325,3 +325,32 @@ pub fn lock_table(db: &PgDb, table: &str, seconds: u32) -> Child {
         .spawn()
         .unwrap()
 }
+
+/// The project's venv Python with pyarrow (`./scripts/test` creates it).
+pub fn python() -> std::path::PathBuf {
+    if let Ok(p) = std::env::var("FETCHER_TEST_PYTHON") {
+        return p.into();
+    }
+    let venv = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    assert!(
+        venv.exists(),
+        "pyarrow is needed: run ./scripts/test once (it creates .venv), or set FETCHER_TEST_PYTHON"
+    );
+    venv
+}
+
+/// `fetcher result open <job> --output-dir <out>` on serve's data directory.
+pub fn open_into(
+    data_dir: &std::path::Path,
+    job: &str,
+    out: &std::path::Path,
+) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fetcher"))
+        .args(["result", "open", job, "--quiet", "--data-dir"])
+        .arg(data_dir)
+        .arg("--output-dir")
+        .arg(out)
+        .env("FETCHER_MASTER_KEY", KEY)
+        .output()
+        .unwrap()
+}

@@ -24,8 +24,18 @@ pub(super) fn request_rules_create(b: &ConnectionBody, cfg: &ApiConfig) -> Resul
     require("host", blank(&b.host));
     require("port", b.port.unwrap_or(0) == 0);
     require("databaseName", blank(&b.database_name));
-    require("userName", blank(&b.user_name));
-    require("password", blank(&b.password));
+    // A MongoDB server may run without authentication: its user and password are
+    // optional, a password only without a user (beyond the reference, which required
+    // both for every type).
+    let mongo = b
+        .datasource_type
+        .as_deref()
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("MONGODB"));
+    require("userName", !mongo && blank(&b.user_name));
+    require(
+        "password",
+        (!mongo || !blank(&b.user_name)) && blank(&b.password),
+    );
     shape_rules(b, &mut invalid);
     ApiError::field_buckets(missing, invalid, false).map_or(Ok(()), Err)
 }
@@ -199,12 +209,13 @@ pub(super) fn model_rules(r: &mut ConnectionRecord, text: TypedText<'_>) -> Resu
     if r.database_name.is_empty() {
         missing.insert("database_name".into(), "database name is required".into());
     }
-    if r.username.is_empty() {
-        missing.insert("username".into(), "username is required".into());
-    }
     let parsed_type = text
         .datasource_type
         .map_or(Some(r.datasource_type), DatasourceType::parse);
+    // A MongoDB server may run without authentication (see the request layer).
+    if r.username.is_empty() && parsed_type != Some(DatasourceType::MongoDb) {
+        missing.insert("username".into(), "username is required".into());
+    }
     let type_ok = parsed_type.is_some();
     match parsed_type {
         Some(t) => r.datasource_type = t,
