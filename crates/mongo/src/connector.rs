@@ -30,6 +30,8 @@ use crate::values;
 /// Bounds every connect (server selection and the first command) and the context's
 /// deadline applies too.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the driver looks for the server before the connect fails.
+pub const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bounds a whole discovery.
 pub const DISCOVER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Documents per batch, and per round trip to the server.
@@ -179,7 +181,9 @@ fn options(
     o.direct_connection = Some(true);
     o.app_name = Some("fetcher".into());
     o.connect_timeout = Some(CONNECT_TIMEOUT);
-    o.server_selection_timeout = Some(CONNECT_TIMEOUT);
+    // As the reference's probe: a server that cannot be selected in 5 s (nothing
+    // listening, a refused handshake) fails the connect rather than waiting it out.
+    o.server_selection_timeout = Some(SERVER_SELECTION_TIMEOUT);
     o.max_pool_size = Some(2);
     o.selection_criteria = Some(SelectionCriteria::ReadPreference(
         ReadPreference::PrimaryPreferred {
@@ -547,7 +551,7 @@ impl RowMaker {
 }
 
 /// A whole-document read met a field discovery did not see.
-pub const UNLISTED_FIELD: &str = "a document holds a field the collection's discovered schema does not list: name the fields to read, or discover the schema again";
+pub const UNLISTED_FIELD: &str = "a document holds a field the collection's discovered schema does not list (discovery samples the first and last 500 documents by _id): name the fields to read";
 
 /// Reads every plan in order and sends its batches.
 async fn produce(db: Database, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
