@@ -717,3 +717,97 @@ async fn a_tenant_at_its_share_waits_while_another_tenants_job_runs() {
     psql(&format!("drop table {held}; drop table {free};"));
     let _ = sqs.delete_queue().queue_url(&queue_url).send().await;
 }
+
+/// #41 on Lambda: a MongoDB collection read by the extract function, its sealed result in
+/// the bucket holding every document in `_id` order (SecantusDB's server on
+/// `FETCHER_MONGO_PORT`, started by `./scripts/test-aws`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mongodb_collection_is_read_in_id_order() {
+    use mongodb::bson::{Document, doc};
+    let port: u16 = std::env::var("FETCHER_MONGO_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(27117);
+    let client =
+        mongodb::Client::with_uri_str(format!("mongodb://127.0.0.1:{port}/?directConnection=true"))
+            .await
+            .unwrap();
+    let database = format!("lambda_{}", uuid::Uuid::new_v4().simple());
+    let db = client.database(&database);
+    let docs: Vec<Document> = (0..2500i64)
+        .rev()
+        .map(|i| doc! {"_id": i, "n": i * 2, "who": {"name": format!("c{}", i % 5)}})
+        .collect();
+    db.collection::<Document>("events")
+        .insert_many(docs)
+        .await
+        .unwrap();
+
+    let ex = extractor().await;
+    let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+    let input = fetcher_engine::ConnectionInput {
+        config_name: "docs".into(),
+        datasource_type: fetcher_engine::DatasourceType::MongoDb,
+        host: "127.0.0.1".into(),
+        port,
+        database_name: database.clone(),
+        ..Default::default()
+    };
+    ex.pipeline
+        .engine
+        .create_connection(
+            &fetcher_engine::Context::background(),
+            &fetcher_engine::TenantContext::new(&tenant).unwrap(),
+            &input,
+        )
+        .await
+        .unwrap();
+    let mut req = JobRequest::default();
+    req.mapped_fields.insert(
+        "docs".into(),
+        [(
+            "events".to_owned(),
+            vec!["_id".to_owned(), "n".to_owned(), "who.name".to_owned()],
+        )]
+        .into(),
+    );
+    let job = Job::new(&tenant, req, uuid::Uuid::now_v7().to_string());
+    ex.pipeline.jobs.insert(&job).await.unwrap();
+    let msg = encode(&job, &signer(&ex).await, "req-mongo", unix_now());
+    let out = ex.handle(sqs_event(&[("mongo-1", &msg)])).await;
+    assert_eq!(out, json!({"batchItemFailures": []}));
+    let done = stored_job(&ex, &tenant, job.id).await;
+    assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
+    let result = done.result.expect("a result");
+    assert_eq!(result.row_count, 2500);
+
+    // The sealed object, opened: every document once, in `_id` order.
+    let mut reader = ex
+        .pipeline
+        .objects
+        .get(&result.path)
+        .await
+        .unwrap()
+        .expect("stored");
+    let mut sealed = Vec::new();
+    while let Some(chunk) = reader.next_chunk().await.unwrap() {
+        sealed.extend(chunk);
+    }
+    let ring = ex.pipeline.keys.key_ring().await.unwrap();
+    let plain = fetcher_crypto::open_sealed(
+        &ring,
+        &sealed,
+        Some(&job.id.to_string()),
+        Some(&result.hmac),
+    )
+    .unwrap();
+    let rows: Vec<Value> = std::str::from_utf8(&plain)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["row"].clone())
+        .collect();
+    let ids: Vec<i64> = rows.iter().map(|r| r["_id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, (0..2500).collect::<Vec<_>>());
+    assert_eq!(rows[7], json!({"_id": 7, "n": 14, "who.name": "c2"}));
+    db.drop().await.ok();
+}
