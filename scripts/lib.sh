@@ -44,10 +44,12 @@ ensure_moto() {
 }
 
 # A MongoDB wire server (SecantusDB's secantusd-rs, built once into a cache outside the
-# checkout) on 127.0.0.1:${MONGO_PORT:-27117}, for the MongoDB connector's tests.
+# checkout) on 127.0.0.1:${MONGO_PORT:-27117}, for the MongoDB connector's tests, which
+# read MONGO_PORT too. (Not a FETCHER_* name: the functions under test refuse settings
+# they do not declare, and they inherit the test's environment.)
 ensure_mongo() {
   ./scripts/mongo start >/dev/null
-  export FETCHER_MONGO_PORT="${MONGO_PORT:-27117}"
+  export MONGO_PORT="${MONGO_PORT:-27117}"
 }
 
 # pyarrow and DuckDB in the project's .venv: the Parquet tests read results back with

@@ -12,7 +12,7 @@ use mongodb::bson::{Bson, DateTime, Document, doc, oid::ObjectId};
 use serde_json::{Value, json};
 
 fn mongo_port() -> u16 {
-    std::env::var("FETCHER_MONGO_PORT")
+    std::env::var("MONGO_PORT")
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(27117)

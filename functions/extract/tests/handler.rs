@@ -720,11 +720,11 @@ async fn a_tenant_at_its_share_waits_while_another_tenants_job_runs() {
 
 /// #41 on Lambda: a MongoDB collection read by the extract function, its sealed result in
 /// the bucket holding every document in `_id` order (SecantusDB's server on
-/// `FETCHER_MONGO_PORT`, started by `./scripts/test-aws`).
+/// `MONGO_PORT`, started by `./scripts/test-aws`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mongodb_collection_is_read_in_id_order() {
     use mongodb::bson::{Document, doc};
-    let port: u16 = std::env::var("FETCHER_MONGO_PORT")
+    let port: u16 = std::env::var("MONGO_PORT")
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(27117);

@@ -38,6 +38,14 @@
 //! `(ts, id)` order, so each continued segment reads past a watermark
 //! (`ts >= ? AND (ts > ? OR id > ?) ORDER BY ts, id`) instead of past a key.
 //!
+//! `--mongo` reads a MongoDB collection of the same 8 fields (`_id` an int64, a UUID
+//! binary, a string, a Decimal128, an int32, a bool, a date, a string missing from every
+//! third document) from the wire server on `MONGO_PORT` (27117, `./scripts/mongo
+//! start`), against the official Rust driver's own read of it in the same `_id` order
+//! (raw BSON documents, counted and dropped: the most a client of this driver can do, no
+//! command event handler on the read path), run as a child process so its CPU is
+//! measured the same way.
+//!
 //! `--incremental` (PostgreSQL) indexes the cursor (`ts, id`), runs a sync's first
 //! (full) incremental job, then per pair moves 1% of the rows past the watermark (a fresh
 //! 1% each pair, `ts` bumped) and runs, in alternating order, a full job of the table and
@@ -56,6 +64,62 @@ const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 /// The scratch MariaDB user's password (a local bench database only).
 const MARIA_PASSWORD: &str = "bench-only-password";
 const COLUMNS: [&str; 8] = ["id", "u", "t", "n", "i", "b", "ts", "nt"];
+/// The same fields in a MongoDB collection, keyed by `_id`.
+const MONGO_FIELDS: [&str; 8] = ["_id", "u", "t", "n", "i", "b", "ts", "nt"];
+
+/// `--mongo`: the bench reads a MongoDB collection.
+fn mongo_mode() -> bool {
+    std::env::args().any(|a| a == "--mongo")
+}
+
+/// The fields every job asks for.
+fn fields() -> [&'static str; 8] {
+    if mongo_mode() { MONGO_FIELDS } else { COLUMNS }
+}
+
+fn mongo_port() -> u16 {
+    std::env::var("MONGO_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(27117)
+}
+
+/// A client of the bench's MongoDB server, on a runtime of its own.
+fn mongo<T>(f: impl AsyncFnOnce(mongodb::Client) -> T) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let uri = format!(
+            "mongodb://127.0.0.1:{}/?directConnection=true",
+            mongo_port()
+        );
+        f(mongodb::Client::with_uri_str(&uri).await.unwrap()).await
+    })
+}
+
+/// The peer of `--mongo` (run as `bench-serve --mongo-read DB`): every document of
+/// `bench` in `_id` order as raw BSON, counted; prints the count.
+fn mongo_read(db: &str) {
+    use mongodb::bson::{RawDocumentBuf, doc};
+    let n = mongo(async |c| {
+        let mut cursor = c
+            .database(db)
+            .collection::<RawDocumentBuf>("bench")
+            .find(doc! {})
+            .sort(doc! {"_id": 1})
+            .batch_size(1024)
+            .await
+            .unwrap();
+        let mut n = 0u64;
+        while cursor.advance().await.unwrap() {
+            n += u64::from(!cursor.current().as_bytes().is_empty());
+        }
+        n
+    });
+    println!("{n}");
+}
 
 struct Serve {
     child: Child,
@@ -110,15 +174,44 @@ fn mysql(db: &str, sql: &str) -> Vec<u8> {
 }
 
 /// Which database the bench runs against.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Clone, Copy)]
 enum Db {
     Postgres,
     Maria,
+    Mongo,
 }
 
 impl Db {
     fn create(self, db: &str, rows: u64) {
         match self {
+            Db::Mongo => mongo(async |c| {
+                use mongodb::bson::{Binary, Bson, DateTime, Document, doc, spec::BinarySubtype};
+                let coll = c.database(db).collection::<Document>("bench");
+                let mut start = 1u64;
+                while start <= rows {
+                    let end = (start + 9_999).min(rows);
+                    let docs: Vec<Document> = (start..=end)
+                        .map(|g| {
+                            let g = g as i64;
+                            let mut d = doc! {
+                                "_id": g,
+                                "u": Binary { subtype: BinarySubtype::Uuid, bytes: (g as u128 * 0x9e37_79b9_7f4a_7c15).to_be_bytes().to_vec() },
+                                "t": format!("name-{g}"),
+                                "n": Bson::Decimal128(format!("{}.{:04}", g, (g * 2345) % 10_000).parse().unwrap()),
+                                "i": (g % 100_000) as i32,
+                                "b": g % 2 == 0,
+                                "ts": DateTime::from_millis(1_704_067_200_000 + g * 1000),
+                            };
+                            if g % 3 != 0 {
+                                d.insert("nt", format!("note {g}"));
+                            }
+                            d
+                        })
+                        .collect();
+                    coll.insert_many(docs).await.unwrap();
+                    start = end + 1;
+                }
+            }),
             Db::Postgres => {
                 psql("postgres", &format!("CREATE DATABASE {db}"));
                 psql(
@@ -159,6 +252,7 @@ impl Db {
 
     fn drop(self, db: &str) {
         match self {
+            Db::Mongo => mongo(async |c| c.database(db).drop().await.unwrap()),
             Db::Postgres => psql("postgres", &format!("DROP DATABASE {db} WITH (FORCE)")),
             Db::Maria => {
                 mysql("", &format!("DROP DATABASE {db}"));
@@ -167,7 +261,12 @@ impl Db {
     }
 
     fn connection(self, db: &str) -> Value {
+        if let Db::Mongo = self {
+            return json!({"configName": "bench", "type": "MONGODB", "host": "127.0.0.1",
+                "port": mongo_port(), "databaseName": db});
+        }
         let (kind, port, user) = match self {
+            Db::Mongo => unreachable!(),
             Db::Postgres => ("POSTGRESQL", 5432, "postgres"),
             Db::Maria => ("MYSQL", 3306, "fetcher_bench"),
         };
@@ -184,6 +283,18 @@ impl Db {
         match self {
             Db::Postgres => psql(db, &format!("\\copy ({select}) TO '{}'", out.display())),
             Db::Maria => std::fs::write(out, mysql(db, &select)).unwrap(),
+            Db::Mongo => {
+                let read = Command::new(std::env::current_exe().unwrap())
+                    .args(["--mongo-read", db])
+                    .output()
+                    .unwrap();
+                assert!(
+                    read.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&read.stderr)
+                );
+                std::fs::write(out, &read.stdout).unwrap();
+            }
         }
         (started.elapsed(), children_cpu_seconds() - cpu0)
     }
@@ -192,6 +303,7 @@ impl Db {
         match self {
             Db::Postgres => "psql",
             Db::Maria => "mysql",
+            Db::Mongo => "driver",
         }
     }
 }
@@ -296,7 +408,7 @@ fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
 
 fn run_job(serve: &Serve, data_dir: &Path, run: usize, format: &str) -> OursRun {
     let mut body = json!({
-        "dataRequest": {"mappedFields": {"bench": {"bench": COLUMNS}}},
+        "dataRequest": {"mappedFields": {"bench": {"bench": fields()}}},
         "metadata": {"source": "bench", "run": run},
         "resultFormat": format
     });
@@ -369,13 +481,18 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    if let Some(db) = std::env::args().skip_while(|a| a != "--mongo-read").nth(1) {
+        return mongo_read(&db);
+    }
     let rows: u64 = arg("--rows", 1_000_000);
     let pairs: usize = arg("--pairs", 5).clamp(1, 50);
     let fetcher: PathBuf = arg(
         "--fetcher",
         std::env::current_exe().unwrap().with_file_name("fetcher"),
     );
-    let kind = if std::env::args().any(|a| a == "--mysql") {
+    let kind = if mongo_mode() {
+        Db::Mongo
+    } else if std::env::args().any(|a| a == "--mysql") {
         Db::Maria
     } else {
         Db::Postgres
@@ -395,6 +512,7 @@ fn main() {
                     "ALTER TABLE bench ADD KEY bench_ts (ts); ANALYZE TABLE bench",
                 );
             }
+            Db::Mongo => panic!("--cursor runs on PostgreSQL or MariaDB"),
         }
     }
     println!("loaded {rows} rows in {:.1?}", load.elapsed());

@@ -1,5 +1,5 @@
 //! The MongoDB wire server the tests read: SecantusDB's `secantusd-rs` on 127.0.0.1,
-//! started by `./scripts/mongo start` (the test scripts do it; `FETCHER_MONGO_PORT`
+//! started by `./scripts/mongo start` (the test scripts do it; `MONGO_PORT`
 //! names another port). A surrogate for `mongod`: where it differs, the test that meets
 //! the difference names it.
 
@@ -14,7 +14,7 @@ use mongodb::bson::Document;
 use mongodb::{Client, Database};
 
 pub fn port() -> u16 {
-    std::env::var("FETCHER_MONGO_PORT")
+    std::env::var("MONGO_PORT")
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(27117)
