@@ -503,49 +503,73 @@ fn lookup<'a>(doc: &'a RawDocument, path: &str) -> Option<RawBsonRef<'a>> {
     Some(v)
 }
 
+/// A top-level field and the columns it fills: the column it is itself, and those of
+/// dotted paths under it (column, the path below it).
+type TopField = (String, Option<usize>, Vec<(usize, String)>);
+
 /// Rows of one plan: every row has the plan's columns, a field a document lacks as
 /// null (a typed format needs one shape per table; filters still tell missing from
-/// null).
+/// null). A document is walked once, its top-level fields matched to the columns they
+/// hold or lead to.
 struct RowMaker {
     columns: Arc<Columns>,
-    /// Whole documents are read: a column's index by top-level field name.
-    whole: Option<std::collections::HashMap<String, usize>>,
+    /// Per top-level field a column reads, what it fills.
+    top: Vec<TopField>,
+    /// Whole documents are read: a field no column holds fails the read.
+    whole: bool,
 }
 
 impl RowMaker {
     fn new(plan: &TablePlan) -> RowMaker {
         let columns = Columns::typed(plan.columns.iter().cloned().zip(plan.types.iter().copied()));
-        let whole = plan.whole.then(|| {
-            plan.columns
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (c.clone(), i))
-                .collect()
-        });
-        RowMaker { columns, whole }
+        let mut top: Vec<TopField> = Vec::new();
+        for (i, c) in plan.columns.iter().enumerate() {
+            let (head, rest) = match c.split_once('.') {
+                Some((h, r)) => (h, Some(r)),
+                None => (c.as_str(), None),
+            };
+            let at = match top.iter().position(|(n, ..)| n == head) {
+                Some(at) => at,
+                None => {
+                    top.push((head.to_owned(), None, Vec::new()));
+                    top.len() - 1
+                }
+            };
+            match rest {
+                None => top[at].1 = Some(i),
+                Some(r) => top[at].2.push((i, r.to_owned())),
+            }
+        }
+        RowMaker {
+            columns,
+            top,
+            whole: plan.whole,
+        }
     }
 
     fn row(&self, doc: &RawDocument) -> Result<Row> {
-        let n = self.columns.len();
-        let vals = match &self.whole {
-            None => self
-                .columns
-                .names()
-                .iter()
-                .map(|c| lookup(doc, c).map_or(Value::Null, values::value))
-                .collect(),
-            Some(index) => {
-                let mut vals = vec![Value::Null; n];
-                for (k, v) in doc.into_iter().flatten() {
-                    let Some(&i) = index.get(k) else {
-                        // Never dropped silently: the schema said less than the data holds.
-                        return Err(error::validation(UNLISTED_FIELD));
-                    };
-                    vals[i] = values::value(v);
+        let mut vals = vec![Value::Null; self.columns.len()];
+        for entry in doc {
+            let (k, v) =
+                entry.map_err(|e| EngineError::wrap(Category::Internal, msg::DECODE_FAILED, e))?;
+            let Some((_, direct, nested)) = self.top.iter().find(|(n, ..)| n == k) else {
+                if self.whole {
+                    // Never dropped silently: the schema said less than the data holds.
+                    return Err(error::validation(UNLISTED_FIELD));
                 }
-                vals
+                continue;
+            };
+            if let Some(i) = direct {
+                vals[*i] = values::value(v);
             }
-        };
+            if let RawBsonRef::Document(sub) = v {
+                for (i, rest) in nested {
+                    if let Some(x) = lookup(sub, rest) {
+                        vals[*i] = values::value(x);
+                    }
+                }
+            }
+        }
         Ok(Row::new(self.columns.clone(), vals))
     }
 }
