@@ -52,6 +52,13 @@ ensure_mongo() {
   export MONGO_PORT="${MONGO_PORT:-27117}"
 }
 
+# Debian's Chromium, headless, for the API page's browser test.
+ensure_chromium() {
+  command -v chromium >/dev/null && return
+  echo "installing chromium (Debian's package)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+}
+
 # pyarrow and DuckDB in the project's .venv: the Parquet tests read results back with
 # both (DuckDB as a second, stricter reader).
 ensure_pyarrow() {

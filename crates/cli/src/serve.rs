@@ -553,9 +553,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     info!(addr = %listener.local_addr()?, data_dir = %args.data_dir.display(), "fetcher serve listening");
+    let addr = listener.local_addr()?;
+    eprintln!("fetcher serve: listening on http://{addr}");
     eprintln!(
-        "fetcher serve: listening on http://{}",
-        listener.local_addr()?
+        "fetcher serve: the API page is http://{addr}/swagger/ (a first call: curl http://{addr}/health)"
     );
     let drain = Duration::from_secs(args.drain_delay);
     let shutdown_state = state.clone();

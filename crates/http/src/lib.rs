@@ -30,9 +30,9 @@
 //! Business routes (1–12) then: `X-Request-Id` (reused when sent, else a UUID v4; echoed
 //! on the response, carried in the job message) → authentication ([`Authenticator`]) →
 //! tenant (single-tenant: `default`; multi-tenant: the `tenantId` claim of the verified
-//! principal) → handler (`{id}` → headers → body → validation → use case). Probes and
-//! `/openapi.json` are mounted outside authentication. Unknown path → 404, wrong method →
-//! 405, both shape D.
+//! principal) → handler (`{id}` → headers → body → validation → use case). Probes,
+//! `/openapi.json` and the API page (`/swagger/`, and `/` redirecting to it) are mounted
+//! outside authentication. Unknown path → 404, wrong method → 405, both shape D.
 //!
 //! ## Error bodies
 //!
@@ -389,6 +389,7 @@ pub fn router(state: AppState) -> Router {
     let cors = cors(&state.config().cors_origins);
     business
         .merge(probe)
+        .merge(api_page())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
@@ -404,6 +405,17 @@ pub fn router(state: AppState) -> Router {
             ApiError::internal().into_response()
         }))
         .with_state(state)
+}
+
+/// The API page: Swagger UI at `/swagger/` from assets built into the binary, reading
+/// `/openapi.json`; `/` leads to it. Outside authentication, as `/openapi.json` is.
+fn api_page() -> Router<AppState> {
+    let ui = utoipa_swagger_ui::SwaggerUi::new("/swagger")
+        .config(utoipa_swagger_ui::Config::new(["/openapi.json"]).try_it_out_enabled(true));
+    Router::from(ui).route(
+        "/",
+        axum::routing::get(|| async { axum::response::Redirect::to("/swagger/") }),
+    )
 }
 
 /// CORS for exactly `origins` (none: no CORS headers, the browser's same-origin rule
