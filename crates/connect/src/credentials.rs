@@ -57,3 +57,32 @@ impl CredentialSource for StaticCredentials {
         Box::pin(async move { Ok(s) })
     }
 }
+
+/// What every connector's `build` does before it holds a credential, in this order: the
+/// descriptor is of `datasource_type` and its TLS mode one of that type's; host safety's
+/// checks that need no network pass (so a blocked host never gets a credential); then the
+/// password is revealed, and must be UTF-8 text. No network I/O.
+pub async fn reveal_checked(
+    ctx: &Context,
+    tenant: &TenantContext,
+    d: &ConnectionDescriptor,
+    datasource_type: fetcher_engine::DatasourceType,
+    policy: &crate::HostPolicy,
+    credentials: &dyn CredentialSource,
+) -> Result<Secret> {
+    use crate::error::msg;
+    use fetcher_engine::{Category, EngineError};
+    if d.datasource_type != datasource_type {
+        return Err(EngineError::new(Category::Validation, msg::TYPE_MISMATCH));
+    }
+    crate::error::checked_tls_mode(d)?;
+    policy.precheck(d)?;
+    let password = credentials.password(ctx, tenant, d).await?;
+    if password.expose_str().is_none() {
+        return Err(EngineError::new(
+            Category::Validation,
+            msg::PASSWORD_NOT_UTF8,
+        ));
+    }
+    Ok(password)
+}

@@ -9,6 +9,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`host`] | host safety (SSRF): [`HostPolicy`] and its checked [`DialTarget`], operator-admitted [`PrivateNetworks`], blocked names and ranges, [`validate_host_input`]; which files SQLite may open ([`SqliteFiles`]) |
+//! | [`bound`] | [`bound::bounded`]: a connect or discovery ended by its limit and the caller's context |
 //! | [`cloud_services`] | cloud providers' metadata and internal service addresses, with sources |
 //! | [`credentials`] | [`CredentialSource`] (the host's store) and [`StaticCredentials`] (internal datasources, tests) |
 //! | [`error`] | the connectors' fixed messages, the typed hidden causes hosts match ([`ForbiddenHost`], [`InvalidSslMode`]) |
@@ -21,6 +22,7 @@
 //! Every error is a [`fetcher_engine::EngineError`] with a fixed message
 //! ([`error::msg`]); a driver's error is only ever the hidden cause, never in a message.
 
+pub mod bound;
 pub mod cloud_services;
 pub mod credentials;
 pub mod error;

@@ -6,19 +6,20 @@ use std::time::Duration;
 
 use fetcher_engine::ports::{Connector, ConnectorFactory, ConnectorRegistry, RowCursor};
 use fetcher_engine::{
-    BoxFuture, Category, ConnectionDescriptor, Context, DatasourceType, EngineError, PlanStep,
-    Result, SchemaSnapshot, Secret, TenantContext,
+    BoxFuture, ConnectionDescriptor, Context, DatasourceType, PlanStep, Result, SchemaSnapshot,
+    Secret, TenantContext,
 };
 use sqlx::Connection as _;
 
 use crate::catalog::Catalog;
-use crate::error::{self, msg};
+use crate::error;
 use crate::host::HostPolicy;
 use crate::partition::{self, ReadPartitions};
 use crate::query::{self, ChannelCursor};
 #[cfg(feature = "sqlite")]
 use crate::sqlite;
-use crate::{Dialect, mysql, pg, ssl};
+use crate::{Dialect, mysql, pg};
+use fetcher_connect::bound::{bounded, connect_timed_out, discover_timed_out};
 
 pub use fetcher_connect::credentials::{CredentialSource, StaticCredentials};
 
@@ -124,19 +125,16 @@ impl SqlConnectorFactory {
         tenant: &TenantContext,
         d: &ConnectionDescriptor,
     ) -> Result<SqlConnector> {
-        if d.datasource_type != self.dialect.datasource_type() {
-            return Err(EngineError::new(Category::Validation, msg::TYPE_MISMATCH));
-        }
-        ssl::checked_mode(d)?;
         // Host safety before any credential is revealed (docs/datasources.md, "Connecting").
-        self.policy.precheck(d)?;
-        let password = self.credentials.password(ctx, tenant, d).await?;
-        if password.expose_str().is_none() {
-            return Err(EngineError::new(
-                Category::Validation,
-                msg::PASSWORD_NOT_UTF8,
-            ));
-        }
+        let password = fetcher_connect::credentials::reveal_checked(
+            ctx,
+            tenant,
+            d,
+            self.dialect.datasource_type(),
+            &self.policy,
+            self.credentials.as_ref(),
+        )
+        .await?;
         Ok(SqlConnector {
             dialect: self.dialect,
             descriptor: d.clone(),
@@ -296,20 +294,6 @@ impl std::fmt::Debug for SqlConnector {
     }
 }
 
-/// Runs `fut` bounded by `limit` and the context; a timeout is `kind`'s failure.
-async fn bounded<T>(
-    ctx: &Context,
-    limit: Duration,
-    fut: impl std::future::Future<Output = Result<T>>,
-    on_timeout: fn() -> EngineError,
-) -> Result<T> {
-    match ctx.run(tokio::time::timeout(limit, fut)).await {
-        Err(done) => Err(error::from_done(done)),
-        Ok(Err(_elapsed)) => Err(on_timeout()),
-        Ok(Ok(r)) => r,
-    }
-}
-
 impl SqlConnector {
     async fn connect(&mut self, ctx: &Context) -> Result<&mut Conn> {
         if self.conn.is_none() {
@@ -326,13 +310,13 @@ impl SqlConnector {
                 Dialect::Sqlite => {
                     let o = sqlite::options(&self.policy.sqlite_path(d)?);
                     let fut = async { sqlite::connect(&o).await.map_err(error::connect_failed) };
-                    Conn::Lite(bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?)
+                    Conn::Lite(bounded(ctx, CONNECT_TIMEOUT, fut, connect_timed_out).await?)
                 }
                 Dialect::Postgres => {
                     let target = self.policy.target(ctx, d).await?;
                     let o = pg::options(d, &target, password, self.session)?;
                     let fut = async { pg::connect(&o).await.map_err(error::connect_failed) };
-                    let c = bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?;
+                    let c = bounded(ctx, CONNECT_TIMEOUT, fut, connect_timed_out).await?;
                     self.pg_options = Some(o);
                     Conn::Pg(c)
                 }
@@ -345,7 +329,7 @@ impl SqlConnector {
                         mysql::limit_session(&mut c, session).await;
                         Ok(c)
                     };
-                    Conn::My(bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await?)
+                    Conn::My(bounded(ctx, CONNECT_TIMEOUT, fut, connect_timed_out).await?)
                 }
             };
             self.conn = Some(conn);
@@ -366,7 +350,7 @@ impl SqlConnector {
                 Conn::Lite(c) => sqlite::discover(c).await,
             }
         };
-        let catalog = bounded(ctx, DISCOVER_TIMEOUT, fut, discover_timeout).await?;
+        let catalog = bounded(ctx, DISCOVER_TIMEOUT, fut, discover_timed_out).await?;
         self.catalog = Some(catalog);
         Ok(())
     }
@@ -395,7 +379,7 @@ impl SqlConnector {
                 Conn::Lite(_) => Ok(false),
             }
         };
-        bounded(ctx, CONNECT_TIMEOUT, fut, connect_timeout).await
+        bounded(ctx, CONNECT_TIMEOUT, fut, connect_timed_out).await
     }
 
     /// The catalog discovered by this connector, if any (column types included).
@@ -415,17 +399,6 @@ impl SqlConnector {
     }
 }
 
-fn connect_timeout() -> EngineError {
-    EngineError::new(
-        Category::Connect,
-        fetcher_engine::error::msg::CONNECT_TIMED_OUT,
-    )
-}
-
-fn discover_timeout() -> EngineError {
-    EngineError::new(Category::Timeout, msg::DISCOVER_FAILED)
-}
-
 impl Connector for SqlConnector {
     fn test_connection<'a>(&'a mut self, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
@@ -434,7 +407,7 @@ impl Connector for SqlConnector {
                 ctx,
                 CONNECT_TIMEOUT,
                 async { conn.ping().await.map_err(error::connect_failed) },
-                connect_timeout,
+                connect_timed_out,
             )
             .await;
             if pinged.is_err()
@@ -502,7 +475,7 @@ impl Connector for SqlConnector {
                     Conn::Lite(_) => Ok(None),
                 }
             };
-            bounded(ctx, DISCOVER_TIMEOUT, fut, discover_timeout).await
+            bounded(ctx, DISCOVER_TIMEOUT, fut, discover_timed_out).await
         })
     }
 

@@ -55,11 +55,7 @@ fn invalid(mode: &str) -> EngineError {
 /// The descriptor's mode, checked against its type: a typed mode of another type's (a
 /// record patched to a new type, or written by another host) is refused, not guessed.
 pub fn checked_mode(d: &ConnectionDescriptor) -> Result<TlsMode> {
-    if d.ssl_mode.is_valid_for(d.datasource_type) {
-        Ok(d.ssl_mode)
-    } else {
-        Err(invalid(d.ssl_mode.as_str()))
-    }
+    fetcher_connect::error::checked_tls_mode(d)
 }
 
 /// The tenant CA, if any.

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fetcher_connect::bound::{bounded, connect_timed_out, discover_timed_out};
 use fetcher_connect::error::{self, msg};
 use fetcher_connect::stream::{ChannelCursor, Msg};
 use fetcher_connect::{CredentialSource, DialTarget, HostPolicy};
@@ -63,24 +64,21 @@ impl MongoConnectorFactory {
         tenant: &TenantContext,
         d: &ConnectionDescriptor,
     ) -> Result<MongoConnector> {
-        if d.datasource_type != DatasourceType::MongoDb {
-            return Err(EngineError::new(Category::Validation, msg::TYPE_MISMATCH));
-        }
-        error::checked_tls_mode(d)?;
         if d.database_name.trim().is_empty() {
             return Err(EngineError::new(
                 Category::Validation,
                 "a MongoDB connection names its database (databaseName)",
             ));
         }
-        self.policy.precheck(d)?;
-        let password = self.credentials.password(ctx, tenant, d).await?;
-        if password.expose_str().is_none() {
-            return Err(EngineError::new(
-                Category::Validation,
-                msg::PASSWORD_NOT_UTF8,
-            ));
-        }
+        let password = fetcher_connect::credentials::reveal_checked(
+            ctx,
+            tenant,
+            d,
+            DatasourceType::MongoDb,
+            &self.policy,
+            self.credentials.as_ref(),
+        )
+        .await?;
         Ok(MongoConnector {
             descriptor: d.clone(),
             password,
@@ -125,31 +123,6 @@ impl std::fmt::Debug for MongoConnector {
             .field("connected", &self.client.is_some())
             .finish()
     }
-}
-
-/// Runs `fut` bounded by `limit` and the context; a timeout is `on_timeout`'s error.
-async fn bounded<T>(
-    ctx: &Context,
-    limit: Duration,
-    fut: impl std::future::Future<Output = Result<T>>,
-    on_timeout: fn() -> EngineError,
-) -> Result<T> {
-    match ctx.run(tokio::time::timeout(limit, fut)).await {
-        Err(done) => Err(error::from_done(done)),
-        Ok(Err(_elapsed)) => Err(on_timeout()),
-        Ok(Ok(r)) => r,
-    }
-}
-
-fn connect_timeout() -> EngineError {
-    EngineError::new(
-        Category::Connect,
-        fetcher_engine::error::msg::CONNECT_TIMED_OUT,
-    )
-}
-
-fn discover_timeout() -> EngineError {
-    EngineError::new(Category::Timeout, msg::DISCOVER_FAILED)
 }
 
 /// A connection option the reference takes from the connection's metadata
@@ -243,7 +216,7 @@ impl MongoConnector {
                     .map(drop)
                     .map_err(connect_failed)
             };
-            bounded(ctx, CONNECT_TIMEOUT, ping, connect_timeout).await?;
+            bounded(ctx, CONNECT_TIMEOUT, ping, connect_timed_out).await?;
             self._ca_file = ca_file;
             self.client = Some(client);
         }
@@ -261,7 +234,7 @@ impl MongoConnector {
             ctx,
             DISCOVER_TIMEOUT,
             sample(&db, collection),
-            discover_timeout,
+            discover_timed_out,
         )
         .await?;
         self.shapes.insert(collection.to_owned(), shape.clone());
@@ -658,7 +631,7 @@ impl Connector for MongoConnector {
                     .await
                     .map_err(|e| query_failed(e, msg::DISCOVER_FAILED))
             };
-            let mut names: Vec<String> = bounded(ctx, DISCOVER_TIMEOUT, names, discover_timeout)
+            let mut names: Vec<String> = bounded(ctx, DISCOVER_TIMEOUT, names, discover_timed_out)
                 .await?
                 .into_iter()
                 .filter(|n| is_user_collection(n))
@@ -673,7 +646,7 @@ impl Connector for MongoConnector {
                         .await
                         .map_err(|e| query_failed(e, msg::DISCOVER_FAILED))
                 };
-                let estimate = bounded(ctx, DISCOVER_TIMEOUT, count, discover_timeout).await?;
+                let estimate = bounded(ctx, DISCOVER_TIMEOUT, count, discover_timed_out).await?;
                 tables.push(shape.table(&name, i64::try_from(estimate).ok()));
             }
             Ok(SchemaSnapshot {
