@@ -27,10 +27,8 @@ pub(super) fn request_rules_create(b: &ConnectionBody, cfg: &ApiConfig) -> Resul
     // A MongoDB server may run without authentication: its user and password are
     // optional, a password only without a user (beyond the reference, which required
     // both for every type).
-    let mongo = b
-        .datasource_type
-        .as_deref()
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("MONGODB"));
+    let mongo = b.datasource_type.as_deref().and_then(DatasourceType::parse)
+        == Some(DatasourceType::MongoDb);
     require("userName", !mongo && blank(&b.user_name));
     require(
         "password",

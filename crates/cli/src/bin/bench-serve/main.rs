@@ -1,3 +1,6 @@
+//! (One file over 800 lines: each mode is a pair loop over the shared harness above it;
+//! MongoDB, whose datasource setup is its own, is `mongo.rs`.)
+//!
 //! End-to-end extraction bench: a real `fetcher serve` (POST a job, poll it to
 //! `completed`; the result is sealed v2 NDJSON in the local result directory) against
 //! the database's own export of the same table to a file (`psql \copy`, or `mysql -B`
@@ -60,67 +63,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod mongo;
+
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 /// The scratch MariaDB user's password (a local bench database only).
 const MARIA_PASSWORD: &str = "bench-only-password";
 const COLUMNS: [&str; 8] = ["id", "u", "t", "n", "i", "b", "ts", "nt"];
-/// The same fields in a MongoDB collection, keyed by `_id`.
-const MONGO_FIELDS: [&str; 8] = ["_id", "u", "t", "n", "i", "b", "ts", "nt"];
-
-/// `--mongo`: the bench reads a MongoDB collection.
-fn mongo_mode() -> bool {
-    std::env::args().any(|a| a == "--mongo")
-}
-
-/// The fields every job asks for.
-fn fields() -> [&'static str; 8] {
-    if mongo_mode() { MONGO_FIELDS } else { COLUMNS }
-}
-
-fn mongo_port() -> u16 {
-    std::env::var("MONGO_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(27117)
-}
-
-/// A client of the bench's MongoDB server, on a runtime of its own.
-fn mongo<T>(f: impl AsyncFnOnce(mongodb::Client) -> T) -> T {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let uri = format!(
-            "mongodb://127.0.0.1:{}/?directConnection=true",
-            mongo_port()
-        );
-        f(mongodb::Client::with_uri_str(&uri).await.unwrap()).await
-    })
-}
-
-/// The peer of `--mongo` (run as `bench-serve --mongo-read DB`): every document of
-/// `bench` in `_id` order as raw BSON, counted; prints the count.
-fn mongo_read(db: &str) {
-    use mongodb::bson::{RawDocumentBuf, doc};
-    let n = mongo(async |c| {
-        let coll = c.database(db).collection::<RawDocumentBuf>("bench");
-        let mut find = coll.find(doc! {}).sort(doc! {"_id": 1}).batch_size(1024);
-        // The same query as the job's: its fields projected, in `_id` order.
-        let mut p = mongodb::bson::Document::new();
-        for f in MONGO_FIELDS {
-            p.insert(f, 1);
-        }
-        find = find.projection(p);
-        let mut cursor = find.await.unwrap();
-        let mut n = 0u64;
-        while cursor.advance().await.unwrap() {
-            n += u64::from(!cursor.current().as_bytes().is_empty());
-        }
-        n
-    });
-    println!("{n}");
-}
 
 struct Serve {
     child: Child,
@@ -185,34 +133,7 @@ enum Db {
 impl Db {
     fn create(self, db: &str, rows: u64) {
         match self {
-            Db::Mongo => mongo(async |c| {
-                use mongodb::bson::{Binary, Bson, DateTime, Document, doc, spec::BinarySubtype};
-                let coll = c.database(db).collection::<Document>("bench");
-                let mut start = 1u64;
-                while start <= rows {
-                    let end = (start + 9_999).min(rows);
-                    let docs: Vec<Document> = (start..=end)
-                        .map(|g| {
-                            let g = g as i64;
-                            let mut d = doc! {
-                                "_id": g,
-                                "u": Binary { subtype: BinarySubtype::Uuid, bytes: (g as u128 * 0x9e37_79b9_7f4a_7c15).to_be_bytes().to_vec() },
-                                "t": format!("name-{g}"),
-                                "n": Bson::Decimal128(format!("{}.{:04}", g, (g * 2345) % 10_000).parse().unwrap()),
-                                "i": (g % 100_000) as i32,
-                                "b": g % 2 == 0,
-                                "ts": DateTime::from_millis(1_704_067_200_000 + g * 1000),
-                            };
-                            if g % 3 != 0 {
-                                d.insert("nt", format!("note {g}"));
-                            }
-                            d
-                        })
-                        .collect();
-                    coll.insert_many(docs).await.unwrap();
-                    start = end + 1;
-                }
-            }),
+            Db::Mongo => mongo::create(db, rows),
             Db::Postgres => {
                 psql("postgres", &format!("CREATE DATABASE {db}"));
                 psql(
@@ -253,7 +174,7 @@ impl Db {
 
     fn drop(self, db: &str) {
         match self {
-            Db::Mongo => mongo(async |c| c.database(db).drop().await.unwrap()),
+            Db::Mongo => mongo::drop(db),
             Db::Postgres => psql("postgres", &format!("DROP DATABASE {db} WITH (FORCE)")),
             Db::Maria => {
                 mysql("", &format!("DROP DATABASE {db}"));
@@ -263,8 +184,7 @@ impl Db {
 
     fn connection(self, db: &str) -> Value {
         if let Db::Mongo = self {
-            return json!({"configName": "bench", "type": "MONGODB", "host": "127.0.0.1",
-                "port": mongo_port(), "databaseName": db});
+            return mongo::connection(db);
         }
         let (kind, port, user) = match self {
             Db::Mongo => unreachable!(),
@@ -284,18 +204,7 @@ impl Db {
         match self {
             Db::Postgres => psql(db, &format!("\\copy ({select}) TO '{}'", out.display())),
             Db::Maria => std::fs::write(out, mysql(db, &select)).unwrap(),
-            Db::Mongo => {
-                let read = Command::new(std::env::current_exe().unwrap())
-                    .args(["--mongo-read", db])
-                    .output()
-                    .unwrap();
-                assert!(
-                    read.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&read.stderr)
-                );
-                std::fs::write(out, &read.stdout).unwrap();
-            }
+            Db::Mongo => mongo::export(db, out),
         }
         (started.elapsed(), children_cpu_seconds() - cpu0)
     }
@@ -409,7 +318,7 @@ fn run_ours(serve: &Serve, data_dir: &Path, run: usize) -> OursRun {
 
 fn run_job(serve: &Serve, data_dir: &Path, run: usize, format: &str) -> OursRun {
     let mut body = json!({
-        "dataRequest": {"mappedFields": {"bench": {"bench": fields()}}},
+        "dataRequest": {"mappedFields": {"bench": {"bench": mongo::fields()}}},
         "metadata": {"source": "bench", "run": run},
         "resultFormat": format
     });
@@ -483,7 +392,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     if let Some(db) = std::env::args().skip_while(|a| a != "--mongo-read").nth(1) {
-        return mongo_read(&db);
+        return mongo::read(&db);
     }
     let rows: u64 = arg("--rows", 1_000_000);
     let pairs: usize = arg("--pairs", 5).clamp(1, 50);
@@ -491,7 +400,7 @@ fn main() {
         "--fetcher",
         std::env::current_exe().unwrap().with_file_name("fetcher"),
     );
-    let kind = if mongo_mode() {
+    let kind = if mongo::mode() {
         Db::Mongo
     } else if std::env::args().any(|a| a == "--mysql") {
         Db::Maria
