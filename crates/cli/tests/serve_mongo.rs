@@ -193,3 +193,68 @@ print(t.num_rows)",
     assert_eq!(String::from_utf8_lossy(&read.stdout).trim(), "3000");
     drop(server);
 }
+
+/// A big collection is cut into `_id` ranges (ObjectIds, docs/operations.md "Fan-out"),
+/// read by several workers, and the result holds exactly the rows of one unsplit run, in
+/// `_id` order.
+#[test]
+fn a_collection_fans_out_over_object_id_ranges_and_gives_one_runs_rows() {
+    let (database, _) = load_orders();
+    let body = |run: &str| {
+        json!({"dataRequest": {"mappedFields": {"docs": {"orders": ["_id", "n", "who.name", "note"]}}},
+               "metadata": {"source": "reporter", "run": run}})
+    };
+    let rows_of = |dir: &std::path::Path, id: &str| -> Vec<Value> {
+        let (ok, out, err) = open_result(dir, id);
+        assert!(ok, "{err}");
+        out.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["row"].clone())
+            .collect()
+    };
+
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = Server::start_with(
+        plain_dir.path(),
+        &[],
+        None,
+        &[("FETCHER_FANOUT_RANGES", "1")],
+    );
+    register(&plain, &database);
+    let (whole_id, whole) = run_job(&plain, body("whole"));
+    assert_eq!(whole["status"], "completed", "{whole}");
+    assert!(whole.get("resultParts").is_none(), "one piece: {whole}");
+    let want = rows_of(plain_dir.path(), &whole_id);
+    assert_eq!(want.len(), 3000);
+    drop(plain);
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        &["--workers", "3"],
+        None,
+        &[
+            ("FETCHER_FANOUT_RANGES", "3"),
+            ("FETCHER_FANOUT_RANGE_ROWS", "500"),
+        ],
+    );
+    register(&server, &database);
+    let (id, done) = run_job(&server, body("fanned"));
+    assert_eq!(done["status"], "completed", "{done}");
+    let parts = done["resultParts"]
+        .as_array()
+        .expect("a fanned-out job's parts");
+    for i in 1..3 {
+        assert!(
+            parts
+                .iter()
+                .any(|p| p["path"].as_str().unwrap().contains(&format!("part-{i}"))),
+            "no part of range {i}: {done}"
+        );
+    }
+    assert_eq!(
+        rows_of(dir.path(), &id),
+        want,
+        "the rows of one unsplit run"
+    );
+    drop(server);
+}

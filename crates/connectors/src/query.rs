@@ -293,8 +293,8 @@ pub fn key_span(
     (min, max, rows): (Option<i64>, Option<i64>, Option<i64>),
 ) -> Option<fetcher_engine::KeySpan> {
     Some(fetcher_engine::KeySpan {
-        min: min?,
-        max: max?,
+        min: min?.into(),
+        max: max?.into(),
         rows: rows.filter(|r| *r > 0)?,
     })
 }
@@ -386,9 +386,16 @@ pub fn plan(
             // key's span, written as literals (`COPY` takes no parameters).
             let key = range_key(dialect, table)
                 .ok_or_else(|| validation("a key range needs an integer leading primary key"))?;
+            let int = |b: &Option<fetcher_engine::KeyValue>| match b {
+                None => Ok(None),
+                Some(v) => v
+                    .as_int()
+                    .map(Some)
+                    .ok_or_else(|| validation("a key range of this datasource has integer bounds")),
+            };
             let cond: Vec<String> = [
-                range.lo.map(|lo| format!("{key} >= {lo}")),
-                range.hi.map(|hi| format!("{key} < {hi}")),
+                int(&range.lo)?.map(|lo| format!("{key} >= {lo}")),
+                int(&range.hi)?.map(|hi| format!("{key} < {hi}")),
             ]
             .into_iter()
             .flatten()

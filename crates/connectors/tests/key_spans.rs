@@ -27,8 +27,8 @@ async fn spans(h: &Harness, tables: &[&str]) -> Vec<Option<KeySpan>> {
 /// The ids a read of `table` restricted to `range` returns, in order.
 async fn ids_in(h: &Harness, table: &str, range: KeyRange) -> Result<Vec<i64>, Category> {
     let mut plan = store_plan(h, request(&[table])).await;
-    plan.steps[0].key_ranges.insert(table.into(), range);
     plan.request_id = format!("range-{:?}-{:?}", range.lo, range.hi);
+    plan.steps[0].key_ranges.insert(table.into(), range);
     let r = h
         .engine
         .execute_extraction(&Context::background(), &plan)
@@ -71,8 +71,8 @@ async fn postgres_spans_and_ranges() {
             // Never analysed: no estimate, no span (keys far apart would make empty ranges).
             None,
             Some(KeySpan {
-                min: 3,
-                max: 3000,
+                min: 3.into(),
+                max: 3000.into(),
                 rows: 1000
             }),
             None,
@@ -85,24 +85,24 @@ async fn postgres_spans_and_ranges() {
         spans(&h, &["Mixed", "mixed"]).await,
         [
             Some(KeySpan {
-                min: 7,
-                max: 9,
+                min: 7.into(),
+                max: 9.into(),
                 rows: 2
             }),
             None
         ]
     );
     let range = KeyRange {
-        lo: Some(300),
-        hi: Some(600),
+        lo: Some(300.into()),
+        hi: Some(600.into()),
     };
-    let ids = ids_in(&h, "ints", range).await.unwrap();
+    let ids = ids_in(&h, "ints", range.clone()).await.unwrap();
     assert_eq!(ids, (100..200).map(|i| i * 3).collect::<Vec<_>>());
     let open = ids_in(
         &h,
         "ints",
         KeyRange {
-            lo: Some(2990),
+            lo: Some(2990.into()),
             hi: None,
         },
     )
@@ -114,7 +114,7 @@ async fn postgres_spans_and_ranges() {
         "ints",
         KeyRange {
             lo: None,
-            hi: Some(7),
+            hi: Some(7.into()),
         },
     )
     .await
@@ -144,8 +144,8 @@ async fn mariadb_spans_and_ranges() {
     let h = harness(&[db.descriptor("src")]).await;
     let got = spans(&h, &["empty", "ints", "nokey", "texts", "unsigned_ids"]).await;
     assert_eq!(got[0], None);
-    let ints = got[1].expect("a signed integer key");
-    assert_eq!((ints.min, ints.max), (2, 1000));
+    let ints = got[1].clone().expect("a signed integer key");
+    assert_eq!((&ints.min, &ints.max), (&2.into(), &1000.into()));
     // InnoDB's estimate is a sample; near 500.
     assert!((400..=600).contains(&ints.rows), "{ints:?}");
     assert_eq!(&got[2..], [None, None, None]);
@@ -153,8 +153,8 @@ async fn mariadb_spans_and_ranges() {
         &h,
         "ints",
         KeyRange {
-            lo: Some(11),
-            hi: Some(21),
+            lo: Some(11.into()),
+            hi: Some(21.into()),
         },
     )
     .await

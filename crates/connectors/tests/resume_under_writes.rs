@@ -93,8 +93,8 @@ async fn segmented_under_writes(
     let plans: Vec<ExtractionPlan> = if ranges > 1 {
         let ctx = fetcher_engine::Context::background();
         let spans = h.engine.key_spans(&ctx, plan, "src").await.unwrap();
-        let span = spans[0].expect("an integer key has a span");
-        assert_eq!((span.min, span.max), (2, 2 * ROWS));
+        let span = spans[0].clone().expect("an integer key has a span");
+        assert_eq!((&span.min, &span.max), (&2.into(), &(2 * ROWS).into()));
         let keys = span.ranges(ranges);
         assert_eq!(keys.len(), ranges);
         keys.iter()
@@ -102,7 +102,7 @@ async fn segmented_under_writes(
             .map(|(i, k)| {
                 let mut p = plan.clone();
                 p.request_id = format!("{}-range{i}", p.request_id);
-                p.steps[0].key_ranges.insert("cw".into(), *k);
+                p.steps[0].key_ranges.insert("cw".into(), k.clone());
                 p
             })
             .collect()

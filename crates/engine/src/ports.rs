@@ -88,11 +88,12 @@ pub trait Connector: Send {
     ) -> BoxFuture<'a, Result<Box<dyn RowCursor + 'a>>>;
 
     /// The key span of `table` in `step` (with the step's filters it is an estimate over
-    /// the whole table): the smallest and largest value of its integer leading primary-key
-    /// column and the catalog's row estimate. `None` (the default) when the table has no
-    /// such key or the connector cannot tell: the table is then never fanned out. A
-    /// connector that answers must honour `step.key_ranges` in [`Connector::query_stream`]
-    /// (`lo <= key < hi` on that column, in the same order).
+    /// the whole table): the smallest and largest value of its leading key, typed
+    /// ([`crate::KeyValue`]), and the catalog's row estimate. `None` (the default) when
+    /// the table has no key of a kind this connector splits, or it cannot tell: the table
+    /// is then never fanned out. The spans a connector answers are its declaration of
+    /// what it splits, and it must honour `step.key_ranges` of those kinds in
+    /// [`Connector::query_stream`] (`lo <= key < hi` on that key, in the same order).
     fn key_span<'a>(
         &'a mut self,
         _ctx: &'a Context,

@@ -173,7 +173,12 @@ async fn a_big_table_is_read_in_ranges_whose_parts_are_one_runs_bytes() {
     let keys: Vec<_> = fanout
         .ranges
         .iter()
-        .map(|r| (r.keys.lo, r.keys.hi))
+        .map(|r| {
+            (
+                r.keys.lo.as_ref().and_then(|k| k.as_int()),
+                r.keys.hi.as_ref().and_then(|k| k.as_int()),
+            )
+        })
         .collect();
     assert_eq!(
         keys,

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use crate::discover::{SAMPLE, Shape, is_user_collection};
 use crate::error::{connect_failed, query_failed};
 use crate::filter;
+use crate::keys;
 use crate::values;
 
 /// Bounds every connect (server selection and the first command) and the context's
@@ -353,11 +354,6 @@ fn lookback_floor(
 
 impl MongoConnector {
     async fn plan(&mut self, ctx: &Context, step: &PlanStep, table: &str) -> Result<TablePlan> {
-        if step.key_ranges.contains_key(table) {
-            return Err(error::validation(
-                "MongoDB collections are not split into key ranges yet",
-            ));
-        }
         let shape = self.shape(ctx, table).await?;
         let asked = step.fields_of(table);
         for f in asked {
@@ -369,6 +365,9 @@ impl MongoConnector {
             Some(f) => filter::query(&shape, f)?,
             None => Vec::new(),
         };
+        if let Some(range) = step.key_ranges.get(table) {
+            clauses.extend(keys::clause(range)?);
+        }
         let resume = step.resume_after.get(table);
         let incremental: Option<IncrementalRead> = match (step.incremental.get(table), resume) {
             (Some(read), Some(position)) => {
@@ -674,6 +673,26 @@ impl Connector for MongoConnector {
             }
             let cursor = ChannelCursor::spawn(move |tx| produce(db, plans, tx));
             Ok(Box::new(cursor) as Box<dyn RowCursor + 'a>)
+        })
+    }
+
+    /// The span of the collection's `_id`s ([`keys::span`]); the step's filters are not
+    /// applied (an estimate of the whole collection, as the trait allows).
+    fn key_span<'a>(
+        &'a mut self,
+        ctx: &'a Context,
+        _step: &'a PlanStep,
+        table: &'a str,
+    ) -> BoxFuture<'a, Result<Option<fetcher_engine::KeySpan>>> {
+        Box::pin(async move {
+            let db = self.database(ctx).await?;
+            bounded(
+                ctx,
+                DISCOVER_TIMEOUT,
+                keys::span(&db, table),
+                discover_timed_out,
+            )
+            .await
         })
     }
 

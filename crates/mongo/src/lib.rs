@@ -11,6 +11,7 @@
 //! | [`connector`] | [`MongoConnectorFactory`], [`MongoConnector`]: options, connect, discovery, the read plan and its producer |
 //! | [`discover`] | the sampled shape of a collection: fields (nested paths dotted), observed BSON types, missing or null |
 //! | [`filter`] | filters → a query document with the engine's semantics, values typed by the field |
+//! | [`keys`] | `_id` as a split key: a collection's span, a key range as a query |
 //! | [`values`] | BSON → values, losslessly |
 //! | [`error`] | the driver's errors classified (refused login, outage, refused command) |
 //!
@@ -35,6 +36,7 @@ pub mod connector;
 pub mod discover;
 pub mod error;
 pub mod filter;
+pub mod keys;
 pub mod values;
 
 pub use connector::{MongoConnector, MongoConnectorFactory};

@@ -2,7 +2,7 @@
 //! wire server: the fixture loaded as documents (each table's key as `_id`, a keyless
 //! table with increasing `_id`s in its row order, decimals as Decimal128, NULLs stored as
 //! `null`), then the whole read contract. Declared differences: a document datasource
-//! (`documents`), and no key ranges yet.
+//! (`documents`).
 
 mod common;
 
@@ -50,7 +50,7 @@ async fn mongodb_conforms() {
         descriptor: descriptor(db.name()),
         tenant: TenantContext::new("conformance").unwrap(),
         capabilities: Capabilities {
-            key_ranges: false,
+            key_ranges: true,
             exact_decimals: true,
             documents: true,
         },

@@ -271,8 +271,8 @@ impl Connector for TemplateConnector {
                 .filter_map(|r| key_of(r, k))
                 .collect();
             Some(crate::KeySpan {
-                min: *keys.iter().min()?,
-                max: *keys.iter().max()?,
+                min: (*keys.iter().min()?).into(),
+                max: (*keys.iter().max()?).into(),
                 rows: keys.len() as i64,
             })
         });
@@ -325,10 +325,7 @@ impl TemplateConnector {
                         .filter(|r| {
                             key_of(r, k).is_some_and(|v| {
                                 after.is_none_or(|a| v > a)
-                                    && range.is_none_or(|r| {
-                                        r.lo.is_none_or(|lo| v >= lo)
-                                            && r.hi.is_none_or(|hi| v < hi)
-                                    })
+                                    && range.is_none_or(|r| r.contains(&v.into()))
                             })
                         })
                         .cloned()

@@ -432,7 +432,8 @@ pub(super) fn range_plan(
         }
         step.tables.retain(|t| keep(t));
         if step.config_name == fanout.config {
-            step.key_ranges.insert(fanout.table.clone(), range.keys);
+            step.key_ranges
+                .insert(fanout.table.clone(), range.keys.clone());
         }
         !step.tables.is_empty()
     });

@@ -46,10 +46,10 @@ fn halves() -> Fanout {
     let keys = vec![
         KeyRange {
             lo: None,
-            hi: Some(100),
+            hi: Some(100.into()),
         },
         KeyRange {
-            lo: Some(100),
+            lo: Some(100.into()),
             hi: None,
         },
     ];
