@@ -260,3 +260,14 @@ async fn host_safety_and_connection_failures() {
         .unwrap();
     assert_eq!(err.reason(), Some(Reason::InvalidTlsMode), "{err}");
 }
+
+#[tokio::test]
+async fn a_collection_named_with_dots_is_read_by_its_exact_name() {
+    let db = fresh_database("dotted").await;
+    load(&db, "logs.2024", vec![doc! {"_id": 1, "v": "dotted"}]).await;
+    load(&db, "2024", vec![doc! {"_id": 1, "v": "other"}]).await;
+    let rows = read(db.name(), "logs.2024", &["v"]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].values()[0], Value::String("dotted".into()));
+    db.drop().await.ok();
+}

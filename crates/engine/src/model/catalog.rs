@@ -128,7 +128,7 @@ impl TableSnapshot {
 /// dropped). A name of more parts, with an empty part (`.users`, `public.`) or with
 /// spaces around it or a part is returned unchanged: it matches only a table of exactly
 /// that name, never a trimmed one, so a mistyped name is an unknown table rather than
-/// another table read in its place.
+/// another table read in its place. A MongoDB collection is named exactly as it is.
 pub fn normalize_table_name(datasource_type: DatasourceType, name: &str) -> String {
     let parts: Vec<&str> = name.split('.').collect();
     if parts.iter().any(|p| p.is_empty() || p.trim() != *p) {
@@ -150,7 +150,10 @@ pub fn normalize_table_name(datasource_type: DatasourceType, name: &str) -> Stri
         DatasourceType::Postgresql => qualified("public"),
         DatasourceType::SqlServer => qualified("dbo"),
         DatasourceType::Oracle => qualified("").to_uppercase(),
-        DatasourceType::Mysql | DatasourceType::Sqlite | DatasourceType::MongoDb => qualified(""),
+        DatasourceType::Mysql | DatasourceType::Sqlite => qualified(""),
+        // A collection's name may hold dots (`logs.2024`): never split into parts, so
+        // one collection is never read in place of another.
+        DatasourceType::MongoDb => name.to_owned(),
     }
 }
 
@@ -252,6 +255,9 @@ mod tests {
         assert_eq!(n(DatasourceType::Oracle, "hr.emp"), "HR.EMP");
         assert_eq!(n(DatasourceType::Mysql, "db.s.t"), "s.t");
         assert_eq!(n(DatasourceType::Mysql, "otherdb.users"), "otherdb.users");
+        // Collection names hold dots: `x.logs.2024` is not `logs.2024`.
+        assert_eq!(n(DatasourceType::MongoDb, "x.logs.2024"), "x.logs.2024");
+        assert_eq!(n(DatasourceType::MongoDb, "db.orders"), "db.orders");
         // Never trimmed, never an empty part dropped (#30): these match only themselves.
         for odd in [
             " users",
