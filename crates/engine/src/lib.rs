@@ -114,7 +114,8 @@ pub use filter::{Condition, DatasourceFilters, Filters, Operator, TableFilters};
 pub use limits::Limits;
 pub use memory::EagerCursor;
 pub use model::{
-    catalog::*, connection::*, datasource::*, extraction::*, incremental::*, result::*, segment::*,
+    catalog::*, connection::*, datasource::*, extraction::*, incremental::*, options::*, result::*,
+    segment::*,
 };
 pub use ports::BoxFuture;
 pub use progress::{ExtractionProgress, ProgressSnapshot};

@@ -277,3 +277,64 @@ async fn a_nul_in_a_login_field_is_a_400() {
     assert_eq!(r.code(), json!("FET-0001"), "{}", r.text);
     assert_eq!(h.get_as("p", &url).await.json()["userName"], "reporter_ro");
 }
+
+/// A MongoDB connection's options in `metadata` are typed (docs/datasources.md,
+/// "MongoDB"): a bad `authSource` or `directConnection` is a 400 naming the key and what
+/// it must be, on create and on PATCH; other metadata keys stay the caller's.
+#[tokio::test]
+async fn mongodb_options_in_metadata_are_checked() {
+    let h = harness();
+    let mongo = |name: &str, metadata: serde_json::Value| {
+        json!({"configName": name, "type": "MONGODB", "host": "db.example.com", "port": 27017,
+               "databaseName": "app", "metadata": metadata})
+    };
+    for (i, (metadata, key)) in [
+        (json!({"authSource": 7}), "authSource"),
+        (json!({"authSource": "a/b"}), "authSource"),
+        (json!({"directConnection": "yes"}), "directConnection"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = h
+            .call(
+                Method::POST,
+                BASE,
+                &[("x-product-name", "p")],
+                Some(mongo(&format!("bad-{i}"), metadata.clone())),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{metadata}: {}", r.text);
+        let said = r.json()["fields"][format!("metadata.{key}")].clone();
+        assert!(
+            said.as_str()
+                .is_some_and(|m| m.starts_with(&format!("metadata.{key} must be"))),
+            "{metadata}: {}",
+            r.text
+        );
+    }
+    let created = h
+        .create(
+            "p",
+            mongo(
+                "good",
+                json!({"authSource": "users", "directConnection": "true", "team": 1}),
+            ),
+        )
+        .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let r = h
+        .call(
+            Method::PATCH,
+            &format!("{BASE}/{id}"),
+            &[("x-product-name", "p")],
+            Some(json!({"metadata": {"authSource": false}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(r.text.contains("metadata.authSource"), "{}", r.text);
+    // A PostgreSQL connection's metadata is the caller's own.
+    let mut pg = connection("pg-meta");
+    pg["metadata"] = json!({"authSource": 7});
+    h.create("p", pg).await;
+}

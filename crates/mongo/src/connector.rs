@@ -11,8 +11,8 @@ use fetcher_connect::{CredentialSource, DialTarget, HostPolicy};
 use fetcher_engine::ports::{Connector, ConnectorFactory, RowCursor};
 use fetcher_engine::{
     BoxFuture, Category, ColumnType, Columns, ConnectionDescriptor, Context, DatasourceType,
-    EngineError, IncrementalRead, Lookback, PlanStep, Result, Row, RowBatch, SchemaSnapshot,
-    Secret, TenantContext, TlsMode, Value,
+    EngineError, IncrementalRead, Lookback, MongoOptions, PlanStep, Result, Row, RowBatch,
+    SchemaSnapshot, Secret, TenantContext, TlsMode, Value,
 };
 use mongodb::bson::raw::RawBsonRef;
 use mongodb::bson::{Bson, Document, RawDocument, RawDocumentBuf, doc};
@@ -38,9 +38,6 @@ pub const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DISCOVER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Documents per batch, and per round trip to the server.
 pub const BATCH_ROWS: usize = 1024;
-/// The authentication database when the connection names none (the reference's default
-/// for external connections).
-pub const DEFAULT_AUTH_SOURCE: &str = "admin";
 
 /// Builds MongoDB connectors: checks the type, the TLS mode and host safety's no-network
 /// rules, then asks the credential source for the password; no network I/O.
@@ -126,23 +123,12 @@ impl std::fmt::Debug for MongoConnector {
     }
 }
 
-/// A connection option the reference takes from the connection's metadata
-/// (`authSource`), or from the descriptor's own attributes (internal datasources).
-fn option<'a>(d: &'a ConnectionDescriptor, key: &str) -> Option<&'a str> {
-    d.host_attributes
-        .get("metadata")
-        .and_then(|m| m.get(key))
-        .or_else(|| d.host_attributes.get(key))
-        .and_then(|v| v.as_str())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-}
-
 /// The driver's options: one server, the checked address host safety chose, dialled
 /// directly (the driver never follows the members a server names, so every address
 /// dialled is a checked one), reads from the primary when there is one.
 fn options(
     d: &ConnectionDescriptor,
+    opts: &MongoOptions,
     target: &DialTarget,
     password: &str,
     ca_file: Option<&std::path::Path>,
@@ -168,11 +154,7 @@ fn options(
         let mut c = Credential::default();
         c.username = Some(d.username.clone());
         c.password = Some(password.to_owned());
-        c.source = Some(
-            option(d, "authSource")
-                .unwrap_or(DEFAULT_AUTH_SOURCE)
-                .to_owned(),
-        );
+        c.source = Some(opts.auth_source().to_owned());
         o.credential = Some(c);
     }
     o.tls = match d.ssl_mode {
@@ -207,7 +189,17 @@ impl MongoConnector {
                 None => None,
             };
             let password = self.password.expose_str().unwrap_or_default();
-            let o = options(d, &target, password, ca_file.as_ref().map(|f| f.path()));
+            // Checked when the connection was stored; a record from before the check
+            // with a bad option fails here, saying which.
+            let opts = MongoOptions::of(d)
+                .map_err(|e| EngineError::new(Category::Validation, e.to_string()))?;
+            let o = options(
+                d,
+                &opts,
+                &target,
+                password,
+                ca_file.as_ref().map(|f| f.path()),
+            );
             fetcher_connect::tls_provider();
             let client = Client::with_options(o).map_err(connect_failed)?;
             let db = client.database(&d.database_name);

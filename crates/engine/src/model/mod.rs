@@ -13,6 +13,7 @@
 //! | [`segment`] | segmented runs: the point a stopped run resumes from, what a run may do, what a stopped one leaves |
 //! | [`filter`] | filter conditions and operators |
 //! | [`value`] | cells, rows, shared columns, batches |
+//! | [`options`] | the options a datasource type takes from a connection's metadata, typed (MongoDB's `authSource`, `directConnection`) |
 //! | [`limits`] | resource limits and per-request overrides |
 //! | [`tenant`] | the tenant context, the isolation boundary |
 //! | [`time`] | RFC 3339 UTC timestamps |
@@ -26,6 +27,7 @@ pub mod extraction;
 pub mod filter;
 pub mod incremental;
 pub mod limits;
+pub mod options;
 pub mod progress;
 pub mod result;
 pub mod secret;
@@ -39,5 +41,6 @@ pub use connection::*;
 pub use datasource::*;
 pub use extraction::*;
 pub use incremental::*;
+pub use options::*;
 pub use result::*;
 pub use segment::*;

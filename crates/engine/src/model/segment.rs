@@ -166,9 +166,11 @@ impl From<KeyValue> for KeyWire {
         match v {
             KeyValue::Int(i) => KeyWire::Int(i),
             KeyValue::Text(s) => KeyWire::Text(s),
-            KeyValue::ObjectId(b) => KeyWire::ObjectId { oid: hex(&b) },
+            KeyValue::ObjectId(b) => KeyWire::ObjectId {
+                oid: crate::hex(&b),
+            },
             KeyValue::Uuid(b) => {
-                let h = hex(&b);
+                let h = crate::hex(&b);
                 KeyWire::Uuid {
                     uuid: format!(
                         "{}-{}-{}-{}-{}",
@@ -200,16 +202,6 @@ impl TryFrom<KeyWire> for KeyValue {
             ),
         })
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
 }
 
 fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {

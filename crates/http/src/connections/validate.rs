@@ -222,6 +222,14 @@ pub(super) fn model_rules(r: &mut ConnectionRecord, text: TypedText<'_>) -> Resu
         }
     }
     let ty = r.datasource_type;
+    // A type's options in the metadata are typed (docs/datasources.md): a bad one is
+    // named now, not found by a failed login later.
+    if type_ok
+        && ty == DatasourceType::MongoDb
+        && let Err(e) = fetcher_engine::MongoOptions::from_metadata(r.metadata.as_ref())
+    {
+        invalid.insert(format!("metadata.{}", e.key), e.to_string());
+    }
     // A CA is optional (#53 item 7): `require` encrypts without verifying, and a verifying
     // mode without one checks against the bundled Mozilla roots (docs/datasources.md).
     if let Some(SslSettings { mode, .. }) = &mut r.ssl {
