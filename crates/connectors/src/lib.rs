@@ -13,7 +13,8 @@
 //! | [`query`] | request → validated, ordered `SELECT` per table; the channel cursor fed by a producer task |
 //! | [`filter`] | filter conditions (docs/filters.md) → SQL with bound, catalog-typed parameters |
 //! | [`pgbin`] | PostgreSQL binary format decoding (query rows and `COPY … (FORMAT binary)`) |
-//! | `pg`, `mysql`, `sqlite` | per-dialect connect options, catalog queries, producers |
+//! | `stream` | what every dialect's producer shares: tables in plan order over one connection, rows cut into batches |
+//! | `pg`, `mysql`, `sqlite` | per-dialect connect options, catalog queries, how a table's rows are read and decoded |
 //! | `partition` | PostgreSQL partitioned reads: several connections in one exported snapshot, key-range chunks merged back into the single stream ([`ReadPartitions`]) |
 //! | `values`, `host`, `cloud_services` | re-exported from `fetcher-connect`, the driver-free crate every connector family shares (lossless value helpers; host safety) |
 //! | [`ssl`] | TLS mode parsing per type ([`validate_ssl_mode`]) and the sqlx mapping |
@@ -167,6 +168,7 @@ pub mod query;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 pub mod ssl;
+mod stream;
 
 // The parts every connector family shares live in `fetcher-connect` (no sqlx); kept at
 // their old paths here so callers need not change.

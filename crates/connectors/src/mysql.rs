@@ -3,19 +3,19 @@
 
 use std::collections::BTreeMap;
 
-use futures_util::TryStreamExt;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
-use sqlx::{ConnectOptions, Connection, Row, ValueRef};
+use sqlx::{ConnectOptions, Row, ValueRef};
 use tokio::sync::mpsc;
 
-use fetcher_engine::{ColumnType, ConnectionDescriptor, Result, Row as ERow, Value};
+use fetcher_engine::{ColumnType, ConnectionDescriptor, Result, Value};
 
 use crate::Dialect;
 use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo, decimal_type};
 use crate::error::{decode_failed, discover_failed, query_failed};
 use crate::filter::Bind;
 use crate::host::DialTarget;
-use crate::query::{BATCH_ROWS, Msg, TablePlan};
+use crate::query::{Msg, TablePlan};
+use crate::stream::stream_statement;
 use crate::{ssl, values};
 
 pub fn options(
@@ -420,60 +420,12 @@ fn decode_value(row: &MySqlRow, i: usize, c: &ColumnInfo) -> Result<Value> {
     })
 }
 
-async fn stream_table(
-    conn: &mut MySqlConnection,
-    plan: &TablePlan,
-    tx: &mpsc::Sender<Msg>,
-) -> Result<bool> {
-    let sql = plan.sql();
-    let mut q = sqlx::query(&sql);
-    for b in &plan.binds {
-        q = bind(q, b);
-    }
-    let mut rows = Vec::with_capacity(BATCH_ROWS);
-    let mut sent_any = false;
-    let mut stream = q.fetch(&mut *conn);
-    while let Some(row) = stream.try_next().await.map_err(query_failed)? {
-        let vals = plan
-            .selected
-            .iter()
-            .enumerate()
-            .map(|(i, c)| decode_value(&row, i, c))
-            .collect::<Result<Vec<_>>>()?;
-        rows.push(ERow::new(plan.columns.clone(), vals));
-        if rows.len() >= BATCH_ROWS {
-            sent_any = true;
-            let batch = plan.batch(std::mem::take(&mut rows));
-            if tx.send(Msg::Batch(batch)).await.is_err() {
-                return Ok(false);
-            }
-        }
-    }
-    if !rows.is_empty() {
-        let batch = plan.batch(rows);
-        return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
-    }
-    if !sent_any {
-        // A table without rows is announced, so typed formats can write its columns.
-        let batch = plan.empty_batch();
-        return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
-    }
-    Ok(true)
-}
-
-pub async fn produce(mut conn: MySqlConnection, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
-    for plan in &plans {
-        match stream_table(&mut conn, plan, &tx).await {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                let _ = tx.send(Msg::Failed(e)).await;
-                return;
-            }
-        }
-    }
-    let _ = conn.close().await;
-    let _ = tx.send(Msg::End).await;
+/// The producer: each table's statement, its rows decoded and batched.
+pub async fn produce(conn: MySqlConnection, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
+    crate::stream::produce(conn, plans, tx, |c, plan, tx| {
+        stream_statement::<sqlx::MySql>(c, plan, tx, bind, decode_value)
+    })
+    .await
 }
 
 /// The key span of `table` (`name`, or `schema.name`; the connection's database when no

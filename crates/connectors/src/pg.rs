@@ -3,7 +3,7 @@
 
 use futures_util::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow};
-use sqlx::{ConnectOptions, Connection, Row, ValueRef};
+use sqlx::{ConnectOptions, Row, ValueRef};
 use tokio::sync::mpsc;
 
 use fetcher_engine::{ColumnType, ConnectionDescriptor, Result, Row as ERow, Value};
@@ -383,19 +383,15 @@ pub(crate) async fn announce_empty(tx: &mpsc::Sender<Msg>, plan: &TablePlan) -> 
 }
 
 /// The producer: streams every planned table in order, then closes the connection.
-pub async fn produce(mut conn: PgConnection, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
-    for plan in &plans {
-        match stream_table(&mut conn, plan, &tx).await {
-            Ok(true) => {}
-            Ok(false) => return, // the cursor went away
-            Err(e) => {
-                let _ = tx.send(Msg::Failed(e)).await;
-                return;
-            }
-        }
+pub async fn produce(conn: PgConnection, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
+    fn boxed<'a>(
+        conn: &'a mut PgConnection,
+        plan: &'a TablePlan,
+        tx: &'a mpsc::Sender<Msg>,
+    ) -> fetcher_engine::BoxFuture<'a, Result<bool>> {
+        Box::pin(stream_table(conn, plan, tx))
     }
-    let _ = conn.close().await;
-    let _ = tx.send(Msg::End).await;
+    crate::stream::produce(conn, plans, tx, boxed).await
 }
 
 /// The key span of `table` (as requested; resolved like the server resolves a name): its

@@ -4,18 +4,18 @@
 //! bool, `JSON` → nested value, `DECIMAL`/`NUMERIC` → exact string of what is stored,
 //! `UUID` 16-byte blobs → canonical text).
 
-use futures_util::TryStreamExt;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
-use sqlx::{ConnectOptions, Connection, Row, TypeInfo, ValueRef};
+use sqlx::{ConnectOptions, Row, TypeInfo, ValueRef};
 use tokio::sync::mpsc;
 
-use fetcher_engine::{ColumnType, Result, Row as ERow, Value};
+use fetcher_engine::{ColumnType, Result, Value};
 
 use crate::Dialect;
 use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo};
 use crate::error::{decode_failed, discover_failed, query_failed};
 use crate::filter::Bind;
-use crate::query::{BATCH_ROWS, Msg, TablePlan};
+use crate::query::{Msg, TablePlan};
+use crate::stream::stream_statement;
 use crate::values;
 
 /// Options for the file the host policy resolved ([`crate::HostPolicy::sqlite_path`]).
@@ -193,58 +193,10 @@ fn decode_value(row: &SqliteRow, i: usize, c: &ColumnInfo) -> Result<Value> {
     })
 }
 
-async fn stream_table(
-    conn: &mut SqliteConnection,
-    plan: &TablePlan,
-    tx: &mpsc::Sender<Msg>,
-) -> Result<bool> {
-    let sql = plan.sql();
-    let mut q = sqlx::query(&sql);
-    for b in &plan.binds {
-        q = bind(q, b);
-    }
-    let mut rows = Vec::with_capacity(BATCH_ROWS);
-    let mut sent_any = false;
-    let mut stream = q.fetch(&mut *conn);
-    while let Some(row) = stream.try_next().await.map_err(query_failed)? {
-        let vals = plan
-            .selected
-            .iter()
-            .enumerate()
-            .map(|(i, c)| decode_value(&row, i, c))
-            .collect::<Result<Vec<_>>>()?;
-        rows.push(ERow::new(plan.columns.clone(), vals));
-        if rows.len() >= BATCH_ROWS {
-            sent_any = true;
-            let batch = plan.batch(std::mem::take(&mut rows));
-            if tx.send(Msg::Batch(batch)).await.is_err() {
-                return Ok(false);
-            }
-        }
-    }
-    if !rows.is_empty() {
-        let batch = plan.batch(rows);
-        return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
-    }
-    if !sent_any {
-        // A table without rows is announced, so typed formats can write its columns.
-        let batch = plan.empty_batch();
-        return Ok(tx.send(Msg::Batch(batch)).await.is_ok());
-    }
-    Ok(true)
-}
-
-pub async fn produce(mut conn: SqliteConnection, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
-    for plan in &plans {
-        match stream_table(&mut conn, plan, &tx).await {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                let _ = tx.send(Msg::Failed(e)).await;
-                return;
-            }
-        }
-    }
-    let _ = conn.close().await;
-    let _ = tx.send(Msg::End).await;
+/// The producer: each table's statement, its rows decoded and batched.
+pub async fn produce(conn: SqliteConnection, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
+    crate::stream::produce(conn, plans, tx, |c, plan, tx| {
+        stream_statement::<sqlx::Sqlite>(c, plan, tx, bind, decode_value)
+    })
+    .await
 }
