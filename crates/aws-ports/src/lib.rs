@@ -46,6 +46,7 @@
 //! |---|---|---|---|
 //! | `by-hash` | `hpk` = `H#<t>#<hash>` | `hsk` = created (20-digit ns) `#id` | every job: `find_recent_by_hash` is one query, newest first, `hsk >= since` |
 //! | `work` | `wpk` = `work` | `wsk` = created `#id` | sparse: only pending/processing jobs; `list_pending` filters live leases out |
+//! | `by-tenant` | `tpk` = `T#<t>#` | `tsk` = created `#id` | every job (written with it): the job list, newest first, by creation window |
 //! | `outbox` | `opk` = `outbox` | `osk` = completed `#` created `#id` | sparse: only terminal jobs with a pending event; `list_pending_events` reads it in order |
 //!
 //! The two sparse GSIs use a constant partition key: they only ever hold the jobs that

@@ -191,6 +191,30 @@ impl JobStore for MemoryJobStore {
         ready(out)
     }
 
+    fn list_created<'a>(
+        &'a self,
+        tenant: &'a str,
+        from: Timestamp,
+        to: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Job>>> {
+        let out = self.check().map(|()| {
+            let mut v: Vec<Job> = self
+                .state
+                .lock()
+                .unwrap()
+                .jobs
+                .values()
+                .filter(|j| j.tenant_id == tenant && j.created_at >= from && j.created_at < to)
+                .cloned()
+                .collect();
+            v.sort_by_key(|j| std::cmp::Reverse((j.created_at, j.id)));
+            v.truncate(limit);
+            v
+        });
+        ready(out)
+    }
+
     fn has_active_jobs<'a>(
         &'a self,
         tenant: &'a str,

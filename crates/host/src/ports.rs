@@ -167,6 +167,16 @@ pub trait JobStore: Send + Sync {
     /// Terminal jobs whose event is still pending, oldest first, across tenants.
     fn list_pending_events<'a>(&'a self, limit: usize) -> BoxFuture<'a, Result<Vec<Job>>>;
 
+    /// The tenant's jobs created in `[from, to)`, newest first, at most `limit`: what a
+    /// job list pages through (docs/api.md, "Listing jobs").
+    fn list_created<'a>(
+        &'a self,
+        tenant: &'a str,
+        from: Timestamp,
+        to: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Job>>>;
+
     /// Pending or processing jobs of this tenant that read `config_name`.
     fn has_active_jobs<'a>(
         &'a self,

@@ -36,6 +36,11 @@ pub(super) fn job_item(job: &Job, ver: i128) -> Item {
     );
     item.insert("ver".into(), n(ver));
     item.insert("hpk".into(), s(tk("H", &job.tenant_id, &job.request_hash)));
+    item.insert("tpk".into(), s(tk("T", &job.tenant_id, "")));
+    item.insert(
+        "tsk".into(),
+        s(format!("{}#{}", pad(job.created_at), job.id)),
+    );
     item.insert(
         "hsk".into(),
         s(format!("{}#{}", pad(job.created_at), job.id)),
@@ -385,6 +390,47 @@ impl JobStore for DynamoStore {
                 Some(item) => Ok(Some(job_from(item)?.0)),
                 None => Ok(None),
             }
+        })
+    }
+
+    fn list_created<'a>(
+        &'a self,
+        tenant: &'a str,
+        from: Timestamp,
+        to: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Job>>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            let mut start: Option<Item> = None;
+            while out.len() < limit {
+                // `tsk` is `created#id`: every job created in [from, to) sorts between
+                // the two padded instants.
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(GSI_TENANT)
+                    .key_condition_expression("tpk = :t AND tsk BETWEEN :from AND :to")
+                    .expression_attribute_values(":t", s(tk("T", tenant, "")))
+                    .expression_attribute_values(":from", s(pad(from)))
+                    .expression_attribute_values(":to", s(pad(to)))
+                    .scan_index_forward(false)
+                    .set_exclusive_start_key(start.take())
+                    .limit((limit - out.len()).clamp(1, 500) as i32)
+                    .send()
+                    .await
+                    .map_err(unavailable)?;
+                for item in page.items() {
+                    out.push(job_from(item)?.0);
+                }
+                match page.last_evaluated_key {
+                    Some(k) if !k.is_empty() => start = Some(k),
+                    _ => break,
+                }
+            }
+            out.truncate(limit);
+            Ok(out)
         })
     }
 

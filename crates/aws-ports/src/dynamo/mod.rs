@@ -44,6 +44,8 @@ pub const GSI_HASH: &str = "by-hash";
 pub const GSI_WORK: &str = "work";
 /// Sparse GSI over terminal jobs whose event is still pending (the outbox).
 pub const GSI_OUTBOX: &str = "outbox";
+/// GSI over a tenant's jobs by creation time (the job list).
+pub const GSI_TENANT: &str = "by-tenant";
 /// The TTL attribute (epoch seconds).
 pub const TTL_ATTR: &str = "expiresAt";
 
@@ -145,11 +147,14 @@ impl DynamoStore {
             .attribute_definitions(attr("wsk"))
             .attribute_definitions(attr("opk"))
             .attribute_definitions(attr("osk"))
+            .attribute_definitions(attr("tpk"))
+            .attribute_definitions(attr("tsk"))
             .key_schema(ks("pk", KeyType::Hash))
             .key_schema(ks("sk", KeyType::Range))
             .global_secondary_indexes(gsi(GSI_HASH, "hpk", "hsk"))
             .global_secondary_indexes(gsi(GSI_WORK, "wpk", "wsk"))
             .global_secondary_indexes(gsi(GSI_OUTBOX, "opk", "osk"))
+            .global_secondary_indexes(gsi(GSI_TENANT, "tpk", "tsk"))
             .send()
             .await;
         match res {

@@ -184,6 +184,29 @@ impl JobStore for SqliteStore {
         ))
     }
 
+    fn list_created<'a>(
+        &'a self,
+        tenant: &'a str,
+        from: Timestamp,
+        to: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Job>>> {
+        Box::pin(async move {
+            let rows = sqlx::query(
+                "SELECT doc FROM jobs WHERE tenant = ? AND created_at >= ? AND created_at < ? \
+                 ORDER BY created_at DESC, id DESC LIMIT ?",
+            )
+            .bind(tenant)
+            .bind(nanos(from))
+            .bind(nanos(to))
+            .bind(limit as i64)
+            .fetch_all(&self.read)
+            .await
+            .map_err(db_error)?;
+            rows.iter().map(|r| job_from(r.get(0))).collect()
+        })
+    }
+
     fn has_active_jobs<'a>(
         &'a self,
         tenant: &'a str,

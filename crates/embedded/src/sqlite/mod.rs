@@ -72,6 +72,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_active_hash ON jobs(tenant, request_hash)
 CREATE INDEX IF NOT EXISTS jobs_hash_created ON jobs(tenant, request_hash, created_at);
 CREATE INDEX IF NOT EXISTS jobs_event_pending ON jobs(event_pending, completed_at, created_at) WHERE event_pending = 1;
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created_at);
+CREATE INDEX IF NOT EXISTS jobs_tenant_created ON jobs(tenant, created_at);
 CREATE TABLE IF NOT EXISTS job_configs (
     tenant TEXT NOT NULL,
     job_id TEXT NOT NULL,

@@ -479,11 +479,83 @@ pub async fn job_store(store: &Arc<dyn JobStore>) {
             .is_err()
     );
 
+    list_created(
+        store.as_ref(),
+        &unique_tenant("jobs-list").tenant_id,
+        &other,
+    )
+    .await;
     cancel(store.as_ref(), &unique_tenant("jobs-cancel").tenant_id).await;
     enqueue_record(store.as_ref(), &unique_tenant("jobs-enqueue").tenant_id).await;
     checkpoints::checkpoints(store.as_ref(), &unique_tenant("jobs-checkpoint").tenant_id).await;
     fanout::fanouts(store, &unique_tenant("jobs-fanout").tenant_id).await;
     syncs::syncs(store, &unique_tenant("jobs-sync").tenant_id).await;
+}
+
+/// The job list's query: a tenant's jobs created in `[from, to)`, newest first, at most
+/// `limit`, whatever their status; another tenant's never.
+async fn list_created(store: &dyn JobStore, t: &str, other: &str) {
+    let base = Timestamp::now().unix_nanos() - 10_000_000_000;
+    let at = |s: i128| Timestamp::from_unix_nanos(base + s * 1_000_000_000);
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let mut job = Job::new(t, request("list"), format!("hash-list-{t}-{i}"));
+        job.created_at = at(i);
+        assert_eq!(store.insert(&job).await.unwrap(), InsertOutcome::Created);
+        ids.push(job.id);
+    }
+    // A job that ended is listed like the others.
+    let token = match store
+        .claim(t, ids[1], at(6), Duration::from_secs(60))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { token, .. } => token,
+        other => panic!("claim: {other:?}"),
+    };
+    store
+        .fail(
+            t,
+            ids[1],
+            Some(token),
+            "x",
+            &event(JobStatus::Failed),
+            at(7),
+        )
+        .await
+        .unwrap();
+    let mut stranger = Job::new(other, request("list"), format!("hash-list-{other}"));
+    stranger.created_at = at(2);
+    assert_eq!(
+        store.insert(&stranger).await.unwrap(),
+        InsertOutcome::Created
+    );
+
+    let listed = |v: Vec<Job>| v.iter().map(|j| j.id).collect::<Vec<_>>();
+    let all = store.list_created(t, at(0), at(100), 100).await.unwrap();
+    assert_eq!(
+        listed(all.clone()),
+        ids.iter().rev().copied().collect::<Vec<_>>(),
+        "newest first"
+    );
+    assert_eq!(all[3].status, JobStatus::Failed);
+    assert_eq!(
+        listed(store.list_created(t, at(1), at(3), 100).await.unwrap()),
+        [ids[2], ids[1]],
+        "from included, to excluded"
+    );
+    assert_eq!(
+        listed(store.list_created(t, at(0), at(100), 2).await.unwrap()),
+        [ids[4], ids[3]],
+        "at most the limit, newest"
+    );
+    assert!(
+        store
+            .list_created(t, at(50), at(100), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// The enqueue record the repair pass judges lost messages by: a dropped message marks a
