@@ -573,6 +573,20 @@ impl JobService {
         self.get(tenant, id).await
     }
 
+    /// The tenant's jobs created in `[from, to)`, newest first, at most `limit`.
+    pub async fn list_created(
+        &self,
+        tenant: &TenantContext,
+        from: Timestamp,
+        to: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Job>, JobError> {
+        self.store
+            .list_created(&tenant.tenant_id, from, to, limit)
+            .await
+            .map_err(JobError::JobStore)
+    }
+
     pub async fn get(&self, tenant: &TenantContext, id: JobId) -> Result<Job, JobError> {
         self.store
             .get(&tenant.tenant_id, id)

@@ -77,6 +77,7 @@ pub mod connections;
 pub mod error;
 pub mod extract;
 pub mod fetcher;
+pub mod jobs_list;
 pub mod paging;
 pub mod probes;
 pub mod syncs;
@@ -337,7 +338,7 @@ struct ApiDoc;
 
 fn business_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(fetcher::create_job))
+        .routes(routes!(fetcher::create_job, jobs_list::list_jobs))
         .routes(routes!(fetcher::get_job))
         .routes(routes!(fetcher::cancel_job))
         .routes(routes!(syncs::get_sync))

@@ -295,6 +295,7 @@ async fn openapi_matches_the_router() {
     documented.sort();
     let mut expected: Vec<(String, String)> = [
         ("POST", "/v1/fetcher"),
+        ("GET", "/v1/fetcher"),
         ("GET", "/v1/fetcher/{id}"),
         ("POST", "/v1/fetcher/{id}/cancel"),
         ("GET", "/v1/syncs/{id}"),
