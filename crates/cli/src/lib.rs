@@ -5,7 +5,9 @@
 //! | `fetcher serve [--demo]` | [`serve`]: the API and the extraction worker in one process, on the embedded adapters |
 //! | `fetcher result open <path\|job-id>` | [`result`]: verify and decrypt a sealed result (v1 or v2) to stdout; [`parts`]: a Parquet job's files into `--output-dir` |
 //! | `fetcher keys generate` | [`keys`]: print a new master key |
+//! | `fetcher connections\|jobs\|syncs …` | [`client`]: the HTTP API as commands (list, create, test, schema; list, get, create, watch, cancel; get, reset) |
 
+pub mod client;
 pub mod demo;
 pub mod host_guard;
 pub mod http_server;
@@ -42,6 +44,27 @@ enum Command {
     /// Master keys.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Connections, over the API (`--api-url`, `--token`, `--product`).
+    Connections {
+        #[command(subcommand)]
+        command: client::ConnectionsCommand,
+        #[command(flatten)]
+        client: client::ClientArgs,
+    },
+    /// Jobs, over the API: list, get, create, watch, cancel.
+    Jobs {
+        #[command(subcommand)]
+        command: client::JobsCommand,
+        #[command(flatten)]
+        client: client::ClientArgs,
+    },
+    /// Syncs, over the API: get, reset.
+    Syncs {
+        #[command(subcommand)]
+        command: client::SyncsCommand,
+        #[command(flatten)]
+        client: client::ClientArgs,
+    },
 }
 
 /// Parses arguments and runs the command; errors print one line and exit 1.
@@ -56,6 +79,9 @@ pub fn run() -> ExitCode {
             Command::Serve(args) => serve::serve(*args).await,
             Command::Result(cmd) => result::run(cmd).await,
             Command::Keys(cmd) => keys::run(cmd),
+            Command::Connections { command, client } => client::connections(command, &client).await,
+            Command::Jobs { command, client } => client::jobs(command, &client).await,
+            Command::Syncs { command, client } => client::syncs(command, &client).await,
         }
     });
     match out {
