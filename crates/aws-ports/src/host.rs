@@ -29,7 +29,7 @@
 //! | `FETCHER_SCHEMA_CACHE_TTL_SECS` | schema cache TTL (default 300) |
 //! | `FETCHER_LEASE_SECS` | job lease (default 900, the Lambda maximum) |
 //! | `FETCHER_EXTRACTION_TIMEOUT_SECS` | fixed bound on one extraction (default 300, the reference's; `0` = none, the template's). The extract function also bounds each run by its invocation's deadline less 30 s, so a slow job fails cleanly with `timeout` and its event goes out before Lambda stops the function |
-//! | `FETCHER_MAX_RESULT_BYTES` | serialized result ceiling (default 268435456, the reference's 256 MiB; `0` = unbounded). v2 results stream to S3 in constant memory, so raising it costs no memory; v1 results (built in memory) stay capped at 256 MiB whatever this says |
+//! | `FETCHER_MAX_RESULT_BYTES` | result ceiling (default 68719476736, 64 GiB: `fetcher_host::settings::DEFAULT_MAX_RESULT_BYTES` says why; `0` = unbounded). v2 and Parquet results stream to S3 in constant memory, so raising it costs no memory; v1 results (built in memory) stay capped at the reference's 256 MiB whatever this says |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -374,6 +374,32 @@ pub fn init_json_logging() {
 
 #[cfg(test)]
 mod tests {
+    /// The deployment's defaults agree with the code's and with S3's limits
+    /// (`fetcher_host::settings::DEFAULT_MAX_RESULT_BYTES` lists what they must agree with).
+    #[test]
+    fn template_defaults_agree_with_the_code_and_s3() {
+        let template = include_str!("../../../template.yaml");
+        let default_of = |param: &str| -> u64 {
+            let at = template
+                .find(&format!("\n  {param}:\n"))
+                .unwrap_or_else(|| panic!("{param} in template.yaml"));
+            let rest = &template[at..];
+            let line = rest
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("Default: "))
+                .expect("a default");
+            line.trim().parse().expect("a number")
+        };
+        let ceiling = fetcher_host::settings::DEFAULT_MAX_RESULT_BYTES;
+        assert_eq!(default_of("MaxResultBytes"), ceiling);
+        assert_eq!(
+            default_of("FanoutRangeRows"),
+            fetcher_host::pipeline::DEFAULT_FANOUT_RANGE_ROWS as u64
+        );
+        // One object of the whole result fits S3's 10,000 multipart parts.
+        assert!(ceiling <= crate::s3::DEFAULT_PART_SIZE as u64 * 10_000);
+    }
+
     use super::emf_line;
 
     #[test]

@@ -15,6 +15,22 @@ use clap::{ArgAction, Command, FromArgMatches};
 /// Variables with this prefix belong to the test harness and are never settings.
 pub const TEST_PREFIX: &str = "FETCHER_TEST_";
 
+/// The default ceiling on one job's result, for the streamed formats (v2 and Parquet,
+/// whole or in parts): 64 GiB. The defaults it must agree with (the test
+/// `defaults_agree` below, and aws-ports' with S3's limits):
+///
+/// * a table big enough to fan out (2 × [`crate::pipeline::DEFAULT_FANOUT_RANGE_ROWS`]
+///   rows, 10 million) completes with rows of up to 1 KiB of NDJSON (10 GiB); the
+///   reference's 256 MiB failed an 8M-row, two-column table at 2.8M rows;
+/// * one object stays within S3's multipart limit at the writer's part size (10,000
+///   parts of 8 MiB: 78 GiB), well under S3's 5 TiB object limit;
+/// * a runaway job (a filter forgotten) is still stopped: 64 GiB costs about 1.5 USD a
+///   month in S3 Standard, not an unbounded bill.
+///
+/// v1 results are built in memory and keep the reference's 256 MiB
+/// ([`fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES`]) whatever this says.
+pub const DEFAULT_MAX_RESULT_BYTES: u64 = 64 << 30;
+
 /// `FETCHER_TEST_SEGMENT_SECS` (test harness only, docs/operations.md): every segment of a
 /// long job stops this many seconds (a decimal) after it starts, so tests see jobs
 /// continued many times. A value that is not a positive number stops the start.
@@ -42,11 +58,12 @@ pub struct ExtractionSettings {
     /// a caller naming one sees only that product's connections, jobs and syncs either way.
     #[arg(long, env = "FETCHER_REQUIRE_PRODUCT")]
     pub require_product: bool,
-    /// Ceiling on one job's serialized result, in bytes (`0` = unbounded). v2 results
-    /// stream in constant memory, so raising it costs no memory; a v1 result (built in
-    /// memory) stays capped at 256 MiB whatever this says.
+    /// Ceiling on one job's serialized result, in bytes (`0` = unbounded; default 64 GiB,
+    /// [`DEFAULT_MAX_RESULT_BYTES`] says why). v2 and Parquet results stream in constant
+    /// memory, so raising it costs no memory; a v1 result (built in memory) stays capped
+    /// at 256 MiB whatever this says.
     #[arg(long, env = "FETCHER_MAX_RESULT_BYTES",
-        default_value_t = fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES as u64,
+        default_value_t = DEFAULT_MAX_RESULT_BYTES,
         value_parser = clap::value_parser!(u64).range(0..=i64::MAX as u64))]
     pub max_result_bytes: u64,
     /// Seconds one extraction may run before it fails with `timeout` (`0` = no fixed
@@ -206,6 +223,28 @@ fn describe(vars: &[(String, String, bool)], e: &clap::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn defaults_agree() {
+        use crate::pipeline::DEFAULT_FANOUT_RANGE_ROWS;
+        let streamed = super::DEFAULT_MAX_RESULT_BYTES;
+        let v1 = fetcher_engine::limits::DEFAULT_MAX_RESULT_BYTES as u64;
+        // A table big enough to fan out completes with rows of up to 1 KiB.
+        assert!(streamed >= 2 * DEFAULT_FANOUT_RANGE_ROWS as u64 * 1024);
+        // v1's in-memory cap is the smaller.
+        assert!(v1 < streamed);
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            extraction: super::ExtractionSettings,
+        }
+        let cmd = <Flags as clap::CommandFactory>::command();
+        let parsed: Flags = super::from_variables(cmd, |_| None, Vec::<String>::new()).unwrap();
+        assert_eq!(
+            parsed.extraction.max_result_bytes, streamed,
+            "the flag's default is the constant"
+        );
+    }
+
     use super::*;
     use clap::{CommandFactory, Parser};
 

@@ -28,8 +28,9 @@ async fn limits_come_from_the_environment_and_bad_values_are_refused() {
     let r = resources().await;
     let base = HostConfig::for_resources(&r);
     assert_eq!(
-        base.max_result_bytes, 268_435_456,
-        "the reference's default"
+        base.max_result_bytes,
+        64 << 30,
+        "the streamed formats' default (v1 keeps 256 MiB)"
     );
     assert_eq!(base.extraction_timeout.as_secs(), 300);
     let with = |k: &'static str, v: &'static str| {
