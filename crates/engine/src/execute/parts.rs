@@ -134,8 +134,9 @@ pub(super) struct PartsOutput<'w> {
     tenant: &'w TenantContext,
     job_id: &'w str,
     extension: &'static str,
-    /// The index of this run's first part (a resumed run's come after earlier runs').
-    first_index: usize,
+    /// This run's part numbering: its first part's index (a resumed run's come after
+    /// earlier runs') and, for a range, the space it must stay in.
+    segment: &'w Segment,
     open: Option<OpenPart>,
     done: Vec<ResultPart>,
 }
@@ -148,7 +149,9 @@ impl PartsOutput<'_> {
                 stale.writer.abort(run).await;
             }
             let object = ResultObject::Part {
-                index: self.first_index + self.done.len(),
+                index: self
+                    .segment
+                    .part(self.segment.first_part() + self.done.len())?,
                 extension: self.extension,
             };
             let writer = self
@@ -239,7 +242,7 @@ impl Engine {
             tenant,
             job_id: &plan.request_id,
             extension: format.format().as_str(),
-            first_index: segment.first_part(),
+            segment,
             open: None,
             done: Vec::new(),
         });

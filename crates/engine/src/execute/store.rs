@@ -73,7 +73,7 @@ impl Engine {
             sink.open_stream(run, tenant, &plan.request_id).await
         } else {
             let object = ResultObject::Part {
-                index: segment.first_part(),
+                index: segment.part(segment.first_part())?,
                 extension: StoredFormat::Ndjson.as_str(),
             };
             sink.open_object(run, tenant, &plan.request_id, object)

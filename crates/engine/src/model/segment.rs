@@ -57,6 +57,19 @@ impl Segment {
     pub fn first_part(&self) -> usize {
         self.part_base.unwrap_or(0) + self.earlier_parts.len()
     }
+
+    /// Part `index` of this run, checked against its numbering space: a range's parts
+    /// stay below the next range's first ([`RANGE_PART_STRIDE`]), so a range that would
+    /// outrun it fails (`limit_exceeded`) instead of writing over another range's part.
+    pub fn part(&self, index: usize) -> crate::Result<usize> {
+        match self.part_base {
+            Some(base) if index >= base + RANGE_PART_STRIDE => Err(crate::EngineError::new(
+                crate::Category::LimitExceeded,
+                "a range wrote more parts than its numbering allows (100000)",
+            )),
+            _ => Ok(index),
+        }
+    }
 }
 
 /// Part numbers each range of a fanned-out job has to itself: range `i` numbers its parts
@@ -337,6 +350,22 @@ mod key_tests {
         assert_eq!(r[0].hi, Some(KeyValue::Uuid(mid)));
         assert!(r[0].contains(&KeyValue::Uuid([0; 16])));
         assert!(!r[0].contains(&KeyValue::Uuid(mid)) && r[1].contains(&KeyValue::Uuid(mid)));
+    }
+
+    #[test]
+    fn a_range_stays_in_its_part_numbering() {
+        let range = Segment {
+            part_base: Some(RANGE_PART_STRIDE),
+            ..Segment::default()
+        };
+        assert_eq!(
+            range.part(2 * RANGE_PART_STRIDE - 1).unwrap(),
+            2 * RANGE_PART_STRIDE - 1
+        );
+        let e = range.part(2 * RANGE_PART_STRIDE).unwrap_err();
+        assert_eq!(e.category(), crate::Category::LimitExceeded);
+        // A whole job's parts have no ceiling of their own.
+        assert!(Segment::default().part(5 * RANGE_PART_STRIDE).is_ok());
     }
 
     #[test]
