@@ -330,8 +330,12 @@ pub trait ResultSink: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResultObject<'a> {
     /// The `index`th part (0-based, in write order), a file of the given extension
-    /// (`parquet`).
-    Part { index: usize, extension: &'a str },
+    /// (`parquet`), written by the run of `claim` ([`crate::Segment::claim`]).
+    Part {
+        index: usize,
+        extension: &'a str,
+        claim: Option<u32>,
+    },
     /// The manifest listing the parts: the job's result.
     Manifest,
 }

@@ -34,12 +34,50 @@ pub fn result_path(tenant: &str, job_id: &str, format: ResultFormat) -> String {
 
 /// The object key of a multi-object result's `index`th part: beside the manifest, in a
 /// folder named by the job (`external-data/<jobId>/part-00000.parquet.v2`). Parts are
-/// named by position, never by table, so no datasource name reaches a key.
-pub fn part_path(tenant: &str, job_id: &str, index: usize, extension: &str) -> String {
+/// named by position, never by table, so no datasource name reaches a key. A part
+/// written by a claim that took the job (or range) over carries that claim
+/// (`part-00003.c7.ndjson.v2`): the run whose lease ran out and the one that took over
+/// never write the same key.
+pub fn part_path(
+    tenant: &str,
+    job_id: &str,
+    index: usize,
+    extension: &str,
+    claim: Option<u32>,
+) -> String {
+    let owner = claim.map(|c| format!(".c{c}")).unwrap_or_default();
     format!(
-        "{}{job_id}/part-{index:05}.{extension}.v2",
+        "{}{job_id}/part-{index:05}{owner}.{extension}.v2",
         result_prefix(tenant)
     )
+}
+
+/// The keys the superseded claims `superseded` would have given the part at `path`
+/// (written by a takeover claim): the plain name, and each claim's. What the claim that
+/// took over removes when it ends its run: a dead run's leftovers.
+pub fn superseded_paths(path: &str, superseded: &[u32]) -> Vec<String> {
+    let Some(at) = path.rfind("/part-") else {
+        return Vec::new();
+    };
+    let (dir, name) = path.split_at(at + "/part-".len());
+    let digits = name.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, rest) = name.split_at(digits);
+    // `.c<claim>` (this run's), then `.<extension>.v2`.
+    let rest = match rest.strip_prefix(".c") {
+        Some(r) => &r[r.find('.').unwrap_or(r.len())..],
+        None => rest,
+    };
+    if digits == 0 || !rest.starts_with('.') {
+        return Vec::new();
+    }
+    let mut out = vec![format!("{dir}{number}{rest}")];
+    out.extend(
+        superseded
+            .iter()
+            .map(|c| format!("{dir}{number}.c{c}{rest}")),
+    );
+    out.retain(|p| p != path);
+    out
 }
 
 fn result_prefix(tenant: &str) -> String {
@@ -211,9 +249,11 @@ impl ResultSink for SealedResultSink {
         object: ResultObject<'a>,
     ) -> BoxFuture<'a, fetcher_engine::Result<Box<dyn ResultStreamWriter>>> {
         let path = match object {
-            ResultObject::Part { index, extension } => {
-                part_path(&tenant.tenant_id, job_id, index, extension)
-            }
+            ResultObject::Part {
+                index,
+                extension,
+                claim,
+            } => part_path(&tenant.tenant_id, job_id, index, extension, claim),
             ResultObject::Manifest => result_path(&tenant.tenant_id, job_id, ResultFormat::Parquet),
         };
         Box::pin(self.open_sealed(job_id, path))
@@ -278,4 +318,26 @@ pub async fn store_v1(
         payload.len() as u64,
         stored,
     ))
+}
+
+#[cfg(test)]
+mod claim_key_tests {
+    use super::*;
+
+    #[test]
+    fn a_takeovers_part_names_the_keys_of_the_claims_it_replaced() {
+        let plain = part_path("acme", "j", 3, "ndjson", None);
+        assert_eq!(plain, "acme/external-data/j/part-00003.ndjson.v2");
+        let mine = part_path("acme", "j", 3, "ndjson", Some(7));
+        assert_eq!(mine, "acme/external-data/j/part-00003.c7.ndjson.v2");
+        assert_eq!(
+            superseded_paths(&mine, &[5, 6]),
+            [
+                "acme/external-data/j/part-00003.ndjson.v2",
+                "acme/external-data/j/part-00003.c5.ndjson.v2",
+                "acme/external-data/j/part-00003.c6.ndjson.v2",
+            ]
+        );
+        assert!(superseded_paths("acme/external-data/j.ndjson.v2", &[1]).is_empty());
+    }
 }

@@ -400,3 +400,211 @@ async fn a_job_that_fails_in_a_later_segment_leaves_no_part() {
         );
     }
 }
+
+/// A job store that stops answering one worker's checkpoint writes while `hold` is set
+/// (a worker cut off from the store); everything else passes through.
+struct CutOff {
+    inner: std::sync::Arc<dyn JobStore>,
+    hold: std::sync::atomic::AtomicBool,
+    waiting: std::sync::atomic::AtomicBool,
+    resume: tokio::sync::Notify,
+}
+
+impl CutOff {
+    async fn gate(&self, change: &Transition<'_>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if matches!(change, Transition::Checkpoint { .. }) {
+            while self.hold.load(SeqCst) {
+                let resumed = self.resume.notified();
+                self.waiting.store(true, SeqCst);
+                if !self.hold.load(SeqCst) {
+                    break;
+                }
+                resumed.await;
+            }
+        }
+    }
+}
+
+impl JobStore for CutOff {
+    fn insert<'a>(
+        &'a self,
+        job: &'a Job,
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<InsertOutcome>> {
+        self.inner.insert(job)
+    }
+    fn get<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: JobId,
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<Option<Job>>> {
+        self.inner.get(tenant, id)
+    }
+    fn find_recent_by_hash<'a>(
+        &'a self,
+        tenant: &'a str,
+        hash: &'a str,
+        since: Timestamp,
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<Option<Job>>> {
+        self.inner.find_recent_by_hash(tenant, hash, since)
+    }
+    fn claim<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: JobId,
+        now: Timestamp,
+        lease: Duration,
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<ClaimOutcome>> {
+        self.inner.claim(tenant, id, now, lease)
+    }
+    fn transition<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: JobId,
+        change: Transition<'a>,
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<bool>> {
+        Box::pin(async move {
+            self.gate(&change).await;
+            self.inner.transition(tenant, id, change).await
+        })
+    }
+    fn list_pending_events<'a>(
+        &'a self,
+        limit: usize,
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<Vec<Job>>> {
+        self.inner.list_pending_events(limit)
+    }
+    fn list_created<'a>(
+        &'a self,
+        tenant: &'a str,
+        from: Timestamp,
+        to: Timestamp,
+        limit: usize,
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<Vec<Job>>> {
+        self.inner.list_created(tenant, from, to, limit)
+    }
+    fn has_active_jobs<'a>(
+        &'a self,
+        tenant: &'a str,
+        config_name: &'a str,
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<bool>> {
+        self.inner.has_active_jobs(tenant, config_name)
+    }
+    fn list_pending<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<Vec<Job>>> {
+        self.inner.list_pending(now, limit)
+    }
+    fn sync<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<Option<SyncState>>> {
+        self.inner.sync(tenant, id)
+    }
+    fn reset_sync<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        tables: &'a [(String, String)],
+    ) -> fetcher_engine::BoxFuture<'a, fetcher_host::Result<SyncState>> {
+        self.inner.reset_sync(tenant, id, tables)
+    }
+}
+
+/// #39: a worker cut off from the job store past its lease, whose job another worker
+/// took over, never removes the other's parts: the takeover writes parts named by its
+/// claim, the cut-off worker's refused checkpoint removes only its own, and the result is
+/// one run's bytes with no object outside it.
+#[tokio::test]
+async fn a_worker_cut_off_past_its_lease_loses_no_part_of_the_takeover() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (mut w, mut rx) = long_world().await;
+    let whole = one_run(&mut w).await;
+    let earlier = w.objects.paths();
+    let (job, msg) = submit(&w, None).await;
+    let cut = std::sync::Arc::new(CutOff {
+        inner: w.jobs.clone(),
+        hold: true.into(),
+        waiting: false.into(),
+        resume: tokio::sync::Notify::new(),
+    });
+    let cut_off = std::sync::Arc::new(Pipeline {
+        engine: w.pipeline.engine.clone(),
+        jobs: cut.clone(),
+        events: w.pipeline.events.clone(),
+        objects: w.pipeline.objects.clone(),
+        keys: w.pipeline.keys.clone(),
+        config: PipelineConfig {
+            lease: Duration::from_millis(300),
+            ..w.pipeline.config.clone()
+        },
+        table_format: w.pipeline.table_format.clone(),
+        queue: w.pipeline.queue.clone(),
+        tenant_share: None,
+    });
+    // The first worker runs the first segment and writes its part, then cannot record it.
+    let first = tokio::spawn({
+        let (p, m) = (cut_off.clone(), msg.clone());
+        async move { p.handle(&m).await }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cut.waiting.load(SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the segment never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mine = |w: &World| -> Vec<String> {
+        let mut v: Vec<String> = w
+            .objects
+            .paths()
+            .into_iter()
+            .filter(|p| !earlier.contains(p))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        mine(&w),
+        [format!("acme/external-data/{}.ndjson.v2", job.id)]
+    );
+    // Its lease runs out; the message comes back and another worker takes the job over
+    // and runs it to its end.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let outcomes = drive(&w, &mut rx, msg).await;
+    assert!(
+        matches!(outcomes.last(), Some(Outcome::Completed { .. })),
+        "{outcomes:?}"
+    );
+    let done = stored(&w, job.id).await;
+    let r = done.result.clone().expect("completed");
+    assert!(
+        r.parts[0]
+            .path
+            .ends_with(&format!("{}/part-00000.c2.ndjson.v2", job.id)),
+        "the takeover's part is named by its claim: {:?}",
+        r.parts[0].path
+    );
+    // The cut-off worker comes back: its checkpoint is refused, and it removes only what
+    // it wrote.
+    cut.hold.store(false, SeqCst);
+    cut.resume.notify_waiters();
+    let late = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the cut-off worker ends")
+        .unwrap();
+    assert!(matches!(late, Outcome::Skipped(_)), "{late:?}");
+    let mut joined = Vec::new();
+    for part in &r.parts {
+        joined.extend(open_v2(&w, &part.path, &job.id.to_string(), &part.hmac).await);
+    }
+    assert_eq!(joined, whole, "one run's bytes");
+    let mut expected: Vec<String> = r.parts.iter().map(|p| p.path.clone()).collect();
+    expected.push(r.path.clone());
+    expected.sort();
+    assert_eq!(mine(&w), expected, "no object outside the result");
+}

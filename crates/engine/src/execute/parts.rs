@@ -153,6 +153,7 @@ impl PartsOutput<'_> {
                     .segment
                     .part(self.segment.first_part() + self.done.len())?,
                 extension: self.extension,
+                claim: self.segment.claim,
             };
             let writer = self
                 .sink

@@ -75,6 +75,7 @@ impl Engine {
             let object = ResultObject::Part {
                 index: segment.part(segment.first_part())?,
                 extension: StoredFormat::Ndjson.as_str(),
+                claim: segment.claim,
             };
             sink.open_object(run, tenant, &plan.request_id, object)
                 .await

@@ -37,6 +37,12 @@ pub struct Segment {
     /// in a [`Stopped`] that is [`Stopped::ended`] instead of writing a manifest: the host
     /// writes that once every range is done ([`crate::Engine::seal_manifest`]).
     pub part_base: Option<usize>,
+    /// Set when this run took its job (or range) over from a claim whose lease ran out,
+    /// which may still be writing: the run writes parts only (never the single result
+    /// object, whose key every claim shares) and names them by this claim
+    /// ([`crate::ports::ResultObject::Part`]), so the two runs never write the same
+    /// object and each can remove its own.
+    pub claim: Option<u32>,
 }
 
 impl Segment {
@@ -47,10 +53,10 @@ impl Segment {
         !self.earlier_parts.is_empty()
     }
 
-    /// Whether this run writes parts whatever happens: it continues earlier runs or is a
-    /// range of a fanned-out job.
+    /// Whether this run writes parts whatever happens: it continues earlier runs, is a
+    /// range of a fanned-out job, or took its job over ([`Segment::claim`]).
     pub fn in_parts(&self) -> bool {
-        self.continues() || self.part_base.is_some()
+        self.continues() || self.part_base.is_some() || self.claim.is_some()
     }
 
     /// The number of this run's first part.

@@ -59,6 +59,9 @@ pub struct FanoutRange {
     /// may wait in the queue behind the others).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<Timestamp>,
+    /// Claims of this range's current segment that were taken over ([`Job::superseded`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub superseded: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +89,7 @@ impl Fanout {
                     checkpoint: None,
                     progress: None,
                     since: None,
+                    superseded: Vec::new(),
                 })
                 .collect(),
             finisher: None,
@@ -200,6 +204,9 @@ impl Job {
         if !free {
             return Err(conflict("range is not claimable"));
         }
+        if range.state == RangeState::Running {
+            range.superseded.push(range.token);
+        }
         range.state = RangeState::Running;
         range.token = token;
         range.claims += 1;
@@ -233,6 +240,7 @@ impl Job {
             .ok_or_else(|| conflict("range is not held by this claim"))?;
         range.state = RangeState::Done;
         range.lease_expires_at = None;
+        range.superseded.clear();
         range.checkpoint = Some(checkpoint.clone());
         range.progress = Some(progress);
         let last = fanout.all_done();
@@ -294,6 +302,7 @@ impl Job {
         range.state = RangeState::Pending;
         range.lease_expires_at = None;
         if let Some((c, p)) = checkpoint {
+            range.superseded.clear();
             range.checkpoint = Some(c.clone());
             range.progress = Some(p);
             // The next segment's retries count from its own start.
@@ -339,6 +348,7 @@ impl Job {
             view.attempts = r.claims;
             view.progress = r.progress;
             view.range = Some(index);
+            view.superseded = r.superseded.clone();
             // What the range's retry budget counts from ([`FanoutRange::since`]).
             view.enqueued_at = r.since.or(self.enqueued_at);
         }

@@ -200,6 +200,10 @@ impl Job {
         if !self.claimable_at(now) || self.fanout.is_some() {
             return None;
         }
+        if self.status == JobStatus::Processing {
+            // A takeover: the claim whose lease ran out may still write.
+            self.superseded.push(self.attempts);
+        }
         self.status = JobStatus::Processing;
         self.attempts += 1;
         self.completed_at = None;
@@ -390,6 +394,7 @@ impl Job {
         }
         self.status = JobStatus::Pending;
         self.lease_expires_at = None;
+        self.superseded.clear();
         self.checkpoint = Some(checkpoint.clone());
         self.progress = Some(progress);
         self.enqueued_at = Some(at);

@@ -318,6 +318,11 @@ pub struct Job {
     /// (docs/operations.md, "Fan-out").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fanout: Option<Fanout>,
+    /// Claims of the current segment that were taken over (their lease ran out): the
+    /// claim that took over names its parts by itself, and removes the parts these may
+    /// have left ([`Job::segment_claims`]). Cleared when the segment ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub superseded: Vec<u32>,
     /// On a worker's copy only ([`Job::range_view`]): the range of the fanned-out job it
     /// runs. Never stored.
     #[serde(skip)]
@@ -373,6 +378,7 @@ impl Job {
             message_dropped_at: None,
             checkpoint: None,
             fanout: None,
+            superseded: Vec::new(),
             range: None,
         }
     }

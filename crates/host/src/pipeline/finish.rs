@@ -39,6 +39,9 @@ impl Pipeline {
         {
             Ok(()) => {}
             Err(e) if e.kind() == crate::ErrorKind::Conflict => {
+                // The parts of this run are its claim's alone; the manifest's key is the
+                // job's, so it stays (the winner writes its own there).
+                self.discard_own(job, &result.parts).await;
                 return Outcome::Skipped("claim lost before completion");
             }
             Err(e) => return Outcome::Retry(e),

@@ -34,7 +34,7 @@ impl Pipeline {
             .request
             .result_format
             .unwrap_or(self.config.default_format);
-        let segment = self.segment_of(&job, format, deadline);
+        let segment = self.segment_of(&job, token, format, deadline);
         // The run's own context: the heartbeat cancels it when the lease is lost, and
         // the guard stops renewing however this function ends (a panic included).
         if job.cancel_requested_at.is_some() {
@@ -88,11 +88,13 @@ impl Pipeline {
         }
         match extracted {
             Ok(Extracted::Done(result)) => {
+                self.sweep_superseded(&job, token, &result.parts).await;
                 let earlier = job.checkpoint.as_ref().map_or(0, |c| c.elapsed_ms);
                 let elapsed = started.elapsed() + std::time::Duration::from_millis(earlier);
                 self.complete(&job, token, result, elapsed).await
             }
             Ok(Extracted::Stopped(mut run)) => {
+                self.sweep_superseded(&job, token, &run.stopped.parts).await;
                 run.elapsed = started.elapsed();
                 self.continue_later(&job, token, request_id, run).await
             }

@@ -50,9 +50,11 @@ impl Pipeline {
     /// The segment a claimed `job` runs: resumed from its checkpoint, stopping when its
     /// time is up. Only v2 and Parquet jobs run in segments, and only on a host that can
     /// send the continuation (a queue); `deadline` is the host's hard end for the run.
+    /// Its parts are named by `token`, the claim it runs under.
     pub(super) fn segment_of(
         &self,
         job: &Job,
+        token: u32,
         format: ResultFormat,
         deadline: Option<tokio::time::Instant>,
     ) -> Segment {
@@ -80,6 +82,9 @@ impl Pipeline {
                 .as_ref()
                 .map(|c| c.parts.clone())
                 .unwrap_or_default(),
+            // Only a takeover names its parts by its claim: the run it replaced may still
+            // be writing the plain names.
+            claim: (!job.superseded.is_empty()).then_some(token),
         }
     }
 
@@ -133,10 +138,9 @@ impl Pipeline {
     }
 
     /// The store refused the write that ends a segment (`e`). A cancel asked for
-    /// meanwhile: the job ends canceled, every part removed. Otherwise the parts stay
-    /// unless the job failed or was canceled meanwhile: another worker that took the job
-    /// over (or the retry) runs this segment again from the same checkpoint and writes the
-    /// same part keys, so removing them could remove its parts.
+    /// meanwhile: the job ends canceled, every part removed. Otherwise the claim was lost
+    /// (another worker took the job over): this run's parts are named by its claim, so
+    /// they are nobody else's, and are removed unless the stored job references them.
     pub(super) async fn segment_refused(
         &self,
         job: &Job,
@@ -149,12 +153,7 @@ impl Pipeline {
         }
         match self.cancel_claimed(job, token).await {
             Outcome::Skipped(_) => {
-                let ended = self.jobs.get(&job.tenant_id, job.id).await;
-                if let Ok(Some(j)) = ended
-                    && matches!(j.status, JobStatus::Failed | JobStatus::Canceled)
-                {
-                    self.discard(&run.stopped.parts).await;
-                }
+                self.discard_own(job, &run.stopped.parts).await;
                 Outcome::Skipped("claim lost before the checkpoint")
             }
             canceled => {
@@ -196,6 +195,70 @@ impl Pipeline {
             }
         }
         self.discard(&parts).await;
+    }
+
+    /// Removes the parts a run that lost its claim wrote: its keys carry its claim, so no
+    /// other run wrote them, and only those the stored job does not reference (its
+    /// checkpoint, its ranges', its result; a write that succeeded though it was reported
+    /// failed) go. Kept when the job cannot be read: a part left behind is an orphan, a
+    /// part removed wrongly would be a hole.
+    pub(super) async fn discard_own(&self, job: &Job, parts: &[ResultPart]) {
+        let Ok(Some(stored)) = self.jobs.get(&job.tenant_id, job.id).await else {
+            warn!(job_id = %job.id, "could not read the job; a lost claim's parts stay");
+            return;
+        };
+        let mut referenced: Vec<ResultPart> = stored
+            .checkpoint
+            .as_ref()
+            .map(|c| c.parts.clone())
+            .unwrap_or_default();
+        referenced.extend(
+            stored
+                .fanout
+                .as_ref()
+                .map(Fanout::parts)
+                .unwrap_or_default(),
+        );
+        referenced.extend(stored.result.iter().flat_map(|r| r.parts.iter().cloned()));
+        let own: Vec<ResultPart> = parts
+            .iter()
+            .filter(|p| !referenced.iter().any(|r| r.path == p.path))
+            .cloned()
+            .collect();
+        self.discard(&own).await;
+    }
+
+    /// After a takeover's run: removes what the runs it replaced may have left at the
+    /// keys of the parts it wrote ([`crate::sink::superseded_paths`]), keeping any the
+    /// stored job references. A replaced run still alive removes its own when its write
+    /// is refused ([`Pipeline::discard_own`]).
+    pub(super) async fn sweep_superseded(&self, job: &Job, token: u32, parts: &[ResultPart]) {
+        if job.superseded.is_empty() {
+            return;
+        }
+        let mine = format!(".c{token}.");
+        // A replaced first run of a whole job wrote the single result object.
+        let single =
+            crate::sink::result_path(&job.tenant_id, &job.id.to_string(), ResultFormat::V2);
+        let candidates: Vec<ResultPart> = parts
+            .iter()
+            .filter(|p| p.path.contains(&mine))
+            .flat_map(|p| {
+                let mut keys = crate::sink::superseded_paths(&p.path, &job.superseded);
+                if job.range.is_none() && p.path.contains("/part-00000.") {
+                    keys.push(single.clone());
+                }
+                keys
+            })
+            .map(|path| ResultPart {
+                path,
+                ..ResultPart::default()
+            })
+            .collect();
+        if !candidates.is_empty() {
+            info!(job_id = %job.id, range = ?job.range, keys = candidates.len(), "removing what the replaced claims may have left");
+            self.discard_own(job, &candidates).await;
+        }
     }
 
     pub(super) async fn discard(&self, parts: &[ResultPart]) {
