@@ -54,6 +54,11 @@ async fn dynamodb_job_store_conforms() {
     service_suites::job_store(&(Arc::new(store().await) as Arc<dyn JobStore>)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dynamodb_takeover_loses_no_part() {
+    service_suites::takeover_loses_no_part(Arc::new(store().await) as Arc<dyn JobStore>).await;
+}
+
 #[tokio::test]
 async fn dynamodb_rate_limiter_conforms() {
     service_suites::rate_limiter(&(Arc::new(store().await) as Arc<dyn RateLimiter>)).await;

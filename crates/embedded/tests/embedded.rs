@@ -38,6 +38,12 @@ async fn sqlite_job_store_conforms() {
     service_suites::job_store(&(Arc::new(s) as Arc<dyn JobStore>)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_takeover_loses_no_part() {
+    let s = SqliteStore::temporary().await.unwrap();
+    service_suites::takeover_loses_no_part(Arc::new(s) as Arc<dyn JobStore>).await;
+}
+
 #[tokio::test]
 async fn sqlite_rate_limiter_conforms() {
     let s = SqliteStore::temporary().await.unwrap();

@@ -12,6 +12,11 @@ async fn memory_job_store_conforms() {
     suites::job_store(&(MemoryJobStore::new() as Arc<dyn JobStore>)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_takeover_loses_no_part() {
+    suites::takeover_loses_no_part(MemoryJobStore::new() as Arc<dyn JobStore>).await;
+}
+
 #[tokio::test]
 async fn memory_object_store_conforms() {
     suites::object_store(&(MemoryObjectStore::new() as Arc<dyn ObjectStore>)).await;

@@ -17,7 +17,9 @@ use crate::model::*;
 use crate::ports::*;
 
 mod job_store;
+mod takeover;
 pub use job_store::job_store;
+pub use takeover::{CutOff, takeover_loses_no_part};
 
 /// The [`ObjectStore`] obligations: streamed writes visible only after `finish`, abort
 /// leaves nothing, reads return the bytes, delete, head, path validation.
