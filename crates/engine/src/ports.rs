@@ -336,8 +336,9 @@ pub enum ResultObject<'a> {
         extension: &'a str,
         claim: Option<u32>,
     },
-    /// The manifest listing the parts: the job's result.
-    Manifest,
+    /// The manifest listing the parts: the job's result, written by the run of `claim`
+    /// (a takeover's, [`crate::Segment::claim`], or `None`).
+    Manifest { claim: Option<u32> },
 }
 
 /// A typed, per-table file format (Parquet) for store mode, supplied by a host; the

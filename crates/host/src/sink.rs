@@ -52,6 +52,16 @@ pub fn part_path(
     )
 }
 
+/// The key of a job's manifest; a takeover's carries its claim
+/// (`<jobId>.c7.manifest.json.v2`), so a replaced run that reaches the end of the job
+/// never writes over the result the job records.
+pub fn manifest_path(tenant: &str, job_id: &str, claim: Option<u32>) -> String {
+    match claim {
+        None => result_path(tenant, job_id, ResultFormat::Parquet),
+        Some(c) => format!("{}{job_id}.c{c}.manifest.json.v2", result_prefix(tenant)),
+    }
+}
+
 /// The keys the superseded claims `superseded` would have given the part at `path`
 /// (written by a takeover claim): the plain name, and each claim's. What the claim that
 /// took over removes when it ends its run: a dead run's leftovers.
@@ -254,7 +264,7 @@ impl ResultSink for SealedResultSink {
                 extension,
                 claim,
             } => part_path(&tenant.tenant_id, job_id, index, extension, claim),
-            ResultObject::Manifest => result_path(&tenant.tenant_id, job_id, ResultFormat::Parquet),
+            ResultObject::Manifest { claim } => manifest_path(&tenant.tenant_id, job_id, claim),
         };
         Box::pin(self.open_sealed(job_id, path))
     }

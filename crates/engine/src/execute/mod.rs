@@ -158,7 +158,7 @@ impl Engine {
         for p in &parts {
             *tally.row_counts.entry(p.config.clone()).or_default() += p.row_count;
         }
-        self.manifest_result(ctx, tenant, &plan, format, parts, tally)
+        self.manifest_result(ctx, tenant, &plan, format, parts, tally, None)
             .await
     }
 

@@ -279,7 +279,15 @@ impl Engine {
         let mut all = segment.earlier_parts.clone();
         all.extend(done.iter().cloned());
         match self
-            .manifest_result(run, tenant, plan, format.format(), all, streamed.tally)
+            .manifest_result(
+                run,
+                tenant,
+                plan,
+                format.format(),
+                all,
+                streamed.tally,
+                segment.claim,
+            )
             .await
         {
             Ok(r) => Ok(r),
@@ -293,6 +301,7 @@ impl Engine {
 
     /// Writes the manifest of `parts` (every part of the result, in order) as the job's
     /// result object; the result's figures are the parts' sums.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn manifest_result(
         &self,
         run: &Context,
@@ -301,6 +310,7 @@ impl Engine {
         format: StoredFormat,
         parts: Vec<ResultPart>,
         tally: Tally,
+        claim: Option<u32>,
     ) -> Result<ExtractionResult> {
         let sink = self.inner.result_sink.as_deref().expect("checked at entry");
         let row_count: i64 = parts.iter().map(|p| p.row_count).sum();
@@ -315,7 +325,12 @@ impl Engine {
         .map_err(|_| serialize_failed())?;
         let written = async {
             let mut writer = sink
-                .open_object(run, tenant, &plan.request_id, ResultObject::Manifest)
+                .open_object(
+                    run,
+                    tenant,
+                    &plan.request_id,
+                    ResultObject::Manifest { claim },
+                )
                 .await?;
             if let Err(e) = writer.write(run, &manifest).await {
                 writer.abort(run).await;

@@ -123,6 +123,7 @@ impl Engine {
                     StoredFormat::Ndjson,
                     segment.earlier_parts.clone(),
                     tally,
+                    segment.claim,
                 )
                 .await;
         }
@@ -153,7 +154,15 @@ impl Engine {
             let mut parts = segment.earlier_parts.clone();
             parts.push(part);
             return self
-                .manifest_result(run, tenant, plan, StoredFormat::Ndjson, parts, tally)
+                .manifest_result(
+                    run,
+                    tenant,
+                    plan,
+                    StoredFormat::Ndjson,
+                    parts,
+                    tally,
+                    segment.claim,
+                )
                 .await;
         }
         // The reference says `json` here although the bytes are NDJSON; we say what

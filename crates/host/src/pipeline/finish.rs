@@ -39,9 +39,17 @@ impl Pipeline {
         {
             Ok(()) => {}
             Err(e) if e.kind() == crate::ErrorKind::Conflict => {
-                // The parts of this run are its claim's alone; the manifest's key is the
-                // job's, so it stays (the winner writes its own there).
-                self.discard_own(job, &result.parts).await;
+                // The claim was lost: what this run wrote is its own (a takeover names its
+                // parts and manifest by its claim), the manifest included when the job
+                // records another.
+                let mut own = result.parts.clone();
+                if !result.parts.is_empty() {
+                    own.push(fetcher_engine::ResultPart {
+                        path: result.path.clone(),
+                        ..Default::default()
+                    });
+                }
+                self.discard_own(job, &own).await;
                 return Outcome::Skipped("claim lost before completion");
             }
             Err(e) => return Outcome::Retry(e),

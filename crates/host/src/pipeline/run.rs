@@ -88,13 +88,15 @@ impl Pipeline {
         }
         match extracted {
             Ok(Extracted::Done(result)) => {
-                self.sweep_superseded(&job, token, &result.parts).await;
+                self.sweep_superseded(&job, token, &result.parts, Some(&result.path))
+                    .await;
                 let earlier = job.checkpoint.as_ref().map_or(0, |c| c.elapsed_ms);
                 let elapsed = started.elapsed() + std::time::Duration::from_millis(earlier);
                 self.complete(&job, token, result, elapsed).await
             }
             Ok(Extracted::Stopped(mut run)) => {
-                self.sweep_superseded(&job, token, &run.stopped.parts).await;
+                self.sweep_superseded(&job, token, &run.stopped.parts, None)
+                    .await;
                 run.elapsed = started.elapsed();
                 self.continue_later(&job, token, request_id, run).await
             }

@@ -219,7 +219,13 @@ impl Pipeline {
                 .map(Fanout::parts)
                 .unwrap_or_default(),
         );
-        referenced.extend(stored.result.iter().flat_map(|r| r.parts.iter().cloned()));
+        for r in stored.result.iter() {
+            referenced.extend(r.parts.iter().cloned());
+            referenced.push(ResultPart {
+                path: r.path.clone(),
+                ..ResultPart::default()
+            });
+        }
         let own: Vec<ResultPart> = parts
             .iter()
             .filter(|p| !referenced.iter().any(|r| r.path == p.path))
@@ -232,7 +238,13 @@ impl Pipeline {
     /// keys of the parts it wrote ([`crate::sink::superseded_paths`]), keeping any the
     /// stored job references. A replaced run still alive removes its own when its write
     /// is refused ([`Pipeline::discard_own`]).
-    pub(super) async fn sweep_superseded(&self, job: &Job, token: u32, parts: &[ResultPart]) {
+    pub(super) async fn sweep_superseded(
+        &self,
+        job: &Job,
+        token: u32,
+        parts: &[ResultPart],
+        manifest: Option<&str>,
+    ) {
         if job.superseded.is_empty() {
             return;
         }
@@ -240,6 +252,17 @@ impl Pipeline {
         // A replaced first run of a whole job wrote the single result object.
         let single =
             crate::sink::result_path(&job.tenant_id, &job.id.to_string(), ResultFormat::V2);
+        // And the manifest a replaced run that reached the end may have written.
+        let id = job.id.to_string();
+        let manifests = manifest
+            .filter(|m| m.contains(&format!("{mine}manifest")))
+            .map(|_| {
+                std::iter::once(None)
+                    .chain(job.superseded.iter().copied().map(Some))
+                    .map(|c| crate::sink::manifest_path(&job.tenant_id, &id, c))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
         let candidates: Vec<ResultPart> = parts
             .iter()
             .filter(|p| p.path.contains(&mine))
@@ -250,6 +273,7 @@ impl Pipeline {
                 }
                 keys
             })
+            .chain(manifests)
             .map(|path| ResultPart {
                 path,
                 ..ResultPart::default()

@@ -24,11 +24,11 @@ use crate::pipeline::{Outcome, Pipeline, PipelineConfig};
 use crate::ports::*;
 use crate::sink::SealedResultSink;
 
-const ROWS: i64 = 3000;
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 
-/// A job store that stops answering checkpoint writes while `hold` is set (one worker cut
-/// off from the store); everything else passes through.
+/// A job store that stops answering the writes that end a run (a checkpoint, a
+/// completion) while `hold` is set: one worker cut off from the store. Everything else
+/// passes through.
 pub struct CutOff {
     inner: Arc<dyn JobStore>,
     hold: AtomicBool,
@@ -38,7 +38,10 @@ pub struct CutOff {
 
 impl CutOff {
     async fn gate(&self, change: &Transition<'_>) {
-        if matches!(change, Transition::Checkpoint { .. }) {
+        if matches!(
+            change,
+            Transition::Checkpoint { .. } | Transition::Complete { .. }
+        ) {
             while self.hold.load(SeqCst) {
                 let resumed = self.resume.notified();
                 self.waiting.store(true, SeqCst);
@@ -136,18 +139,24 @@ fn row(id: i64) -> Row {
     ])
 }
 
-/// Runs the scenario on `jobs`: a segmented job (segments of one 1024-row batch) whose
-/// first worker writes its first part, then cannot record it past its lease; a second
-/// worker takes the job over and runs it to its end; the first comes back. The result
-/// holds every row once, in order, and no object of the job is outside it.
+/// Runs the scenario on `jobs`, twice: a segmented job (segments of one 1024-row batch)
+/// one of whose runs (the first; then the last, which writes the manifest) is cut off
+/// from the store after writing, past its lease; another worker takes the job over and
+/// runs it to its end; the cut-off worker comes back. The result holds every row once,
+/// in order, and no object of the job is outside it.
 pub async fn takeover_loses_no_part(jobs: Arc<dyn JobStore>) {
+    cut_off_run(jobs.clone(), 3000, false).await;
+    cut_off_run(jobs, 1500, true).await;
+}
+
+async fn cut_off_run(jobs: Arc<dyn JobStore>, rows: i64, cut_last: bool) {
     let tenant = unique_tenant("takeover");
     let ring = Arc::new(KeyRing::from_base64(KEY, "1").unwrap());
     let keys: Arc<dyn KeyProvider> = Arc::new(StaticKeyProvider(ring.clone()));
     let objects = MemoryObjectStore::new();
     let registry = MemoryRegistry::new();
     let factory = TemplateFactory::new(TemplateBehaviour {
-        rows: [("public.accounts".to_string(), (1..=ROWS).map(row).collect())].into(),
+        rows: [("public.accounts".to_string(), (1..=rows).map(row).collect())].into(),
         key: Some("id".into()),
         schema: SchemaSnapshot {
             config_name: String::new(),
@@ -219,7 +228,16 @@ pub async fn takeover_loses_no_part(jobs: Arc<dyn JobStore>) {
     let job = Job::new(&tenant.tenant_id, request, format!("hash-{}", JobId::new()));
     assert_eq!(jobs.insert(&job).await.unwrap(), InsertOutcome::Created);
     let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac);
-    let msg = message::encode(&job, &signer, "req-takeover", message::unix_now());
+    let mut msg = message::encode(&job, &signer, "req-takeover", message::unix_now());
+    if cut_last {
+        // The runs before the last go as usual (1024 rows, the rest, then the end).
+        for _ in 0..2 {
+            let outcome = takeover.handle(&msg).await;
+            assert!(matches!(outcome, Outcome::Continued { .. }), "{outcome:?}");
+            msg = rx.try_recv().expect("a continuation");
+        }
+    }
+    let before = objects.paths();
 
     // The first worker runs the first segment, writes its part, and cannot record it.
     let first = tokio::spawn({
@@ -234,7 +252,11 @@ pub async fn takeover_loses_no_part(jobs: Arc<dyn JobStore>) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(objects.paths().len(), 1, "the first segment's part");
+    assert_eq!(
+        objects.paths().len(),
+        before.len() + 1,
+        "the cut-off run's part (or manifest)"
+    );
     // Its lease runs out; the message comes back, and another worker takes the job over
     // and runs it to its end (continuations included).
     tokio::time::sleep(Duration::from_millis(450)).await;
@@ -253,12 +275,21 @@ pub async fn takeover_loses_no_part(jobs: Arc<dyn JobStore>) {
     let done = jobs.get(&tenant.tenant_id, job.id).await.unwrap().unwrap();
     assert_eq!(done.status, JobStatus::Completed);
     let result = done.result.expect("a result");
+    // The takeover names what it wrote by its claim: the first part, or the manifest.
+    let named = if cut_last {
+        &result.path
+    } else {
+        &result.parts[0].path
+    };
+    // Claims: the cut-off run's, then the takeover's (the last claim, when it ran the end).
+    let claim = if cut_last {
+        format!(".c{}.", done.attempts)
+    } else {
+        ".c2.".to_owned()
+    };
     assert!(
-        result.parts[0]
-            .path
-            .ends_with(&format!("{}/part-00000.c2.ndjson.v2", job.id)),
-        "the takeover's part is named by its claim: {}",
-        result.parts[0].path
+        named.contains(&claim),
+        "the takeover's object is named by its claim ({claim}): {named}"
     );
     // The cut-off worker comes back: its checkpoint is refused; it removes only its own.
     cut.hold.store(false, SeqCst);
@@ -287,7 +318,7 @@ pub async fn takeover_loses_no_part(jobs: Arc<dyn JobStore>) {
     }
     assert_eq!(
         ids,
-        (1..=ROWS).collect::<Vec<_>>(),
+        (1..=rows).collect::<Vec<_>>(),
         "every row once, in order"
     );
     let mut expected: Vec<String> = result.parts.iter().map(|p| p.path.clone()).collect();
