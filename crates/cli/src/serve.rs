@@ -109,6 +109,11 @@ pub struct ServeArgs {
     /// 1), so a connection whose queries run slow never holds every worker.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024), env = "FETCHER_MAX_JOBS_PER_CONNECTION")]
     pub max_jobs_per_connection: Option<u16>,
+    /// Ranges of fanned-out jobs and continuations of long jobs running at once, over all
+    /// tenants. Default: `--workers` − 2 (at least 1), so a new job (a small one behind a
+    /// big job's ranges, on the same connection) finds a worker.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024), env = "FETCHER_MAX_FOLLOW_UP_JOBS")]
+    pub max_follow_up_jobs: Option<u16>,
     /// Jobs of one tenant waiting for a worker at most; past it, its new jobs are
     /// refused (429) until some start.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000), env = "FETCHER_MAX_WAITING_JOBS_PER_TENANT")]
@@ -525,12 +530,14 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             per_connection: args
                 .max_jobs_per_connection
                 .map_or(d.per_connection, usize::from),
+            follow_ups: args.max_follow_up_jobs.map_or(d.follow_ups, usize::from),
         }
     };
     info!(
         workers = args.workers,
         per_tenant = shares.per_tenant,
         per_connection = shares.per_connection,
+        follow_ups = shares.follow_ups,
         waiting_per_tenant = args.max_waiting_jobs_per_tenant,
         "fair worker shares"
     );

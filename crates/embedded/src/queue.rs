@@ -32,13 +32,18 @@ use fetcher_host::model::{JobStatus, QueueMessage};
 use fetcher_host::pipeline::{Outcome, Pipeline, StrandedRules};
 use fetcher_host::ports::JobQueue;
 
-/// How much of the workers one tenant, and one connection of a tenant, may hold at once.
+/// How much of the workers one tenant, one connection of a tenant, and the follow-up
+/// work of started jobs may hold at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shares {
     /// Jobs of one tenant running at once.
     pub per_tenant: usize,
     /// Jobs reading one connection (of one tenant) running at once.
     pub per_connection: usize,
+    /// Ranges of fanned-out jobs and continuations of long ones running at once, over
+    /// all tenants: what they leave of the workers is for new jobs, so a small job never
+    /// waits behind a big job's ranges (#39).
+    pub follow_ups: usize,
 }
 
 impl Shares {
@@ -46,16 +51,20 @@ impl Shares {
     pub const UNLIMITED: Shares = Shares {
         per_tenant: usize::MAX,
         per_connection: usize::MAX,
+        follow_ups: usize::MAX,
     };
 
-    /// The defaults for `workers` workers: one worker stays free of any one connection,
+    /// The defaults for `workers` workers: one worker stays free of any one connection
     /// and (multi-tenant) of any one tenant, so another's job starts at once; a
-    /// single-tenant deployment's one tenant may use every worker.
+    /// single-tenant deployment's one tenant may use every worker. Ranges and
+    /// continuations leave one more: a new job on the connection a big job's ranges read
+    /// still finds a worker under that connection's share.
     pub fn defaults(workers: usize, multi_tenant: bool) -> Shares {
         let below = workers.saturating_sub(1).max(1);
         Shares {
             per_tenant: if multi_tenant { below } else { workers.max(1) },
             per_connection: below,
+            follow_ups: workers.saturating_sub(2).max(1),
         }
     }
 }
@@ -67,6 +76,8 @@ impl Shares {
 struct Owner {
     tenant: String,
     connections: Vec<String>,
+    /// A range of a fanned-out job or a continuation: work of a job already started.
+    follow_up: bool,
 }
 
 fn owner_of(msg: &QueueMessage) -> Owner {
@@ -81,6 +92,7 @@ fn owner_of(msg: &QueueMessage) -> Owner {
             .as_object()
             .map(|m| m.keys().cloned().collect())
             .unwrap_or_default(),
+        follow_up: !body["range"].is_null() || !body["segment"].is_null(),
     }
 }
 
@@ -99,6 +111,7 @@ struct Lines {
     waiting: HashMap<String, VecDeque<Waiting>>,
     running_tenant: HashMap<String, usize>,
     running_connection: HashMap<(String, String), usize>,
+    running_follow_ups: usize,
 }
 
 impl Lines {
@@ -127,10 +140,10 @@ impl Lines {
                 let key = (tenant.clone(), c.clone());
                 self.running_connection.get(&key).copied().unwrap_or(0) < shares.per_connection
             };
-            let Some(at) = line
-                .iter()
-                .position(|w| w.owner.connections.iter().all(free))
-            else {
+            let follow_ups_full = self.running_follow_ups >= shares.follow_ups;
+            let Some(at) = line.iter().position(|w| {
+                w.owner.connections.iter().all(free) && !(w.owner.follow_up && follow_ups_full)
+            }) else {
                 continue;
             };
             let w = line.remove(at).expect("found above");
@@ -147,6 +160,9 @@ impl Lines {
     }
 
     fn started(&mut self, owner: &Owner) {
+        if owner.follow_up {
+            self.running_follow_ups += 1;
+        }
         *self.running_tenant.entry(owner.tenant.clone()).or_default() += 1;
         for c in &owner.connections {
             *self
@@ -164,6 +180,9 @@ impl Lines {
                     map.remove(&key);
                 }
             }
+        }
+        if owner.follow_up {
+            self.running_follow_ups = self.running_follow_ups.saturating_sub(1);
         }
         down(&mut self.running_tenant, owner.tenant.clone());
         for c in &owner.connections {
@@ -553,6 +572,7 @@ mod tests {
         let owner = Owner {
             tenant: tenant.into(),
             connections: connections.iter().map(|c| c.to_string()).collect(),
+            follow_up: false,
         };
         Waiting {
             msg: QueueMessage {
@@ -579,6 +599,7 @@ mod tests {
         let shares = Shares {
             per_tenant: 1,
             per_connection: 1,
+            follow_ups: usize::MAX,
         };
         // The first in line, then the other tenant's, though the slow one queued first.
         let first = lines.take(shares).unwrap();
@@ -608,7 +629,8 @@ mod tests {
             shares,
             Shares {
                 per_tenant: 2,
-                per_connection: 1
+                per_connection: 1,
+                follow_ups: 1,
             }
         );
         let held = lines.take(shares).unwrap();
@@ -629,30 +651,72 @@ mod tests {
             Shares::defaults(1, true),
             Shares {
                 per_tenant: 1,
-                per_connection: 1
+                per_connection: 1,
+                follow_ups: 1,
             }
         );
         assert_eq!(
             Shares::defaults(2, true),
             Shares {
                 per_tenant: 1,
-                per_connection: 1
+                per_connection: 1,
+                follow_ups: 1,
             }
         );
         assert_eq!(
             Shares::defaults(8, true),
             Shares {
                 per_tenant: 7,
-                per_connection: 7
+                per_connection: 7,
+                follow_ups: 6,
             }
         );
         assert_eq!(
             Shares::defaults(8, false),
             Shares {
                 per_tenant: 8,
-                per_connection: 7
+                per_connection: 7,
+                follow_ups: 6,
             }
         );
+    }
+
+    #[test]
+    fn ranges_and_continuations_leave_a_worker_to_new_jobs() {
+        let mut lines = Lines::default();
+        let follow = |n: u32| {
+            let mut w = msg("big", &["pg"], n);
+            w.owner.follow_up = true;
+            w
+        };
+        for i in 0..4 {
+            lines.push(follow(i));
+        }
+        lines.push(msg("big", &["pg"], 10));
+        let shares = Shares::defaults(4, false);
+        assert_eq!((shares.follow_ups, shares.per_connection), (2, 3));
+        let mut running = Vec::new();
+        for _ in 0..2 {
+            running.push(lines.take(shares).unwrap());
+        }
+        assert!(running.iter().all(|w| w.owner.follow_up));
+        // The next worker goes to the new job queued behind the other ranges, on the
+        // same connection.
+        let fresh = lines.take(shares).unwrap();
+        assert_eq!(n(&fresh), 10);
+        assert!(lines.take(shares).is_none(), "the ranges hold their share");
+        lines.ended(&running[0].owner);
+        assert_eq!(n(&lines.take(shares).unwrap()), 2);
+        // A message is a follow-up by its body: a range or a segment.
+        let of = |body: &str| {
+            owner_of(&QueueMessage {
+                headers: BTreeMap::new(),
+                body: body.as_bytes().to_vec(),
+            })
+        };
+        assert!(of(r#"{"jobId":"x","range":2}"#).follow_up);
+        assert!(of(r#"{"jobId":"x","segment":1}"#).follow_up);
+        assert!(!of(r#"{"jobId":"x"}"#).follow_up);
     }
 
     #[tokio::test]
