@@ -59,7 +59,7 @@ pub struct FanoutRange {
     /// may wait in the queue behind the others).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<Timestamp>,
-    /// Claims of this range's current segment that were taken over ([`Job::superseded`]).
+    /// Claims of this range that were taken over ([`Job::superseded`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub superseded: Vec<u32>,
 }
@@ -240,7 +240,6 @@ impl Job {
             .ok_or_else(|| conflict("range is not held by this claim"))?;
         range.state = RangeState::Done;
         range.lease_expires_at = None;
-        range.superseded.clear();
         range.checkpoint = Some(checkpoint.clone());
         range.progress = Some(progress);
         let last = fanout.all_done();
@@ -302,7 +301,6 @@ impl Job {
         range.state = RangeState::Pending;
         range.lease_expires_at = None;
         if let Some((c, p)) = checkpoint {
-            range.superseded.clear();
             range.checkpoint = Some(c.clone());
             range.progress = Some(p);
             // The next segment's retries count from its own start.

@@ -394,7 +394,6 @@ impl Job {
         }
         self.status = JobStatus::Pending;
         self.lease_expires_at = None;
-        self.superseded.clear();
         self.checkpoint = Some(checkpoint.clone());
         self.progress = Some(progress);
         self.enqueued_at = Some(at);

@@ -318,9 +318,11 @@ pub struct Job {
     /// (docs/operations.md, "Fan-out").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fanout: Option<Fanout>,
-    /// Claims of the current segment that were taken over (their lease ran out): the
-    /// claim that took over names its parts by itself, and removes the parts these may
-    /// have left ([`Job::segment_claims`]). Cleared when the segment ends.
+    /// Claims of the job that were taken over (their lease ran out), kept for the job's
+    /// life: once there is one, every later run names its parts by its own claim (a
+    /// replaced run may have written further than the run that took over, at plain
+    /// names a later segment would otherwise reuse), and removes what these may have
+    /// left at its parts' numbers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub superseded: Vec<u32>,
     /// On a worker's copy only ([`Job::range_view`]): the range of the fanned-out job it

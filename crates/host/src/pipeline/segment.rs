@@ -82,8 +82,8 @@ impl Pipeline {
                 .as_ref()
                 .map(|c| c.parts.clone())
                 .unwrap_or_default(),
-            // Only a takeover names its parts by its claim: the run it replaced may still
-            // be writing the plain names.
+            // Once the job (or range) was taken over, runs name their parts by their
+            // claim: a replaced run may still be writing the plain names.
             claim: (!job.superseded.is_empty()).then_some(token),
         }
     }

@@ -291,6 +291,15 @@ async fn cut_off_run(jobs: Arc<dyn JobStore>, rows: i64, cut_last: bool) {
         named.contains(&claim),
         "the takeover's object is named by its claim ({claim}): {named}"
     );
+    if !cut_last {
+        // Every later run of the job names its parts by its claim too: the replaced run
+        // may have written further, at plain names.
+        assert!(
+            result.parts.iter().all(|p| p.path.contains(".c")),
+            "{:?}",
+            result.parts
+        );
+    }
     // The cut-off worker comes back: its checkpoint is refused; it removes only its own.
     cut.hold.store(false, SeqCst);
     cut.resume.notify_waiters();
