@@ -306,6 +306,12 @@ fn the_result_size_limit_is_a_serve_setting() {
     // 200 orders are about 24 KB of NDJSON.
     let small = run("small", &["--max-result-bytes", "4096"]);
     assert_eq!(small["status"], "failed", "{small}");
+    // The failure names the ceiling and the setting that raises it.
+    let said = small["metadata"]["error"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("4096 bytes") && said.contains("--max-result-bytes"),
+        "{said}"
+    );
     let big = run("unbounded", &["--max-result-bytes", "0"]);
     assert_eq!(big["status"], "completed", "{big}");
     let err = refused(&["--max-result-bytes=-1"], &[]);

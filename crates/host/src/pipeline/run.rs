@@ -125,6 +125,7 @@ impl Pipeline {
                     (Some(first), true) => first.clone(),
                     _ => sanitize(e.message()),
                 };
+                let text = self.explain_ceiling(text, format);
                 self.fail_claimed(&job, token, &text).await
             }
         }
@@ -327,6 +328,32 @@ impl Pipeline {
 /// job was created before a change of the stored watermark, which a reset allows).
 pub const SYNC_COLUMNS_CHANGED: &str =
     "incremental read does not match its sync's watermark columns; reset the sync";
+
+impl Pipeline {
+    /// A failure at the result's ceiling says which ceiling and the setting that raises
+    /// it (#53): the message alone named neither.
+    fn explain_ceiling(&self, text: String, format: ResultFormat) -> String {
+        if !text.contains(fetcher_engine::error::msg::RESULT_TOO_LARGE) {
+            return text;
+        }
+        let set = self.engine.limits().max_result_bytes;
+        let v1 = self.config.v1_max_result_bytes;
+        let ceiling = match format {
+            ResultFormat::V1 if set <= 0 || set > v1 => v1,
+            _ => set,
+        };
+        let mut out = format!(
+            "{text} ({ceiling} bytes; the deployment's ceiling is serve --max-result-bytes, FETCHER_MAX_RESULT_BYTES or the MaxResultBytes parameter, 0 for none"
+        );
+        if format == ResultFormat::V1 {
+            out.push_str(
+                "; v1 results, built in memory, stay at most 256 MiB: ask for v2 or parquet",
+            );
+        }
+        out.push(')');
+        out
+    }
+}
 
 /// The job's failure when its parts together pass the result's ceiling.
 pub(super) fn result_too_large() -> ServiceError {
