@@ -52,11 +52,15 @@ def call(port, method, path, body=None):
         return e.code, json.loads(e.read() or b"null")
 
 
-def start(fetcher, ranges, data_dir):
+def start(fetcher, ranges, data_dir, db=None, env=None, args=()):
+    """A `serve` on a free port with fan-out into `ranges` (`env`, `args`: more settings),
+    its connection `ledger` to database `db` (this script's by default) registered."""
     port = free_port()
-    env = dict(os.environ, FETCHER_MASTER_KEY=KEY, FETCHER_LOG="warn", FETCHER_FANOUT_RANGES=str(ranges))
+    env = dict(os.environ, FETCHER_MASTER_KEY=KEY, FETCHER_LOG="warn", FETCHER_FANOUT_RANGES=str(ranges),
+               **(env or {}))
     proc = subprocess.Popen(
-        [fetcher, "serve", "--data-dir", data_dir, "--listen", f"127.0.0.1:{port}", "--drain-delay", "0"],
+        [fetcher, "serve", "--data-dir", data_dir, "--listen", f"127.0.0.1:{port}", "--drain-delay", "0",
+         *args],
         env=env,
         stdout=subprocess.DEVNULL,
     )
@@ -68,7 +72,7 @@ def start(fetcher, ranges, data_dir):
             time.sleep(0.05)
     status, v = call(port, "POST", "/v1/management/connections", {
         "configName": "ledger", "type": "POSTGRESQL", "host": "127.0.0.1", "port": 5432,
-        "databaseName": DB, "userName": "postgres", "password": "unused"})
+        "databaseName": db or DB, "userName": "postgres", "password": "unused"})
     assert status == 201, v
     return proc, port
 

@@ -14,39 +14,16 @@ Creates a scratch database on 127.0.0.1:5432 (user postgres, trust auth) and dro
 import argparse
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fanout_check import KEY, call, free_port, psql  # noqa: E402
+from fanout_check import call, psql, start  # noqa: E402
 
 DB = f"small_behind_big_{os.getpid()}"
-
-
-def start(fetcher, data_dir, rows, extra):
-    port = free_port()
-    env = dict(os.environ, FETCHER_MASTER_KEY=KEY, FETCHER_LOG="warn", FETCHER_FANOUT_RANGES="4",
-               FETCHER_FANOUT_RANGE_ROWS=str(rows // 4), FETCHER_MAX_RESULT_BYTES="0")
-    proc = subprocess.Popen(
-        [fetcher, "serve", "--data-dir", data_dir, "--listen", f"127.0.0.1:{port}",
-         "--drain-delay", "0", "--workers", "4"] + extra,
-        env=env, stdout=subprocess.DEVNULL)
-    for _ in range(400):
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    status, v = call(port, "POST", "/v1/management/connections", {
-        "configName": "ledger", "type": "POSTGRESQL", "host": "127.0.0.1", "port": 5432,
-        "databaseName": DB, "userName": "postgres", "password": "unused"})
-    assert status == 201, v
-    return proc, port
 
 
 def submit(port, table, run):
@@ -67,7 +44,9 @@ def wait(port, job_id, every=0.005):
 
 
 def scenario(fetcher, rows, label, extra, scratch):
-    proc, port = start(fetcher, os.path.join(scratch, label), rows, extra)
+    proc, port = start(fetcher, 4, os.path.join(scratch, label), db=DB,
+                       env={"FETCHER_FANOUT_RANGE_ROWS": str(rows // 4), "FETCHER_MAX_RESULT_BYTES": "0"},
+                       args=["--workers", "4", *extra])
     try:
         wait(port, submit(port, "small", "warm"))
         t0 = time.perf_counter()

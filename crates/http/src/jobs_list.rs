@@ -99,19 +99,5 @@ pub async fn list_jobs(
     if query.ascending {
         jobs.reverse();
     }
-    let total = jobs.len() as u64;
-    let skip = (query.page - 1).saturating_mul(query.limit) as usize;
-    let items = jobs
-        .iter()
-        .skip(skip)
-        .take(query.limit as usize)
-        .map(job_response)
-        .collect();
-    Ok(Json(Page {
-        items,
-        page: query.page,
-        limit: query.limit,
-        total,
-    })
-    .into_response())
+    Ok(Json(Page::of(&jobs, &query, job_response)).into_response())
 }

@@ -52,6 +52,25 @@ pub struct Page<T: Serialize> {
     pub total: u64,
 }
 
+impl<T: Serialize> Page<T> {
+    /// The page `q` asks for of `all` (already filtered and ordered), each item made by
+    /// `item`; `total` counts them all.
+    pub fn of<S>(all: &[S], q: &ListQuery, item: impl Fn(&S) -> T) -> Page<T> {
+        let skip = (q.page - 1).saturating_mul(q.limit) as usize;
+        Page {
+            items: all
+                .iter()
+                .skip(skip)
+                .take(q.limit as usize)
+                .map(item)
+                .collect(),
+            page: q.page,
+            limit: q.limit,
+            total: all.len() as u64,
+        }
+    }
+}
+
 const DAY: i64 = 86_400;
 
 /// Parses the query pairs in the precedence of docs/api.md, "Lists" (first failure wins):

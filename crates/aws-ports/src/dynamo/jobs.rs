@@ -214,27 +214,20 @@ impl DynamoStore {
         Err(ServiceError::unavailable("job store contention"))
     }
 
-    async fn query_index(
+    /// The jobs of an index query `base` (table, index, key condition, order), page by
+    /// page, kept by `keep`, at most `limit`.
+    async fn query_jobs(
         &self,
-        index: &str,
-        pk_attr: &str,
-        pk: &str,
+        base: impl Fn() -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
         mut keep: impl FnMut(&Job) -> bool,
         limit: usize,
     ) -> Result<Vec<Job>> {
         let mut out = Vec::new();
         let mut start: Option<Item> = None;
         while out.len() < limit {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(index)
-                .key_condition_expression("#p = :p")
-                .expression_attribute_names("#p", pk_attr)
-                .expression_attribute_values(":p", s(pk))
+            let page = base()
                 .set_exclusive_start_key(start.take())
-                .limit(limit.clamp(1, 500) as i32)
+                .limit((limit - out.len()).clamp(1, 500) as i32)
                 .send()
                 .await
                 .map_err(unavailable)?;
@@ -250,6 +243,27 @@ impl DynamoStore {
             }
         }
         Ok(out)
+    }
+
+    /// [`DynamoStore::query_jobs`] over the whole partition `pk` of `index`.
+    async fn query_index(
+        &self,
+        index: &str,
+        pk_attr: &str,
+        pk: &str,
+        keep: impl FnMut(&Job) -> bool,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        let base = || {
+            self.client
+                .query()
+                .table_name(&self.table)
+                .index_name(index)
+                .key_condition_expression("#p = :p")
+                .expression_attribute_names("#p", pk_attr)
+                .expression_attribute_values(":p", s(pk))
+        };
+        self.query_jobs(base, keep, limit).await
     }
 }
 
@@ -401,13 +415,10 @@ impl JobStore for DynamoStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<Job>>> {
         Box::pin(async move {
-            let mut out = Vec::new();
-            let mut start: Option<Item> = None;
-            while out.len() < limit {
-                // `tsk` is `created#id`: every job created in [from, to) sorts between
-                // the two padded instants.
-                let page = self
-                    .client
+            // `tsk` is `created#id`: every job created in [from, to) sorts between the two
+            // padded instants.
+            let base = || {
+                self.client
                     .query()
                     .table_name(&self.table)
                     .index_name(GSI_TENANT)
@@ -416,21 +427,8 @@ impl JobStore for DynamoStore {
                     .expression_attribute_values(":from", s(pad(from)))
                     .expression_attribute_values(":to", s(pad(to)))
                     .scan_index_forward(false)
-                    .set_exclusive_start_key(start.take())
-                    .limit((limit - out.len()).clamp(1, 500) as i32)
-                    .send()
-                    .await
-                    .map_err(unavailable)?;
-                for item in page.items() {
-                    out.push(job_from(item)?.0);
-                }
-                match page.last_evaluated_key {
-                    Some(k) if !k.is_empty() => start = Some(k),
-                    _ => break,
-                }
-            }
-            out.truncate(limit);
-            Ok(out)
+            };
+            self.query_jobs(base, |_| true, limit).await
         })
     }
 

@@ -8,6 +8,9 @@
 //! checks the other behaviour instead (a connector that cannot split a key must say so
 //! and refuse a key range): no check is ever skipped.
 //!
+//! One file, a little over 800 lines, on purpose: the fixture and the cases that read it
+//! are one contract, read top to bottom by whoever writes a connector.
+//!
 //! ```text
 //! #[tokio::test]
 //! async fn postgres_conforms() {

@@ -83,20 +83,7 @@ pub(super) fn page_of(
             .then_with(|| a.id.cmp(&b.id));
         if q.ascending { o } else { o.reverse() }
     });
-    let total = v.len() as u64;
-    let skip = (q.page - 1).saturating_mul(q.limit) as usize;
-    let items = v
-        .iter()
-        .skip(skip)
-        .take(q.limit as usize)
-        .map(response)
-        .collect();
-    Page {
-        items,
-        page: q.page,
-        limit: q.limit,
-        total,
-    }
+    Page::of(&v, q, response)
 }
 
 /// Create a connection for the product of `X-Product-Name`.
