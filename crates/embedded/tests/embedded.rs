@@ -44,6 +44,12 @@ async fn sqlite_takeover_loses_no_part() {
     service_suites::takeover_loses_no_part(Arc::new(s) as Arc<dyn JobStore>).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_schedule_store_conforms() {
+    let s = SqliteStore::temporary().await.unwrap();
+    service_suites::schedule_store(&(Arc::new(s) as Arc<dyn ScheduleStore>)).await;
+}
+
 #[tokio::test]
 async fn sqlite_rate_limiter_conforms() {
     let s = SqliteStore::temporary().await.unwrap();

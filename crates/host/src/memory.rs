@@ -13,6 +13,9 @@ use crate::error::{Result, ServiceError};
 use crate::model::*;
 use crate::ports::*;
 
+mod schedules;
+pub use schedules::MemoryScheduleStore;
+
 fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
     Box::pin(std::future::ready(v))
 }

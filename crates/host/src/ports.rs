@@ -208,6 +208,37 @@ pub trait JobStore: Send + Sync {
     ) -> BoxFuture<'a, Result<SyncState>>;
 }
 
+/// Outcome of [`ScheduleStore::save`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaveOutcome {
+    Saved,
+    /// The stored version was not the one before this write (another writer won): nothing
+    /// was written; read again and decide again.
+    Stale,
+}
+
+/// Schedules of syncs (docs/api.md, "Schedules"), one per `(tenant, syncId)`.
+pub trait ScheduleStore: Send + Sync {
+    /// The schedule of a sync of the tenant, if any.
+    fn get<'a>(
+        &'a self,
+        tenant: &'a str,
+        sync_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Schedule>>>;
+
+    /// Writes `schedule` if the stored one's version is `schedule.version - 1` (none
+    /// stored when `schedule.version` is 1); otherwise [`SaveOutcome::Stale`] and nothing
+    /// written. Of concurrent writers from one version exactly one saves.
+    fn save<'a>(&'a self, schedule: &'a Schedule) -> BoxFuture<'a, Result<SaveOutcome>>;
+
+    /// Removes a sync's schedule; whether there was one.
+    fn delete<'a>(&'a self, tenant: &'a str, sync_id: &'a str) -> BoxFuture<'a, Result<bool>>;
+
+    /// Active schedules due at `now` (`nextRunAt <= now`), across tenants, earliest
+    /// first, at most `limit`.
+    fn due<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Schedule>>>;
+}
+
 /// The work queue's producer side. Consumers are host-specific (SQS event source,
 /// in-process worker).
 pub trait JobQueue: Send + Sync {

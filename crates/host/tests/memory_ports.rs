@@ -62,3 +62,8 @@ async fn memory_event_publisher_conforms() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_schedule_store_conforms() {
+    suites::schedule_store(&(MemoryScheduleStore::new() as Arc<dyn ScheduleStore>)).await;
+}

@@ -15,6 +15,7 @@
 //! | `caches` | `SchemaCache`, `ExecutionStore` |
 //! | `jobs` | `JobStore`: inserts (dedup by a partial unique index), read-check-write transitions |
 //! | `syncs` | a sync's row: its watermarks and its one active job, written in its jobs' transactions |
+//! | `schedules` | `ScheduleStore`: a version-conditional row per sync's schedule, due times indexed |
 //! | `rate_limit` | `RateLimiter` (GCRA token buckets) |
 
 use std::path::Path;
@@ -38,6 +39,7 @@ mod caches;
 mod connections;
 mod jobs;
 mod rate_limit;
+mod schedules;
 mod syncs;
 
 pub(super) const SCHEMA: &str = r#"
@@ -112,6 +114,17 @@ CREATE TABLE IF NOT EXISTS syncs (
     active_job TEXT,
     PRIMARY KEY (tenant, sync_id)
 );
+-- Schedules of syncs (doc, a Schedule): every write is conditional on `version`;
+-- `due_at` is the next run of an active schedule (NULL when paused or never again).
+CREATE TABLE IF NOT EXISTS schedules (
+    tenant TEXT NOT NULL,
+    sync_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    due_at INTEGER,
+    doc TEXT NOT NULL,
+    PRIMARY KEY (tenant, sync_id)
+);
+CREATE INDEX IF NOT EXISTS schedules_due ON schedules(due_at) WHERE due_at IS NOT NULL;
 -- Token buckets (GCRA): the theoretical arrival time per key, in Unix nanoseconds.
 CREATE TABLE IF NOT EXISTS rate_buckets (
     key TEXT PRIMARY KEY,

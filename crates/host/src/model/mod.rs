@@ -11,11 +11,16 @@ use serde::{Deserialize, Serialize};
 mod checkpoint;
 mod fanout;
 mod lifecycle;
+mod schedule;
 mod sync;
 
 pub use checkpoint::Checkpoint;
 pub use fanout::{Fanout, FanoutRange, RangeState};
 pub use lifecycle::{ENQUEUE_SLACK, Transition};
+pub use schedule::{
+    Cadence, CadenceError, CadenceSpec, MAX_CONSECUTIVE_FAILURES, MAX_JITTER_SECONDS,
+    MIN_RATE_SECONDS, RunOutcome, Schedule, ScheduleRun, ScheduleState, jitter_seconds,
+};
 pub use sync::{SyncState, SyncedTable, WatermarkSpan};
 
 /// A job's id: a UUID (v7 for the jobs this service creates), lowercase canonical text on

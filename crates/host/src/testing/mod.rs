@@ -17,8 +17,10 @@ use crate::model::*;
 use crate::ports::*;
 
 mod job_store;
+mod schedules;
 mod takeover;
 pub use job_store::job_store;
+pub use schedules::{schedule_fixture, schedule_store};
 pub use takeover::{CutOff, takeover_loses_no_part};
 
 /// The [`ObjectStore`] obligations: streamed writes visible only after `finish`, abort
