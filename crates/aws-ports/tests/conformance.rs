@@ -712,3 +712,8 @@ async fn a_heartbeat_writes_only_the_lease_item() {
     assert_eq!(after, 1, "one write unit per heartbeat");
     assert!(before > 500, "{before}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_schedule_store_conforms() {
+    service_suites::schedule_store(&(Arc::new(store().await) as Arc<dyn ScheduleStore>)).await;
+}

@@ -495,6 +495,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             authenticator,
             probes: vec![Arc::new(DbProbe(db)), Arc::new(ResultsProbe(objects_probe))],
             host_policy: Some(policy),
+            schedule_store: store.clone(),
         },
         ApiConfig {
             multi_tenant: args.extraction.multi_tenant,

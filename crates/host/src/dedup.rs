@@ -54,12 +54,14 @@ pub struct HashedRequest<'a> {
     pub result_format: Option<ResultFormat>,
     pub incremental: &'a crate::incremental::Incremental,
     pub sync_id: Option<&'a str>,
+    /// A schedule run's due time ([`crate::schedules`]).
+    pub scheduled_for: Option<fetcher_engine::Timestamp>,
 }
 
 /// Lower-case hex SHA-256 of the canonical request, incremental parts included.
 pub fn request_hash_of(r: &HashedRequest<'_>) -> String {
     let mut bytes = canonical_request(r.mapped_fields, r.filters, r.metadata, r.result_format);
-    if !r.incremental.is_empty() || r.sync_id.is_some() {
+    if !r.incremental.is_empty() || r.sync_id.is_some() || r.scheduled_for.is_some() {
         // Appended inside the top-level object, after what the reference hashes.
         bytes.pop();
         let mut tail = String::new();
@@ -73,6 +75,10 @@ pub fn request_hash_of(r: &HashedRequest<'_>) -> String {
         if let Some(id) = r.sync_id {
             tail.push_str(",\"syncId\":");
             string(&mut tail, id);
+        }
+        if let Some(due) = r.scheduled_for {
+            tail.push_str(",\"scheduledFor\":");
+            string(&mut tail, &due.to_string());
         }
         tail.push('}');
         bytes.extend_from_slice(tail.as_bytes());

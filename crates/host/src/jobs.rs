@@ -61,6 +61,28 @@ pub struct CreateJob {
     /// The product the caller named (`X-Product-Name`), if any: `metadata.source` must be
     /// it (docs/api.md, "Products").
     pub product: Option<String>,
+    /// The due time of the schedule run creating the job ([`crate::schedules`]), if any:
+    /// part of the request hash, so runs are not duplicates of each other.
+    pub scheduled_for: Option<Timestamp>,
+}
+
+/// A request that passed every check of job creation, ready to be stored.
+#[derive(Debug, Clone)]
+pub struct CheckedRequest {
+    pub hash: String,
+    /// `metadata.source`: the product whose job it is.
+    pub source: String,
+    pub request: JobRequest,
+}
+
+/// A request past the shape checks, before any datasource is looked up.
+struct Shaped {
+    hash: String,
+    source: String,
+    mapped: MappedFields,
+    metadata: serde_json::Map<String, Value>,
+    req: CreateJob,
+    sync_id: Option<String>,
 }
 
 /// Why a job could not be created or read. The HTTP layer maps each to the catalogue.
@@ -204,7 +226,32 @@ impl JobService {
         request_id: &str,
         req: CreateJob,
     ) -> Result<Created, JobError> {
-        let mapped = req.mapped_fields.ok_or(JobError::MappedFieldsRequired)?;
+        let shaped = Self::check_shape(req)?;
+        if let Some(existing) = self.recent_duplicate(tenant, &shaped.hash).await? {
+            return Ok(Created::Duplicate(existing));
+        }
+        let checked = self.check_datasources(tenant, shaped).await?;
+        self.store_and_enqueue(tenant, request_id, checked).await
+    }
+
+    /// Every check of [`Self::create`] but de-duplication, storing nothing: what a job
+    /// created from `req` now would run (a schedule's request is checked so when set).
+    pub async fn validate(
+        &self,
+        tenant: &TenantContext,
+        req: CreateJob,
+    ) -> Result<CheckedRequest, JobError> {
+        let shaped = Self::check_shape(req)?;
+        self.check_datasources(tenant, shaped).await
+    }
+
+    /// The checks that look nothing up: mapped fields, the hash, structure, metadata, the
+    /// product, filter references, limits, the incremental shape and the size.
+    fn check_shape(req: CreateJob) -> Result<Shaped, JobError> {
+        let mapped = req
+            .mapped_fields
+            .clone()
+            .ok_or(JobError::MappedFieldsRequired)?;
         let empty_meta = serde_json::Map::new();
         let hash = dedup::request_hash_of(&dedup::HashedRequest {
             mapped_fields: &mapped,
@@ -213,9 +260,10 @@ impl JobService {
             result_format: req.result_format,
             incremental: &req.incremental,
             sync_id: req.sync_id.as_deref(),
+            scheduled_for: req.scheduled_for,
         });
         validate_structure(&mapped)?;
-        let metadata = req.metadata.ok_or(JobError::Metadata(
+        let metadata = req.metadata.clone().ok_or(JobError::Metadata(
             "Missing Required Field",
             "metadata is required and must contain 'source' field",
         ))?;
@@ -234,7 +282,7 @@ impl JobService {
                 ));
             }
         };
-        if let Some(product) = req.product.filter(|p| *p != source) {
+        if let Some(product) = req.product.clone().filter(|p| *p != source) {
             return Err(JobError::SourceNotNamedProduct { source, product });
         }
         let unknown: Vec<String> = req
@@ -268,21 +316,49 @@ impl JobService {
         if size > MAX_JOB_REQUEST_BYTES {
             return Err(JobError::TooLarge(size));
         }
+        Ok(Shaped {
+            hash,
+            source,
+            mapped,
+            metadata,
+            req,
+            sync_id,
+        })
+    }
 
-        // De-duplication window.
+    /// The newest job of the same request in the de-duplication window that neither
+    /// failed nor was canceled.
+    async fn recent_duplicate(
+        &self,
+        tenant: &TenantContext,
+        hash: &str,
+    ) -> Result<Option<Job>, JobError> {
         let since = Timestamp::from_unix_nanos(
             Timestamp::now().unix_nanos() - self.settings.dedup_window.as_nanos() as i128,
         );
-        if let Some(existing) = self
+        Ok(self
             .store
-            .find_recent_by_hash(&tenant.tenant_id, &hash, since)
+            .find_recent_by_hash(&tenant.tenant_id, hash, since)
             .await
             .map_err(JobError::JobStore)?
-            && !matches!(existing.status, JobStatus::Failed | JobStatus::Canceled)
-        {
-            return Ok(Created::Duplicate(existing));
-        }
+            .filter(|existing| !matches!(existing.status, JobStatus::Failed | JobStatus::Canceled)))
+    }
 
+    /// The checks that look datasources up: resolve the connections, their product, a
+    /// connectivity test, the cached schema, the incremental reads and their sync.
+    async fn check_datasources(
+        &self,
+        tenant: &TenantContext,
+        shaped: Shaped,
+    ) -> Result<CheckedRequest, JobError> {
+        let Shaped {
+            hash,
+            source,
+            mapped,
+            metadata,
+            req,
+            sync_id,
+        } = shaped;
         // Resolve, own, test.
         let ctx = Context::background();
         let mut resolved = Vec::new();
@@ -426,7 +502,28 @@ impl JobService {
             }
             crate::incremental::check_against(&sync, &incremental)?;
         }
+        Ok(CheckedRequest {
+            hash,
+            source,
+            request: JobRequest {
+                mapped_fields: mapped.into_iter().collect(),
+                filters: req.filters,
+                metadata,
+                result_format: req.result_format,
+                incremental,
+                sync_id,
+            },
+        })
+    }
 
+    /// Admission, the atomic insert (a duplicate or a busy sync answered as such), then
+    /// the signed message.
+    async fn store_and_enqueue(
+        &self,
+        tenant: &TenantContext,
+        request_id: &str,
+        checked: CheckedRequest,
+    ) -> Result<Created, JobError> {
         // A host that is shutting down takes no new work: refuse before storing anything.
         if !self.queue.is_accepting() {
             return Err(JobError::ShuttingDown);
@@ -436,15 +533,7 @@ impl JobService {
             return Err(JobError::TooManyWaiting);
         }
         // Insert (atomic per hash), then enqueue.
-        let request = JobRequest {
-            mapped_fields: mapped.into_iter().collect(),
-            filters: req.filters,
-            metadata,
-            result_format: req.result_format,
-            incremental,
-            sync_id,
-        };
-        let job = Job::new(&tenant.tenant_id, request, hash);
+        let job = Job::new(&tenant.tenant_id, checked.request, checked.hash);
         let mut retried = false;
         loop {
             match self.store.insert(&job).await.map_err(JobError::JobStore)? {

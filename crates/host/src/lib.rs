@@ -18,6 +18,7 @@
 //! | [`connection`] | [`connection::ConnectionRecord`]: the API's connection record, typed, and its one codec to the engine's descriptor |
 //! | [`jobs`] | job use cases: create (validation, dedup, enqueue), get; the active-job gate |
 //! | [`incremental`] | incremental jobs: request checks, sync ids, schema checks and key resolution; the sync use cases (get, reset) |
+//! | [`schedules`] | schedule use cases: set, pause, resume, remove, and the tick that runs due schedules (claim, skip or create, record) |
 //! | [`dedup`] | the canonical request hash of job de-duplication (docs/api.md, "Duplicates") |
 //! | [`message`] | the signed job message: encode on the API side, verify + parse on the worker side |
 //! | [`pipeline`] | the extraction pipeline: verify → claim → engine → seal → store → complete → publish, and the event repair pass |
@@ -49,6 +50,7 @@ pub mod model;
 pub mod pipeline;
 pub mod ports;
 pub mod sanitize;
+pub mod schedules;
 pub mod settings;
 pub mod sink;
 #[cfg(any(test, feature = "testing"))]

@@ -208,7 +208,7 @@ pub trait JobStore: Send + Sync {
     ) -> BoxFuture<'a, Result<SyncState>>;
 }
 
-/// Outcome of [`ScheduleStore::save`].
+/// Outcome of [`ScheduleStore::save_schedule`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaveOutcome {
     Saved,
@@ -220,7 +220,7 @@ pub enum SaveOutcome {
 /// Schedules of syncs (docs/api.md, "Schedules"), one per `(tenant, syncId)`.
 pub trait ScheduleStore: Send + Sync {
     /// The schedule of a sync of the tenant, if any.
-    fn get<'a>(
+    fn schedule<'a>(
         &'a self,
         tenant: &'a str,
         sync_id: &'a str,
@@ -229,14 +229,22 @@ pub trait ScheduleStore: Send + Sync {
     /// Writes `schedule` if the stored one's version is `schedule.version - 1` (none
     /// stored when `schedule.version` is 1); otherwise [`SaveOutcome::Stale`] and nothing
     /// written. Of concurrent writers from one version exactly one saves.
-    fn save<'a>(&'a self, schedule: &'a Schedule) -> BoxFuture<'a, Result<SaveOutcome>>;
+    fn save_schedule<'a>(&'a self, schedule: &'a Schedule) -> BoxFuture<'a, Result<SaveOutcome>>;
 
     /// Removes a sync's schedule; whether there was one.
-    fn delete<'a>(&'a self, tenant: &'a str, sync_id: &'a str) -> BoxFuture<'a, Result<bool>>;
+    fn delete_schedule<'a>(
+        &'a self,
+        tenant: &'a str,
+        sync_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool>>;
 
     /// Active schedules due at `now` (`nextRunAt <= now`), across tenants, earliest
     /// first, at most `limit`.
-    fn due<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Schedule>>>;
+    fn due_schedules<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Schedule>>>;
 }
 
 /// The work queue's producer side. Consumers are host-specific (SQS event source,

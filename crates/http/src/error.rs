@@ -69,6 +69,10 @@ pub mod code {
     pub const SYNC_OF_ANOTHER_PRODUCT: &str = "FET-1026";
     /// The tenant has its maximum number of jobs waiting for a worker.
     pub const TOO_MANY_WAITING: &str = "FET-1027";
+    /// A schedule's rate, cron expression or time zone is not one.
+    pub const INVALID_SCHEDULE: &str = "FET-1030";
+    /// A schedule's request reads nothing incrementally, or runs another sync.
+    pub const NOT_SCHEDULABLE: &str = "FET-1031";
     pub const CONNECTION_DOWN: &str = "FET-1040";
     pub const SCHEMA_INVALID: &str = "FET-1060";
     pub const VALIDATION_LIMIT: &str = "FET-1061";

@@ -560,12 +560,48 @@ pub async fn create_job(
 ) -> Result<Response, ApiError> {
     let product = caller_product(&st, &headers)?;
     let req: FetcherRequest = parse_json(&headers, &body)?;
+    let create = create_request(req, &body, product)?;
+    let (status, job, message) = match st
+        .jobs()
+        .create(&scope.tenant, &scope.request_id, create)
+        .await
+        .map_err(error_of)?
+    {
+        Created::New(job) => (
+            StatusCode::ACCEPTED,
+            job,
+            "Job created and queued for processing",
+        ),
+        Created::Duplicate(job) => (
+            StatusCode::OK,
+            job,
+            "Duplicate request detected - returning existing job",
+        ),
+    };
+    let body = FetcherResponse {
+        job_id: job.id.to_string(),
+        status: job.status.as_str().to_owned(),
+        created_at: job.created_at.to_string(),
+        message,
+    };
+    Ok((status, Json(body)).into_response())
+}
+
+/// A job request as the job service takes it, from the typed body and its raw bytes:
+/// the checks only the raw tree can make (unknown keys, unknown operators, numbers past
+/// a double), the filters typed, the incremental reads decoded. `POST /v1/fetcher` and a
+/// schedule's runs share it.
+pub(crate) fn create_request(
+    req: FetcherRequest,
+    body: &[u8],
+    product: Option<String>,
+) -> Result<CreateJob, ApiError> {
     // The typed request ignores unknown keys and operators: the raw tree, read once,
     // is what tells a misspelling or an unknown operator apart.
-    let raw: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let raw: Value = serde_json::from_slice(body).unwrap_or_default();
     check_known_keys(&raw)?;
     check_filter_operators(&raw)?;
-    exact_filter_numbers(&body)?;
+    exact_filter_numbers(body)?;
     let data = req.data_request.unwrap_or_default();
     let filters: Filters = data
         .filters
@@ -597,7 +633,7 @@ pub async fn create_job(
             )))
         })?,
     };
-    let create = CreateJob {
+    Ok(CreateJob {
         mapped_fields: data.mapped_fields,
         filters,
         metadata: req.metadata,
@@ -605,31 +641,8 @@ pub async fn create_job(
         incremental,
         sync_id: req.sync_id,
         product,
-    };
-    let (status, job, message) = match st
-        .jobs()
-        .create(&scope.tenant, &scope.request_id, create)
-        .await
-        .map_err(error_of)?
-    {
-        Created::New(job) => (
-            StatusCode::ACCEPTED,
-            job,
-            "Job created and queued for processing",
-        ),
-        Created::Duplicate(job) => (
-            StatusCode::OK,
-            job,
-            "Duplicate request detected - returning existing job",
-        ),
-    };
-    let body = FetcherResponse {
-        job_id: job.id.to_string(),
-        status: job.status.as_str().to_owned(),
-        created_at: job.created_at.to_string(),
-        message,
-    };
-    Ok((status, Json(body)).into_response())
+        scheduled_for: None,
+    })
 }
 
 /// Cancel a job: a pending one ends `canceled` at once, a processing one is stopped by

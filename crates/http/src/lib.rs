@@ -80,6 +80,7 @@ pub mod fetcher;
 pub mod jobs_list;
 pub mod paging;
 pub mod probes;
+pub mod schedules;
 pub mod syncs;
 
 use std::sync::Arc;
@@ -204,11 +205,14 @@ pub struct AppDeps {
     /// The dial-layer SSRF guard; `None` means `HostPolicy::multi_tenant()` in
     /// multi-tenant mode and no guard otherwise.
     pub host_policy: Option<HostPolicy>,
+    /// Schedules of syncs (docs/api.md, "Schedules").
+    pub schedule_store: Arc<dyn fetcher_host::ports::ScheduleStore>,
 }
 
 struct Inner {
     engine: Engine,
     jobs: JobService,
+    schedules: fetcher_host::schedules::ScheduleService,
     rate_limiter: Arc<dyn RateLimiter>,
     authenticator: Arc<dyn Authenticator>,
     probes: Vec<Arc<dyn ReadinessProbe>>,
@@ -230,6 +234,10 @@ impl AppState {
                 HostPolicy::multi_tenant().with_private_networks(config.private_networks.clone())
             })
         });
+        let schedules = fetcher_host::schedules::ScheduleService {
+            store: deps.schedule_store,
+            jobs: deps.job_store.clone(),
+        };
         let jobs = JobService {
             engine: deps.engine.clone(),
             store: deps.job_store,
@@ -241,6 +249,7 @@ impl AppState {
         AppState(Arc::new(Inner {
             engine: deps.engine,
             jobs,
+            schedules,
             rate_limiter: deps.rate_limiter,
             authenticator: deps.authenticator,
             probes: deps.probes,
@@ -282,6 +291,10 @@ impl AppState {
 
     pub fn jobs(&self) -> &JobService {
         &self.0.jobs
+    }
+
+    pub fn schedules(&self) -> &fetcher_host::schedules::ScheduleService {
+        &self.0.schedules
     }
 
     pub fn config(&self) -> &ApiConfig {
@@ -343,6 +356,13 @@ fn business_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(fetcher::cancel_job))
         .routes(routes!(syncs::get_sync))
         .routes(routes!(syncs::reset_sync))
+        .routes(routes!(
+            schedules::put_schedule,
+            schedules::get_schedule,
+            schedules::delete_schedule
+        ))
+        .routes(routes!(schedules::pause_schedule))
+        .routes(routes!(schedules::resume_schedule))
         .routes(routes!(
             connections::list_connections,
             connections::create_connection

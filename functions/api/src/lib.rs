@@ -57,6 +57,7 @@ pub async fn router_from_config(
             authenticator: Arc::new(http::ClaimsAuthenticator),
             probes,
             host_policy: Some(host.policy.clone()),
+            schedule_store: Arc::new(host.store.clone()),
         },
         ApiConfig {
             multi_tenant,

@@ -12,6 +12,7 @@
 //! | `jobs` | `JobStore`: the job item and its indexes, dedup locks, active-config markers, read-modify-write transitions |
 //! | `job_lease` | a processing job's lease item, which heartbeats update alone |
 //! | `tenant_slots` | `TenantSlots`: one item per tenant with its live holds' ends, version-conditioned writes |
+//! | `schedules` | `ScheduleStore`: a version-conditional item per sync's schedule; due ones in the `work` index under the partition `due` |
 //! | `syncs` | a sync's item: its watermarks and its one active job, written in its jobs' transactions |
 
 use std::collections::HashMap;
@@ -59,6 +60,7 @@ mod item;
 mod job_lease;
 mod jobs;
 mod rate_limit;
+mod schedules;
 mod schema_cache;
 mod syncs;
 mod tenant_slots;

@@ -15,7 +15,7 @@ fn decode(doc: &str) -> Result<Schedule> {
 }
 
 impl ScheduleStore for SqliteStore {
-    fn get<'a>(
+    fn schedule<'a>(
         &'a self,
         tenant: &'a str,
         sync_id: &'a str,
@@ -32,7 +32,7 @@ impl ScheduleStore for SqliteStore {
         })
     }
 
-    fn save<'a>(&'a self, schedule: &'a Schedule) -> BoxFuture<'a, Result<SaveOutcome>> {
+    fn save_schedule<'a>(&'a self, schedule: &'a Schedule) -> BoxFuture<'a, Result<SaveOutcome>> {
         Box::pin(async move {
             let doc = serde_json::to_string(schedule)
                 .map_err(|_| ServiceError::internal("schedule not encodable"))?;
@@ -68,7 +68,11 @@ impl ScheduleStore for SqliteStore {
         })
     }
 
-    fn delete<'a>(&'a self, tenant: &'a str, sync_id: &'a str) -> BoxFuture<'a, Result<bool>> {
+    fn delete_schedule<'a>(
+        &'a self,
+        tenant: &'a str,
+        sync_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
             let n = sqlx::query("DELETE FROM schedules WHERE tenant = ?1 AND sync_id = ?2")
                 .bind(tenant)
@@ -81,7 +85,11 @@ impl ScheduleStore for SqliteStore {
         })
     }
 
-    fn due<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Schedule>>> {
+    fn due_schedules<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Schedule>>> {
         Box::pin(async move {
             let docs: Vec<String> = sqlx::query_scalar(
                 "SELECT doc FROM schedules WHERE due_at IS NOT NULL AND due_at <= ?1 \

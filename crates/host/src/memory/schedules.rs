@@ -23,7 +23,7 @@ impl MemoryScheduleStore {
 }
 
 impl ScheduleStore for MemoryScheduleStore {
-    fn get<'a>(
+    fn schedule<'a>(
         &'a self,
         tenant: &'a str,
         sync_id: &'a str,
@@ -34,7 +34,7 @@ impl ScheduleStore for MemoryScheduleStore {
             .cloned()))
     }
 
-    fn save<'a>(&'a self, schedule: &'a Schedule) -> BoxFuture<'a, Result<SaveOutcome>> {
+    fn save_schedule<'a>(&'a self, schedule: &'a Schedule) -> BoxFuture<'a, Result<SaveOutcome>> {
         let mut map = self.schedules.lock().unwrap();
         let key = (schedule.tenant_id.clone(), schedule.sync_id.clone());
         // Absent counts as version 0, so a first write is version 1.
@@ -48,14 +48,22 @@ impl ScheduleStore for MemoryScheduleStore {
         ready(Ok(outcome))
     }
 
-    fn delete<'a>(&'a self, tenant: &'a str, sync_id: &'a str) -> BoxFuture<'a, Result<bool>> {
+    fn delete_schedule<'a>(
+        &'a self,
+        tenant: &'a str,
+        sync_id: &'a str,
+    ) -> BoxFuture<'a, Result<bool>> {
         let mut map = self.schedules.lock().unwrap();
         ready(Ok(map
             .remove(&(tenant.to_owned(), sync_id.to_owned()))
             .is_some()))
     }
 
-    fn due<'a>(&'a self, now: Timestamp, limit: usize) -> BoxFuture<'a, Result<Vec<Schedule>>> {
+    fn due_schedules<'a>(
+        &'a self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Schedule>>> {
         let map = self.schedules.lock().unwrap();
         let mut due: Vec<Schedule> = map.values().filter(|s| s.is_due(now)).cloned().collect();
         due.sort_by_key(|s| s.next_run_at);

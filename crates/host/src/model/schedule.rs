@@ -3,7 +3,7 @@
 //! last run did. The rules of a run live in [`crate::schedules`]; this is the record.
 //!
 //! Every write of a schedule is conditional on the version it read
-//! ([`crate::ports::ScheduleStore::save`]): two schedulers that see the same due run race
+//! ([`crate::ports::ScheduleStore::save_schedule`]): two schedulers that see the same due run race
 //! for one write, and only the winner creates the job.
 
 use std::str::FromStr;

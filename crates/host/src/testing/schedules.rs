@@ -42,15 +42,18 @@ pub async fn schedule_store(store: &Arc<dyn ScheduleStore>) {
     let tenant = unique_tenant("sched").tenant_id;
     let other = unique_tenant("sched").tenant_id;
     let t0 = at("2026-03-01T10:00:00Z");
-    assert_eq!(store.get(&tenant, "s1").await.unwrap(), None);
+    assert_eq!(store.schedule(&tenant, "s1").await.unwrap(), None);
 
     // First write is version 1; a second first write is stale.
     let mut s = schedule_fixture(&tenant, "s1", t0);
-    assert_eq!(store.save(&s).await.unwrap(), SaveOutcome::Saved);
-    assert_eq!(store.save(&s).await.unwrap(), SaveOutcome::Stale);
-    assert_eq!(store.get(&tenant, "s1").await.unwrap(), Some(s.clone()));
+    assert_eq!(store.save_schedule(&s).await.unwrap(), SaveOutcome::Saved);
+    assert_eq!(store.save_schedule(&s).await.unwrap(), SaveOutcome::Stale);
     assert_eq!(
-        store.get(&other, "s1").await.unwrap(),
+        store.schedule(&tenant, "s1").await.unwrap(),
+        Some(s.clone())
+    );
+    assert_eq!(
+        store.schedule(&other, "s1").await.unwrap(),
         None,
         "tenant-scoped"
     );
@@ -67,14 +70,20 @@ pub async fn schedule_store(store: &Arc<dyn ScheduleStore>) {
         message: Some("No Connections Found".into()),
     });
     s.request = serde_json::json!({"metadata": {"source": "suite", "n": 1.5}, "syncId": "s1"});
-    assert_eq!(store.save(&s).await.unwrap(), SaveOutcome::Saved);
-    assert_eq!(store.get(&tenant, "s1").await.unwrap(), Some(s.clone()));
+    assert_eq!(store.save_schedule(&s).await.unwrap(), SaveOutcome::Saved);
+    assert_eq!(
+        store.schedule(&tenant, "s1").await.unwrap(),
+        Some(s.clone())
+    );
 
     // A version that skips one, or repeats one, is stale.
     let mut skip = s.clone();
     skip.version = 4;
-    assert_eq!(store.save(&skip).await.unwrap(), SaveOutcome::Stale);
-    assert_eq!(store.save(&s).await.unwrap(), SaveOutcome::Stale);
+    assert_eq!(
+        store.save_schedule(&skip).await.unwrap(),
+        SaveOutcome::Stale
+    );
+    assert_eq!(store.save_schedule(&s).await.unwrap(), SaveOutcome::Stale);
 
     // Of concurrent writers from one version, exactly one saves.
     let writers = (0..8).map(|i| {
@@ -82,7 +91,7 @@ pub async fn schedule_store(store: &Arc<dyn ScheduleStore>) {
         let mut next = s.clone();
         next.version = 3;
         next.consecutive_failures = 10 + i;
-        async move { store.save(&next).await.unwrap() }
+        async move { store.save_schedule(&next).await.unwrap() }
     });
     let outcomes = futures_util::future::join_all(writers).await;
     let saved = outcomes
@@ -90,7 +99,7 @@ pub async fn schedule_store(store: &Arc<dyn ScheduleStore>) {
         .filter(|o| **o == SaveOutcome::Saved)
         .count();
     assert_eq!(saved, 1, "one writer wins: {outcomes:?}");
-    let stored = store.get(&tenant, "s1").await.unwrap().unwrap();
+    let stored = store.schedule(&tenant, "s1").await.unwrap().unwrap();
     assert_eq!(stored.version, 3);
     assert!(stored.consecutive_failures >= 10);
 
@@ -108,39 +117,53 @@ pub async fn schedule_store(store: &Arc<dyn ScheduleStore>) {
     let mut never = schedule_fixture(&tenant, "never", t0);
     never.next_run_at = None;
     for s in [&early, &late, &paused, &never] {
-        assert_eq!(store.save(s).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(store.save_schedule(s).await.unwrap(), SaveOutcome::Saved);
     }
     assert_eq!(
-        mine(store.due(t0, 10_000).await.unwrap()),
+        mine(store.due_schedules(t0, 10_000).await.unwrap()),
         ["early", "s1"],
         "due at {t0}"
     );
     assert_eq!(
-        mine(store.due(at("2026-03-01T11:00:00Z"), 10_000).await.unwrap()),
+        mine(
+            store
+                .due_schedules(at("2026-03-01T11:00:00Z"), 10_000)
+                .await
+                .unwrap()
+        ),
         ["early", "s1", "late"]
     );
-    assert!(store.due(t0, 1).await.unwrap().len() <= 1, "limit");
+    assert!(
+        store.due_schedules(t0, 1).await.unwrap().len() <= 1,
+        "limit"
+    );
 
     // Moving the next run moves it out of the due set.
     let mut moved = stored.clone();
     moved.version = 4;
     moved.next_run_at = Some(at("2026-03-01T12:00:00Z"));
-    assert_eq!(store.save(&moved).await.unwrap(), SaveOutcome::Saved);
-    assert_eq!(mine(store.due(t0, 10_000).await.unwrap()), ["early"]);
+    assert_eq!(
+        store.save_schedule(&moved).await.unwrap(),
+        SaveOutcome::Saved
+    );
+    assert_eq!(
+        mine(store.due_schedules(t0, 10_000).await.unwrap()),
+        ["early"]
+    );
 
     // Delete.
-    assert!(store.delete(&tenant, "s1").await.unwrap());
-    assert!(!store.delete(&tenant, "s1").await.unwrap());
-    assert_eq!(store.get(&tenant, "s1").await.unwrap(), None);
+    assert!(store.delete_schedule(&tenant, "s1").await.unwrap());
+    assert!(!store.delete_schedule(&tenant, "s1").await.unwrap());
+    assert_eq!(store.schedule(&tenant, "s1").await.unwrap(), None);
     // Set again after a delete: a first write again.
     assert_eq!(
         store
-            .save(&schedule_fixture(&tenant, "s1", t0))
+            .save_schedule(&schedule_fixture(&tenant, "s1", t0))
             .await
             .unwrap(),
         SaveOutcome::Saved
     );
     for id in ["s1", "early", "late", "paused", "never"] {
-        assert!(store.delete(&tenant, id).await.unwrap());
+        assert!(store.delete_schedule(&tenant, id).await.unwrap());
     }
 }

@@ -128,6 +128,7 @@ pub fn harness_with(opts: Options) -> Harness {
         authenticator: opts.authenticator,
         probes: opts.probes,
         host_policy: None,
+        schedule_store: fetcher_host::memory::MemoryScheduleStore::new(),
     };
     let state = AppState::new(deps, opts.config);
     Harness {
@@ -154,6 +155,7 @@ impl Harness {
             authenticator: Arc::new(NoAuthentication),
             probes: Vec::new(),
             host_policy: None,
+            schedule_store: self.state.schedules().store.clone(),
         };
         let state = AppState::new(deps, config);
         Harness {
