@@ -15,6 +15,7 @@ pub mod key_check;
 pub mod keys;
 pub mod parts;
 pub mod result;
+pub mod scheduler;
 pub mod serve;
 pub mod webhook;
 

@@ -145,6 +145,10 @@ pub struct ServeArgs {
     /// on a laptop Ctrl-C stops at once.
     #[arg(long, default_value_t = 0, env = "FETCHER_DRAIN_DELAY")]
     pub drain_delay: u64,
+    /// Seconds between two checks for due schedules (docs/api.md, "Schedules"): a run
+    /// starts at most this long after its due time.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300), env = "FETCHER_SCHEDULE_TICK")]
+    pub schedule_tick: u64,
     /// Result format when a job does not ask: `v2` (streamed; as large as
     /// --max-result-bytes allows), `v1` (the reference's format, for consumers built for
     /// it; built in memory, at most 256 MiB) or `parquet` (one file per table).
@@ -555,6 +559,19 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             ..Default::default()
         },
     };
+    let clock_speed = fetcher_host::settings::test_clock_speed().map_err(anyhow::Error::msg)?;
+    if let Some(speed) = clock_speed {
+        tracing::warn!(
+            speed,
+            "FETCHER_TEST_CLOCK_SPEED is set: the scheduler's clock runs this many times faster (a test harness setting)"
+        );
+    }
+    let scheduler_task = tokio::spawn(crate::scheduler::run(
+        state.clone(),
+        Duration::from_secs(args.schedule_tick),
+        crate::scheduler::Clock::new(clock_speed.unwrap_or(1.0)),
+        stop_rx.clone(),
+    ));
     let worker_task = tokio::spawn(worker.run(stop_rx));
 
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -613,6 +630,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     })
     .await;
     let _ = stop_tx.send(true);
+    scheduler_task.await?;
     worker_task.await?;
     info!("fetcher serve stopped");
     Ok(())

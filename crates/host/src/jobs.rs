@@ -512,6 +512,7 @@ impl JobService {
                 result_format: req.result_format,
                 incremental,
                 sync_id,
+                scheduled_for: req.scheduled_for,
             },
         })
     }

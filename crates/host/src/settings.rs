@@ -47,6 +47,22 @@ pub fn test_segment_after() -> Result<Option<Duration>, String> {
     Ok(Some(Duration::from_secs_f64(secs)))
 }
 
+/// `FETCHER_TEST_CLOCK_SPEED` (test harness only, docs/operations.md): `serve`'s scheduler
+/// reads a clock that runs this many times faster than real time from the start, so a
+/// schedule of minutes runs in seconds. A value that is not a positive number stops the
+/// start.
+pub fn test_clock_speed() -> Result<Option<f64>, String> {
+    const NAME: &str = "FETCHER_TEST_CLOCK_SPEED";
+    let Some(raw) = std::env::var_os(NAME) else {
+        return Ok(None);
+    };
+    raw.to_str()
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|s: &f64| s.is_finite() && *s > 0.0)
+        .map(Some)
+        .ok_or_else(|| format!("{NAME} must be a positive number"))
+}
+
 /// What an extraction may do, on every host.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ExtractionSettings {

@@ -301,6 +301,11 @@ pub struct JobResponse {
     /// Beyond the reference: an incremental job's sync.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sync_id: Option<String>,
+    /// Beyond the reference: the due time of the schedule run that created the job
+    /// (docs/api.md, "Schedules").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub scheduled_for: Option<String>,
     /// Beyond the reference: an incremental job's reads, `configName → table → {cursor,
     /// key, lookback}` (keys resolved).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -360,6 +365,7 @@ pub fn job_response(job: &Job) -> JobResponse {
             .filter(|_| job.status == JobStatus::Processing)
             .map(|t| t.to_string()),
         sync_id: job.request.sync_id.clone(),
+        scheduled_for: job.request.scheduled_for.map(|t| t.to_string()),
         incremental: (!job.request.incremental.is_empty())
             .then(|| serde_json::to_value(&job.request.incremental).unwrap_or(Value::Null)),
         watermarks: result

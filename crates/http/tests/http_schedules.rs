@@ -320,6 +320,7 @@ async fn each_due_time_makes_one_job_even_under_two_ticks() {
     let got = h.get(&format!("/v1/fetcher/{}", jobs[0].id)).await.json();
     assert_eq!(got["syncId"], SYNC);
     assert_eq!(got["status"], "pending");
+    assert_eq!(at(&got["scheduledFor"]), next, "the job names its due time");
 }
 
 #[tokio::test]

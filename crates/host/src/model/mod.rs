@@ -184,6 +184,9 @@ pub struct JobRequest {
     /// The sync an incremental job belongs to (its watermarks'); `None` for a full job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_id: Option<String>,
+    /// The due time of the schedule run that created the job (docs/api.md, "Schedules").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_for: Option<Timestamp>,
 }
 
 /// Whether a record of product `owner` answers to a caller naming `caller` (docs/api.md,
