@@ -472,6 +472,8 @@ pub struct Handlers {
     pub clients: Clients,
     pub resources: Resources,
     pub router: fetcher_fn_api::Router,
+    /// The `api` function's state: the `tick` function runs on the same.
+    pub state: fetcher_fn_api::AppState,
     pub extractor: std::sync::Arc<fetcher_fn_extract::Extractor>,
 }
 
@@ -492,15 +494,17 @@ impl Handlers {
         .expect("bootstrap");
         let sdk = fetcher_aws::testing::config().await;
         let cfg = configure(fetcher_aws::host::HostConfig::for_resources(&resources));
-        let router = fetcher_fn_api::router_from_config(cfg.clone(), &sdk)
+        let state = fetcher_fn_api::state_from_config(cfg.clone(), &sdk)
             .await
             .expect("api");
+        let router = fetcher_fn_api::router_of(state.clone());
         let extractor =
             std::sync::Arc::new(fetcher_fn_extract::from_config(cfg, &sdk).expect("extract"));
         Handlers {
             clients,
             resources,
             router,
+            state,
             extractor,
         }
     }

@@ -15,7 +15,8 @@ use std::sync::Arc;
 pub use axum::Router;
 use fetcher_aws::SqsJobQueue;
 use fetcher_aws::host::{Host, HostConfig, Probe};
-use fetcher_http::{self as http, ApiConfig, AppDeps, AppState, VerifiedClaims};
+pub use fetcher_http::AppState;
+use fetcher_http::{self as http, ApiConfig, AppDeps, VerifiedClaims};
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::{Map, Value};
@@ -27,6 +28,45 @@ pub async fn router_from_config(
     config: HostConfig,
     sdk: &fetcher_aws::SdkConfig,
 ) -> Result<Router, String> {
+    Ok(router_of(state_from_config(config, sdk).await?))
+}
+
+/// The router over a built state.
+pub fn router_of(state: AppState) -> Router {
+    http::router(state)
+}
+
+/// One scheduler tick (the `tick` function, invoked every minute by EventBridge
+/// Scheduler): the schedules due at `now` run through the API's own job creation
+/// (docs/api.md, "Schedules"). Answers what it did; a failure of the stores is an error
+/// (the invocation fails, the scheduler's retry and the next minute come anyway).
+pub async fn tick(state: &AppState, now: fetcher_engine::Timestamp) -> Result<Value, String> {
+    let report = http::schedules::run_due(state, now)
+        .await
+        .map_err(|e| e.log_detail())?;
+    tracing::info!(
+        created = report.created,
+        skipped = report.skipped,
+        failed = report.failed,
+        lost = report.lost,
+        paused = report.paused.len(),
+        "scheduler tick"
+    );
+    Ok(serde_json::json!({
+        "created": report.created,
+        "skipped": report.skipped,
+        "failed": report.failed,
+        "lost": report.lost,
+        "paused": report.paused.len(),
+    }))
+}
+
+/// The API's state over the AWS adapters: what the router serves and the scheduler tick
+/// runs on.
+pub async fn state_from_config(
+    config: HostConfig,
+    sdk: &fetcher_aws::SdkConfig,
+) -> Result<AppState, String> {
     let queue_url = config
         .queue_url
         .clone()
@@ -72,7 +112,7 @@ pub async fn router_from_config(
             ..ApiConfig::default()
         },
     );
-    Ok(http::router(state))
+    Ok(state)
 }
 
 /// The JWT authorizer's claims of an API Gateway request, if any.
