@@ -133,6 +133,11 @@ async fn a_schedule_is_set_read_paused_resumed_and_removed() {
     let r = put(&h, SYNC, json!({"request": sync_request(), "rate": "PT6H"})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json()["rate"], "PT6H");
+    assert!(
+        at(&r.json()["nextRunAt"]) >= plus(Timestamp::now(), 6 * 3600 - 5),
+        "a rate's first run is a period after it was set: {}",
+        r.text
+    );
     assert!(r.json().get("cron").is_none());
 
     let gone = h.call(Method::DELETE, &url(SYNC), &[], None).await;

@@ -160,7 +160,9 @@ impl Cadence {
             Cadence::Rate { seconds, .. } => {
                 let period = i128::from(*seconds) * 1_000_000_000;
                 let since = after.unix_nanos() - anchor.unix_nanos();
-                let periods = if since < 0 { 0 } else { since / period + 1 };
+                // Due times are `anchor + k × period` for k ≥ 1: the first a period after
+                // the schedule was set.
+                let periods = if since < 0 { 1 } else { since / period + 1 };
                 Some(Timestamp::from_unix_nanos(
                     anchor.unix_nanos() + periods * period,
                 ))
@@ -421,6 +423,12 @@ mod tests {
         let anchor = at("2026-01-01T00:00:07Z");
         assert_eq!(
             c.next_after(anchor, anchor),
+            Some(at("2026-01-01T00:15:07Z"))
+        );
+        // Asked just before its anchor (jitter moves the instant asked about back): still
+        // the first period's end, never the anchor itself.
+        assert_eq!(
+            c.next_after(anchor, at("2026-01-01T00:00:00Z")),
             Some(at("2026-01-01T00:15:07Z"))
         );
         // Three hours of downtime: the next due time is the next one, not the missed ones.
