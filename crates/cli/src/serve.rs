@@ -413,6 +413,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         events = events.with_webhook(Arc::new(crate::webhook::WebhookPublisher::new(url)?));
     }
     let events = Arc::new(events);
+    let sync_events: Arc<dyn fetcher_host::ports::EventPublisher> = events.clone();
     let jobs: Arc<dyn JobStore> = store.clone();
 
     let sqlite_files = sqlite_files(&args)?;
@@ -500,6 +501,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             probes: vec![Arc::new(DbProbe(db)), Arc::new(ResultsProbe(objects_probe))],
             host_policy: Some(policy),
             schedule_store: store.clone(),
+            sync_events: Some(sync_events),
         },
         ApiConfig {
             multi_tenant: args.extraction.multi_tenant,

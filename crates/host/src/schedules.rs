@@ -26,9 +26,10 @@ use fetcher_engine::{BoxFuture, Timestamp};
 
 use crate::error::{ErrorKind, ServiceError};
 use crate::model::{
-    Cadence, JobId, MAX_CONSECUTIVE_FAILURES, RunOutcome, Schedule, ScheduleRun, ScheduleState,
+    Cadence, EventType, JobId, MAX_CONSECUTIVE_FAILURES, RunOutcome, Schedule, ScheduleRun,
+    ScheduleState, TerminalEvent,
 };
-use crate::ports::{JobStore, SaveOutcome, ScheduleStore};
+use crate::ports::{EventPublisher, JobStore, SaveOutcome, ScheduleStore};
 
 /// Most schedules one tick runs (the rest are due at the next tick, earliest first).
 pub const TICK_BATCH: usize = 100;
@@ -82,6 +83,8 @@ pub struct TickReport {
     pub lost: usize,
     /// Schedules that paused themselves in this tick.
     pub paused: Vec<(String, String)>,
+    /// Syncs found stale in this tick (their episode's `sync.stale` sent now).
+    pub stale: Vec<(String, String)>,
 }
 
 /// The schedule use cases over a schedule store and the job store (for a sync's active job).
@@ -89,6 +92,9 @@ pub struct TickReport {
 pub struct ScheduleService {
     pub store: Arc<dyn ScheduleStore>,
     pub jobs: Arc<dyn JobStore>,
+    /// Where `schedule.paused` and `sync.stale` go (docs/events.md, "Sync events"); `None`
+    /// sends none. Best effort: a failed publish is logged, the run stands.
+    pub events: Option<Arc<dyn EventPublisher>>,
 }
 
 impl ScheduleService {
@@ -141,6 +147,7 @@ impl ScheduleService {
                 next_run_at: None,
                 last_run: existing.as_ref().and_then(|s| s.last_run.clone()),
                 consecutive_failures: 0,
+                stale_since: existing.as_ref().and_then(|s| s.stale_since),
                 version: existing.as_ref().map_or(1, |s| s.version + 1),
                 updated_at: now,
             };
@@ -252,12 +259,12 @@ impl ScheduleService {
             report.lost += 1;
             return Ok(());
         }
-        // 2. Skip or create.
-        let active = self
-            .jobs
-            .sync(&s.tenant_id, &s.sync_id)
-            .await?
-            .and_then(|sync| sync.active_job);
+        // 2. Skip or create; note whether the sync is behind.
+        let sync = self.jobs.sync(&s.tenant_id, &s.sync_id).await?;
+        let stale_by = s.stale_by(sync.as_ref(), now);
+        let new_episode = stale_by.is_some() && s.stale_since.is_none();
+        s.stale_since = stale_by.map(|_| s.stale_since.unwrap_or(now));
+        let active = sync.and_then(|sync| sync.active_job);
         let outcome = match active {
             Some(job) => Err(RunFailure::Busy(job)),
             None => runner.create(&s, due).await,
@@ -308,13 +315,52 @@ impl ScheduleService {
             code = ?run.code,
             "schedule run"
         );
+        let paused_now = s.state == ScheduleState::PausedAfterFailures;
         s.last_run = Some(run);
         s.version += 1;
         if self.store.save_schedule(&s).await? == SaveOutcome::Stale {
             // The schedule was replaced, paused or removed meanwhile: that write stands.
             tracing::info!(tenant_id = %s.tenant_id, sync_id = %s.sync_id, "schedule changed during its run; its outcome is not recorded");
+            return Ok(());
+        }
+        if paused_now {
+            self.announce(&s, EventType::SchedulePaused, now, stale_by)
+                .await;
+        }
+        if new_episode {
+            report.stale.push((s.tenant_id.clone(), s.sync_id.clone()));
+            self.announce(&s, EventType::SyncStale, now, stale_by).await;
         }
         Ok(())
+    }
+
+    /// Sends a sync's event (best effort: a failure is logged, never fails the run).
+    async fn announce(&self, s: &Schedule, kind: EventType, at: Timestamp, stale_by: Option<u64>) {
+        let Some(events) = &self.events else { return };
+        let period = s.cadence.period_seconds(at);
+        let mut payload = serde_json::json!({
+            "tenantId": s.tenant_id,
+            "syncId": s.sync_id,
+            "product": s.product,
+            "state": s.state,
+            "schedule": s.cadence,
+            "periodSeconds": period,
+            "lastRun": s.last_run,
+            "consecutiveFailures": s.consecutive_failures,
+            "at": at,
+        });
+        if let Some(age) = stale_by {
+            payload["ageSeconds"] = age.into();
+        }
+        let episode = match kind {
+            EventType::SyncStale => s.stale_since.unwrap_or(at),
+            _ => at,
+        };
+        let event =
+            TerminalEvent::about_sync(&s.tenant_id, &s.sync_id, kind, episode, payload.to_string());
+        if let Err(e) = events.publish(&event).await {
+            tracing::warn!(tenant_id = %s.tenant_id, sync_id = %s.sync_id, event = kind.as_str(), error = %e.log_detail(), "a sync event could not be published");
+        }
     }
 }
 

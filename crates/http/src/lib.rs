@@ -207,6 +207,9 @@ pub struct AppDeps {
     pub host_policy: Option<HostPolicy>,
     /// Schedules of syncs (docs/api.md, "Schedules").
     pub schedule_store: Arc<dyn fetcher_host::ports::ScheduleStore>,
+    /// Where the scheduler's `schedule.paused` and `sync.stale` events go; `None`: nowhere
+    /// (a host that runs no scheduler).
+    pub sync_events: Option<Arc<dyn fetcher_host::ports::EventPublisher>>,
 }
 
 struct Inner {
@@ -237,6 +240,7 @@ impl AppState {
         let schedules = fetcher_host::schedules::ScheduleService {
             store: deps.schedule_store,
             jobs: deps.job_store.clone(),
+            events: deps.sync_events,
         };
         let jobs = JobService {
             engine: deps.engine.clone(),

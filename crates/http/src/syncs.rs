@@ -7,8 +7,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use fetcher_engine::Timestamp;
 use fetcher_host::jobs::JobError;
-use fetcher_host::model::SyncState;
+use fetcher_host::model::{Schedule, ScheduleState, SyncState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -27,17 +28,57 @@ pub struct SyncResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(format = Uuid)]
     pub active_job: Option<String>,
-    /// `configName → table → {watermark: {cursor, key, values}, jobId, updatedAt}`: what
-    /// the sync's last completed job of each table reached; the next job reads past it.
+    /// `configName → table → {watermark: {cursor, key, values}, jobId, updatedAt,
+    /// watermarkAgeSeconds}`: what the sync's last completed job of each table reached;
+    /// the next job reads past it. `watermarkAgeSeconds` (a date or time cursor only):
+    /// how old the newest row read is.
     #[schema(value_type = Object)]
     pub tables: Value,
+    /// The sync's last completed job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = Uuid)]
+    pub last_completed_job: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub last_completed_at: Option<String>,
+    /// Seconds since the last completed job: the sync's age.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age_seconds: Option<u64>,
+    /// For a scheduled sync: whether it is stale (its age is past three periods of its
+    /// schedule; docs/api.md, "Freshness").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale: Option<bool>,
 }
 
-fn response(s: &SyncState) -> SyncResponse {
+fn response(s: &SyncState, schedule: Option<&Schedule>) -> SyncResponse {
+    let now = Timestamp::now();
+    let mut tables = serde_json::to_value(&s.tables).unwrap_or(Value::Null);
+    for (config, by_table) in &s.tables {
+        for (table, synced) in by_table {
+            let newest = synced
+                .watermark
+                .values
+                .first()
+                .and_then(Value::as_str)
+                .and_then(Timestamp::parse);
+            if let Some(t) = newest {
+                let age = (now.unix_nanos() - t.unix_nanos()).max(0) / 1_000_000_000;
+                tables[config][table]["watermarkAgeSeconds"] = Value::from(age as u64);
+            }
+        }
+    }
     SyncResponse {
         sync_id: s.id.clone(),
         active_job: s.active_job.map(|j| j.to_string()),
-        tables: serde_json::to_value(&s.tables).unwrap_or(Value::Null),
+        tables,
+        last_completed_job: s.last_completed.map(|(j, _)| j.to_string()),
+        last_completed_at: s.last_completed.map(|(_, at)| at.to_string()),
+        age_seconds: s.age_seconds(now),
+        // As the scheduler last found it (its episode), or as it is now by the clock (a
+        // scheduler that stopped running cannot say so itself).
+        stale: schedule
+            .filter(|sch| sch.state == ScheduleState::Active)
+            .map(|sch| sch.stale_since.is_some() || sch.stale_by(Some(s), now).is_some()),
     }
 }
 
@@ -66,7 +107,13 @@ pub async fn get_sync(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let sync = owned_sync(&st, &scope, &headers, &id).await?;
-    Ok(Json(response(&sync)).into_response())
+    let schedule = st
+        .schedules()
+        .store
+        .schedule(&scope.tenant.tenant_id, &id)
+        .await
+        .map_err(|e| ApiError::internal_with(&e))?;
+    Ok(Json(response(&sync, schedule.as_ref())).into_response())
 }
 
 /// A sync of the tenant that answers to the caller's product (docs/api.md, "Products"):
@@ -117,5 +164,5 @@ pub async fn reset_sync(
         .reset_sync(&scope.tenant, &id, &tables)
         .await
         .map_err(sync_error)?;
-    Ok((StatusCode::OK, Json(response(&sync))).into_response())
+    Ok((StatusCode::OK, Json(response(&sync, None))).into_response())
 }

@@ -69,7 +69,11 @@ async fn sync_jobs(h: &Harness) -> Vec<fetcher_host::model::Job> {
 
 /// Ends `id` as completed, as a worker would.
 async fn finish(h: &Harness, id: JobId) {
-    let now = Timestamp::now();
+    finish_at(h, id, Timestamp::now()).await
+}
+
+/// Ends `id` as completed at `now` (the test's clock).
+async fn finish_at(h: &Harness, id: JobId, now: Timestamp) {
     let ClaimOutcome::Claimed { token, .. } = h
         .jobs
         .claim("default", id, now, Duration::from_secs(60))
@@ -398,6 +402,14 @@ async fn a_schedule_pauses_itself_after_three_failed_runs() {
     }
     let s = schedule(&h).await;
     assert_eq!(s["state"], "pausedAfterFailures");
+    let events = h.sync_events.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].detail_type.as_str(), "schedule.paused");
+    let payload: Value = serde_json::from_str(&events[0].payload).unwrap();
+    assert_eq!(payload["syncId"], SYNC);
+    assert_eq!(payload["state"], "pausedAfterFailures");
+    assert_eq!(payload["lastRun"]["code"], "FET-1020");
+    assert_eq!(payload["consecutiveFailures"], 3);
     assert!(s.get("nextRunAt").is_none());
     let report = run_due(&h.state, plus(due, 3600)).await.unwrap();
     assert_eq!(report, Default::default(), "a paused schedule does not run");
@@ -409,4 +421,55 @@ async fn a_schedule_pauses_itself_after_three_failed_runs() {
         .await;
     assert_eq!(r.json()["state"], "active");
     assert_eq!(r.json()["consecutiveFailures"], 0);
+}
+
+#[tokio::test]
+async fn a_sync_behind_its_schedule_is_stale_once_per_episode() {
+    let h = setup().await;
+    let due = every_minute(&h).await;
+    assert_eq!(run_due(&h.state, due).await.unwrap().created, 1);
+    let job = sync_jobs(&h).await[0].id;
+    let stale = |h: &Harness| {
+        h.sync_events
+            .events()
+            .into_iter()
+            .filter(|e| e.detail_type.as_str() == "sync.stale")
+            .collect::<Vec<_>>()
+    };
+    // The job never ends: skipped runs, then past three periods the sync is stale, once.
+    for minutes in 1..=5 {
+        let report = run_due(&h.state, plus(due, 60 * minutes)).await.unwrap();
+        assert_eq!(report.skipped, 1, "{report:?}");
+        assert_eq!(
+            report.stale.len(),
+            usize::from(minutes == 3),
+            "minute {minutes}"
+        );
+    }
+    let events = stale(&h);
+    assert_eq!(events.len(), 1, "one event per episode: {events:?}");
+    let payload: Value = serde_json::from_str(&events[0].payload).unwrap();
+    assert_eq!(payload["syncId"], SYNC);
+    assert_eq!(payload["periodSeconds"], 60);
+    assert!(payload["ageSeconds"].as_u64().unwrap() > 180, "{payload}");
+    let sync = h.get(&format!("/v1/syncs/{SYNC}")).await.json();
+    assert_eq!(sync["stale"], true, "{sync}");
+    assert!(sync.get("lastCompletedAt").is_none());
+
+    // The job completes: fresh again at the next run, and the sync says its age.
+    let done = plus(due, 6 * 60);
+    finish_at(&h, job, done).await;
+    let report = run_due(&h.state, plus(due, 6 * 60 + 1)).await.unwrap();
+    assert_eq!((report.created, report.stale.len()), (1, 0), "{report:?}");
+    let sync = h.get(&format!("/v1/syncs/{SYNC}")).await.json();
+    assert_eq!(sync["lastCompletedJob"], job.to_string());
+    assert_eq!(at(&sync["lastCompletedAt"]), done);
+    assert!(sync["ageSeconds"].is_u64(), "{sync}");
+
+    // Behind again later: a second episode, a second event.
+    for minutes in 7..=10 {
+        run_due(&h.state, plus(due, 60 * minutes)).await.unwrap();
+    }
+    assert_eq!(stale(&h).len(), 2);
+    assert_ne!(stale(&h)[0].id, stale(&h)[1].id, "each episode its own id");
 }

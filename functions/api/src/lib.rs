@@ -76,7 +76,20 @@ pub async fn state_from_config(
     let require_product = config.require_product;
     let guard_hosts = config.guard_hosts;
     let private_networks = config.private_networks.clone();
+    let bus = config
+        .event_bus
+        .clone()
+        .map(|bus| (bus, config.event_source.clone()));
     let host = Host::build(config, sdk)?;
+    // The tick's `schedule.paused` and `sync.stale` go to the bus when the function has one
+    // (the tick does; the API creates no event).
+    let sync_events = bus.map(|(bus, source)| {
+        Arc::new(fetcher_aws::EventBridgePublisher::new(
+            host.clients.events.clone(),
+            bus,
+            source,
+        )) as Arc<dyn fetcher_host::ports::EventPublisher>
+    });
     // Loaded now: a function whose master key cannot be read must fail its cold start.
     host.ports
         .keys
@@ -98,6 +111,7 @@ pub async fn state_from_config(
             probes,
             host_policy: Some(host.policy.clone()),
             schedule_store: Arc::new(host.store.clone()),
+            sync_events,
         },
         ApiConfig {
             multi_tenant,

@@ -19,7 +19,8 @@ pub use fanout::{Fanout, FanoutRange, RangeState};
 pub use lifecycle::{ENQUEUE_SLACK, Transition};
 pub use schedule::{
     Cadence, CadenceError, CadenceSpec, MAX_CONSECUTIVE_FAILURES, MAX_JITTER_SECONDS,
-    MIN_RATE_SECONDS, RunOutcome, Schedule, ScheduleRun, ScheduleState, jitter_seconds,
+    MIN_RATE_SECONDS, RunOutcome, STALE_AFTER_PERIODS, Schedule, ScheduleRun, ScheduleState,
+    jitter_seconds,
 };
 pub use sync::{SyncState, SyncedTable, WatermarkSpan};
 
@@ -427,6 +428,12 @@ pub enum EventType {
     /// Also a canceled job's (its error says `canceled`).
     #[serde(rename = "job.failed")]
     Failed,
+    /// A schedule paused itself after failed runs (docs/events.md, "Sync events").
+    #[serde(rename = "schedule.paused")]
+    SchedulePaused,
+    /// A scheduled sync fell behind (docs/events.md, "Sync events"), once per episode.
+    #[serde(rename = "sync.stale")]
+    SyncStale,
 }
 
 impl EventType {
@@ -435,6 +442,8 @@ impl EventType {
         match self {
             EventType::Completed => "job.completed",
             EventType::Failed => "job.failed",
+            EventType::SchedulePaused => "schedule.paused",
+            EventType::SyncStale => "sync.stale",
         }
     }
 }
@@ -445,9 +454,10 @@ impl EventType {
 pub struct TerminalEvent {
     /// `fetcher.job.<status>.<jobId>`: deterministic, the subscribers' dedup key.
     pub id: String,
-    /// `job.completed` or `job.failed`.
+    /// `job.completed` or `job.failed` (or a sync's `schedule.paused`, `sync.stale`).
     pub detail_type: EventType,
     pub tenant_id: String,
+    /// The job the event is about; nil for a sync's events.
     pub job_id: JobId,
     /// The event payload (docs/events.md, "Detail"; compact JSON).
     pub payload: String,
@@ -472,6 +482,28 @@ impl TerminalEvent {
             detail_type,
             tenant_id: tenant_id.to_owned(),
             job_id,
+            payload,
+        }
+    }
+
+    /// A sync's event (`schedule.paused`, `sync.stale`); `episode` makes its id unique per
+    /// occurrence and the same for a retried publish of it.
+    pub fn about_sync(
+        tenant_id: &str,
+        sync_id: &str,
+        detail_type: EventType,
+        episode: Timestamp,
+        payload: String,
+    ) -> TerminalEvent {
+        TerminalEvent {
+            id: format!(
+                "fetcher.{}.{}.{tenant_id}.{sync_id}",
+                detail_type.as_str(),
+                episode.unix_nanos()
+            ),
+            detail_type,
+            tenant_id: tenant_id.to_owned(),
+            job_id: JobId::default(),
             payload,
         }
     }

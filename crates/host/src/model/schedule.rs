@@ -21,6 +21,9 @@ pub const MIN_RATE_SECONDS: u64 = 60;
 pub const MAX_JITTER_SECONDS: u64 = 30;
 /// Consecutive failed runs after which a schedule pauses itself.
 pub const MAX_CONSECUTIVE_FAILURES: u32 = 3;
+/// A scheduled sync is stale when its last completed job (or, before its first, the
+/// schedule's start) is older than this many periods.
+pub const STALE_AFTER_PERIODS: u64 = 3;
 
 /// When a schedule runs: every fixed period, or at the times of a cron expression read in
 /// a time zone.
@@ -303,6 +306,10 @@ pub struct Schedule {
     /// Failed runs since the last run that created or skipped.
     #[serde(default)]
     pub consecutive_failures: u32,
+    /// Since when the sync is stale ([`Schedule::stale_by`]), while it is: its `sync.stale`
+    /// event was sent when this was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_since: Option<Timestamp>,
     /// The write this record is: each write is conditional on the one before (1: first).
     pub version: u64,
     pub updated_at: Timestamp,
@@ -328,6 +335,31 @@ impl Schedule {
     /// Whether a caller naming `product` may see and change it.
     pub fn answers_to(&self, product: Option<&str>) -> bool {
         super::answers_to(&self.product, product)
+    }
+
+    /// How far the sync is behind at `now`, in seconds, when it is stale: its last
+    /// completed job (or the schedule's start, when none completed since) is older than
+    /// [`STALE_AFTER_PERIODS`] periods of the cadence, jitter included. A paused schedule
+    /// is never stale: its sync is not expected to move.
+    pub fn stale_by(&self, sync: Option<&super::SyncState>, now: Timestamp) -> Option<u64> {
+        if self.state != ScheduleState::Active {
+            return None;
+        }
+        let since = sync
+            .and_then(|s| s.last_completed)
+            .map_or(self.anchor, |(_, at)| at.max(self.anchor));
+        let age = u64::try_from((now.unix_nanos() - since.unix_nanos()).max(0) / 1_000_000_000)
+            .unwrap_or(u64::MAX);
+        let allowed = self
+            .cadence
+            .period_seconds(now)
+            .saturating_mul(STALE_AFTER_PERIODS)
+            .saturating_add(jitter_seconds(
+                &self.tenant_id,
+                &self.sync_id,
+                &self.cadence,
+            ));
+        (age > allowed).then_some(age)
     }
 }
 

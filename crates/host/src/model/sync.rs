@@ -36,6 +36,10 @@ pub struct SyncState {
     /// The pending or processing job of the sync, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_job: Option<JobId>,
+    /// The sync's last completed job and when it completed: what its age is measured from
+    /// (absent for a sync stored before syncs kept it, until its next job completes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_completed: Option<(JobId, Timestamp)>,
 }
 
 /// One table's watermark in a sync, and the job that reached it.
@@ -83,8 +87,9 @@ impl SyncState {
         if self.product.is_empty() {
             self.product = job.product().to_owned();
         }
-        let Some(result) = &job.result else { return };
         let at = job.completed_at.unwrap_or(job.created_at);
+        self.last_completed = Some((job.id, at));
+        let Some(result) = &job.result else { return };
         for (config, tables) in &result.watermarks {
             for (table, span) in tables {
                 if let Some(to) = &span.to_watermark {
@@ -99,6 +104,14 @@ impl SyncState {
                 }
             }
         }
+    }
+
+    /// Seconds since the sync's last completed job at `now` (`None`: none completed yet).
+    pub fn age_seconds(&self, now: Timestamp) -> Option<u64> {
+        let (_, at) = self.last_completed?;
+        Some(
+            u64::try_from((now.unix_nanos() - at.unix_nanos()).max(0) / 1_000_000_000).unwrap_or(0),
+        )
     }
 
     /// Forgets the watermarks of `tables` (`(config, table)`; empty: all): the next job

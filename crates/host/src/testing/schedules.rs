@@ -31,6 +31,7 @@ pub fn schedule_fixture(tenant: &str, sync_id: &str, next: Timestamp) -> Schedul
         next_run_at: Some(next),
         last_run: None,
         consecutive_failures: 0,
+        stale_since: None,
         version: 1,
         updated_at: at("2026-01-01T00:00:00Z"),
     }

@@ -14,7 +14,9 @@ use fetcher_engine::memory::{
 };
 use fetcher_engine::{Engine, SchemaSnapshot, TableSnapshot};
 use fetcher_host::jobs::JobStoreActiveChecker;
-use fetcher_host::memory::{MemoryJobQueue, MemoryJobStore, MemoryRateLimiter};
+use fetcher_host::memory::{
+    MemoryEventPublisher, MemoryJobQueue, MemoryJobStore, MemoryRateLimiter,
+};
 use fetcher_http::{
     self as http, ApiConfig, AppDeps, AppState, Authenticator, NoAuthentication, ReadinessProbe,
 };
@@ -33,6 +35,8 @@ pub struct Harness {
     pub factory: Arc<TemplateFactory>,
     pub connections: Arc<MemoryConnectionStore>,
     pub signer: Arc<MessageSigner>,
+    /// The scheduler's `schedule.paused` and `sync.stale` events.
+    pub sync_events: Arc<MemoryEventPublisher>,
 }
 
 pub struct Options {
@@ -119,6 +123,7 @@ pub fn harness_with(opts: Options) -> Harness {
         .unwrap();
     let ring = KeyRing::from_base64(MASTER_KEY, "1").unwrap();
     let signer = Arc::new(MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac));
+    let sync_events = MemoryEventPublisher::new();
     let deps = AppDeps {
         engine,
         job_store: jobs.clone(),
@@ -129,6 +134,7 @@ pub fn harness_with(opts: Options) -> Harness {
         probes: opts.probes,
         host_policy: None,
         schedule_store: fetcher_host::memory::MemoryScheduleStore::new(),
+        sync_events: Some(sync_events.clone()),
     };
     let state = AppState::new(deps, opts.config);
     Harness {
@@ -139,6 +145,7 @@ pub fn harness_with(opts: Options) -> Harness {
         factory,
         connections,
         signer,
+        sync_events,
     }
 }
 
@@ -156,6 +163,7 @@ impl Harness {
             probes: Vec::new(),
             host_policy: None,
             schedule_store: self.state.schedules().store.clone(),
+            sync_events: self.state.schedules().events.clone(),
         };
         let state = AppState::new(deps, config);
         Harness {
@@ -166,6 +174,7 @@ impl Harness {
             factory: self.factory.clone(),
             connections: self.connections.clone(),
             signer: self.signer.clone(),
+            sync_events: self.sync_events.clone(),
         }
     }
 }
