@@ -84,8 +84,8 @@ async fn a_schedule_runs_from_the_tick_function() {
 
     // Two invocations at once: one job.
     let (a, b) = tokio::join!(
-        fetcher_fn_api::tick(&h.state, due),
-        fetcher_fn_api::tick(&h.state, due)
+        fetcher_fn_api::tick(&h.state, "test", due),
+        fetcher_fn_api::tick(&h.state, "test", due)
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(
@@ -99,7 +99,9 @@ async fn a_schedule_runs_from_the_tick_function() {
     assert_eq!(s["lastRun"]["outcome"], "created", "{s}");
 
     // Not run yet: the next due time is skipped, nothing queued behind it.
-    let skipped = fetcher_fn_api::tick(&h.state, plus(due, 60)).await.unwrap();
+    let skipped = fetcher_fn_api::tick(&h.state, "test", plus(due, 60))
+        .await
+        .unwrap();
     assert_eq!(skipped["skipped"], 1, "{skipped}");
     assert_eq!(schedule(&h).await["lastRun"]["jobId"], first.as_str());
 
@@ -110,10 +112,14 @@ async fn a_schedule_runs_from_the_tick_function() {
     );
 
     // Ten minutes without a tick: one run, not ten.
-    let late = fetcher_fn_api::tick(&h.state, plus(due, 12 * 60))
+    let late = fetcher_fn_api::tick(&h.state, "test", plus(due, 12 * 60))
         .await
         .unwrap();
     assert_eq!(late["created"], 1, "{late}");
+    assert_eq!(
+        late["stale"], 1,
+        "twelve minutes behind a minutely schedule: {late}"
+    );
     let s = schedule(&h).await;
     let second = s["lastRun"]["jobId"].as_str().unwrap().to_owned();
     assert_ne!(second, first);

@@ -62,5 +62,8 @@ pub async fn run(state: AppState, tick: Duration, clock: Clock, mut stop: watch:
                 warn!(error = %e.log_detail(), "the scheduler's tick failed; the next one retries")
             }
         }
+        if let Err(e) = fetcher_http::schedules::record_freshness(&state, clock.now()).await {
+            warn!(error = %e.log_detail(), "the syncs' freshness could not be read");
+        }
     }
 }

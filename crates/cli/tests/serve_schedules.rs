@@ -140,6 +140,22 @@ fn a_schedule_runs_one_job_per_due_time_across_a_restart() {
     let expected: Vec<i64> = (1..=20).collect();
     assert_eq!(delivered, expected);
 
+    // Its freshness is a metric of its own (its value is not asserted: the accelerated
+    // scheduler clock runs ahead of the real time jobs complete at, so ages read large).
+    let (status, metrics) = server.request("GET", "/metrics", None, &[]);
+    assert_eq!(status, 200);
+    let text = metrics.as_str().unwrap_or_default();
+    assert!(text.contains("fetcher_syncs_scheduled 1"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("fetcher_sync_stale{") && l.contains(SYNC)),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("fetcher_sync_age_seconds{") && l.contains(SYNC)),
+        "{text}"
+    );
     let (_, schedule) = server.request("GET", &format!("/v1/syncs/{SYNC}/schedule"), None, &[]);
     assert_eq!(schedule["state"], "active", "{schedule}");
     assert!(

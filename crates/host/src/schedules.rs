@@ -33,6 +33,21 @@ use crate::ports::{EventPublisher, JobStore, SaveOutcome, ScheduleStore};
 
 /// Most schedules one tick runs (the rest are due at the next tick, earliest first).
 pub const TICK_BATCH: usize = 100;
+/// Most scheduled syncs one freshness pass looks at (earliest next run first).
+pub const FRESHNESS_LIMIT: usize = 1000;
+
+/// How fresh one scheduled sync is ([`ScheduleService::freshness`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncFreshness {
+    pub tenant_id: String,
+    pub sync_id: String,
+    /// Seconds since the sync's last completed job (since the schedule's start when none
+    /// completed since).
+    pub age_seconds: u64,
+    /// The schedule's period.
+    pub period_seconds: u64,
+    pub stale: bool,
+}
 
 /// Why a run created no job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,6 +240,36 @@ impl ScheduleService {
             }
         }
         Err(ScheduleError::Conflict)
+    }
+
+    /// How fresh every actively scheduled sync is at `now` (at most [`FRESHNESS_LIMIT`]):
+    /// what the hosts' freshness metrics report. One read of each sync.
+    pub async fn freshness(&self, now: Timestamp) -> Result<Vec<SyncFreshness>, ServiceError> {
+        // Every active schedule is in the due set of a time past all of them.
+        let end_of_time = Timestamp::from_unix_nanos(i128::from(i64::MAX));
+        let mut out = Vec::new();
+        for s in self
+            .store
+            .due_schedules(end_of_time, FRESHNESS_LIMIT)
+            .await?
+        {
+            let sync = self.jobs.sync(&s.tenant_id, &s.sync_id).await?;
+            let since = sync
+                .as_ref()
+                .and_then(|sync| sync.last_completed)
+                .map_or(s.anchor, |(_, at)| at.max(s.anchor));
+            out.push(SyncFreshness {
+                age_seconds: u64::try_from(
+                    (now.unix_nanos() - since.unix_nanos()).max(0) / 1_000_000_000,
+                )
+                .unwrap_or(u64::MAX),
+                period_seconds: s.cadence.period_seconds(now),
+                stale: s.stale_since.is_some() || s.stale_by(sync.as_ref(), now).is_some(),
+                tenant_id: s.tenant_id,
+                sync_id: s.sync_id,
+            });
+        }
+        Ok(out)
     }
 
     /// Runs every schedule due at `now` (at most [`TICK_BATCH`]).

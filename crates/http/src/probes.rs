@@ -52,6 +52,10 @@ const REQUEST_DURATION: &str = "http_request_duration_seconds";
 const CHECK_DURATION: &str = "readyz_check_duration_ms";
 const CHECK_STATUS: &str = "readyz_check_status";
 const SELFPROBE: &str = "selfprobe_result";
+const SYNC_AGE: &str = "fetcher_sync_age_seconds";
+const SYNC_STALE: &str = "fetcher_sync_stale";
+const SYNCS_SCHEDULED: &str = "fetcher_syncs_scheduled";
+const SYNCS_STALE: &str = "fetcher_syncs_stale";
 
 /// This router's metrics: the `metrics` facade over a Prometheus recorder. The recorder
 /// belongs to the router (not installed process-wide), so several routers in one process
@@ -145,6 +149,21 @@ impl Metrics {
     fn record_selfprobe(&self, dep: &str, up: bool) {
         let dep = dep.to_owned();
         self.record(|| metrics::gauge!(SELFPROBE, "dep" => dep).set(f64::from(u8::from(up))));
+    }
+
+    /// The freshness of the scheduled syncs (docs/api.md, "Freshness"): per sync its age
+    /// and whether it is stale (labels `tenant`, `sync`: one series per scheduled sync, at
+    /// most [`fetcher_host::schedules::FRESHNESS_LIMIT`]), and the totals.
+    pub fn record_sync_freshness(&self, syncs: &[fetcher_host::schedules::SyncFreshness]) {
+        self.record(|| {
+            for f in syncs {
+                let labels = [("tenant", f.tenant_id.clone()), ("sync", f.sync_id.clone())];
+                metrics::gauge!(SYNC_AGE, &labels).set(f.age_seconds as f64);
+                metrics::gauge!(SYNC_STALE, &labels).set(f64::from(u8::from(f.stale)));
+            }
+            metrics::gauge!(SYNCS_SCHEDULED).set(syncs.len() as f64);
+            metrics::gauge!(SYNCS_STALE).set(syncs.iter().filter(|f| f.stale).count() as f64);
+        });
     }
 
     /// Prometheus text exposition.

@@ -324,6 +324,17 @@ impl RunJob for ApiRunner<'_> {
     }
 }
 
+/// The freshness of every scheduled sync at `now`, also recorded in the router's metrics
+/// (`serve`'s `/metrics`; the Lambda tick reports it as EMF).
+pub async fn record_freshness(
+    state: &AppState,
+    now: Timestamp,
+) -> fetcher_host::error::Result<Vec<fetcher_host::schedules::SyncFreshness>> {
+    let syncs = state.schedules().freshness(now).await?;
+    state.metrics().record_sync_freshness(&syncs);
+    Ok(syncs)
+}
+
 /// Runs the schedules due at `now` (`serve`'s scheduler and the Lambda tick call this).
 pub async fn run_due(state: &AppState, now: Timestamp) -> fetcher_host::error::Result<TickReport> {
     let report = state.schedules().tick(now, &ApiRunner(state)).await?;

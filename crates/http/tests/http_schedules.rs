@@ -454,6 +454,13 @@ async fn a_sync_behind_its_schedule_is_stale_once_per_episode() {
     assert!(payload["ageSeconds"].as_u64().unwrap() > 180, "{payload}");
     let sync = h.get(&format!("/v1/syncs/{SYNC}")).await.json();
     assert_eq!(sync["stale"], true, "{sync}");
+    let fresh = fetcher_http::schedules::record_freshness(&h.state, plus(due, 5 * 60))
+        .await
+        .unwrap();
+    assert_eq!(fresh.len(), 1);
+    assert!(fresh[0].stale && fresh[0].period_seconds == 60, "{fresh:?}");
+    let metrics = h.get("/metrics").await.text;
+    assert!(metrics.contains("fetcher_syncs_stale 1"), "{metrics}");
     assert!(sync.get("lastCompletedAt").is_none());
 
     // The job completes: fresh again at the next run, and the sync says its age.

@@ -40,10 +40,55 @@ pub fn router_of(state: AppState) -> Router {
 /// Scheduler): the schedules due at `now` run through the API's own job creation
 /// (docs/api.md, "Schedules"). Answers what it did; a failure of the stores is an error
 /// (the invocation fails, the scheduler's retry and the next minute come anyway).
-pub async fn tick(state: &AppState, now: fetcher_engine::Timestamp) -> Result<Value, String> {
+///
+/// Then the freshness of every scheduled sync: one EMF line (namespace `Fetcher`, the
+/// stack's dimension) with `ScheduledSyncs`, `StaleSyncs` and `MaxSyncAgePeriods` (the
+/// worst sync's age in periods of its schedule), and the worst five by name in a log line
+/// (`stalest syncs`), never as metric dimensions.
+pub async fn tick(
+    state: &AppState,
+    stack: &str,
+    now: fetcher_engine::Timestamp,
+) -> Result<Value, String> {
     let report = http::schedules::run_due(state, now)
         .await
         .map_err(|e| e.log_detail())?;
+    let mut fresh = http::schedules::record_freshness(state, now)
+        .await
+        .map_err(|e| e.log_detail())?;
+    let periods = |f: &fetcher_host::schedules::SyncFreshness| {
+        f.age_seconds as f64 / f.period_seconds.max(1) as f64
+    };
+    fresh.sort_by(|a, b| periods(b).total_cmp(&periods(a)));
+    let stale = fresh.iter().filter(|f| f.stale).count();
+    println!(
+        "{}",
+        fetcher_aws::host::emf_line(
+            stack,
+            "tick",
+            &[
+                ("ScheduledSyncs", "Count", fresh.len() as f64),
+                ("StaleSyncs", "Count", stale as f64),
+                (
+                    "MaxSyncAgePeriods",
+                    "None",
+                    fresh.first().map_or(0.0, periods)
+                ),
+            ],
+        )
+    );
+    let worst: Vec<Value> = fresh
+        .iter()
+        .take(5)
+        .map(|f| {
+            serde_json::json!({"tenantId": f.tenant_id, "syncId": f.sync_id, "ageSeconds": f.age_seconds,
+                "periodSeconds": f.period_seconds, "stale": f.stale})
+        })
+        .collect();
+    if stale > 0 {
+        let worst = Value::Array(worst).to_string();
+        tracing::warn!(stale, worst = %worst, "stalest syncs");
+    }
     tracing::info!(
         created = report.created,
         skipped = report.skipped,
@@ -58,6 +103,7 @@ pub async fn tick(state: &AppState, now: fetcher_engine::Timestamp) -> Result<Va
         "failed": report.failed,
         "lost": report.lost,
         "paused": report.paused.len(),
+        "stale": stale,
     }))
 }
 

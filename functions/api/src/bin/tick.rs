@@ -10,6 +10,7 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     init_json_logging();
     let config = HostConfig::from_env().map_err(Error::from)?;
+    let stack = config.stack_name.clone();
     let sdk = fetcher_aws::sdk_config().await;
     let state = fetcher_fn_api::state_from_config(config, &sdk)
         .await
@@ -18,9 +19,9 @@ async fn main() -> Result<(), Error> {
             Error::from(e)
         })?;
     lambda_http::lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| {
-        let state = state.clone();
+        let (state, stack) = (state.clone(), stack.clone());
         async move {
-            fetcher_fn_api::tick(&state, fetcher_engine::Timestamp::now())
+            fetcher_fn_api::tick(&state, &stack, fetcher_engine::Timestamp::now())
                 .await
                 .map_err(Error::from)
         }
