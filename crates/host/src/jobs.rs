@@ -31,9 +31,10 @@ use serde_json::Value;
 
 use crate::connection::ConnectionRecord;
 use crate::dedup::{self, Filters, MappedFields};
-use crate::error::ServiceError;
 use crate::model::{Job, JobId, JobRequest, JobStatus, PendingEvent, ResultFormat, Transition};
 use crate::ports::{InsertOutcome, JobQueue, JobStore, KeyProvider};
+
+mod error;
 
 /// `metadata.error` of a job whose message could not be enqueued.
 pub const PUBLISH_FAILED: &str = "process failed: unable to publish";
@@ -85,71 +86,7 @@ struct Shaped {
     sync_id: Option<String>,
 }
 
-/// Why a job could not be created or read. The HTTP layer maps each to the catalogue.
-#[derive(Debug)]
-pub enum JobError {
-    /// `dataRequest.mappedFields` missing (400 `FET-0402`, shape B).
-    MappedFieldsRequired,
-    /// 400 `FET-0401` `Invalid Data Request`.
-    InvalidDataRequest(String),
-    /// 400 `FET-0402`: (title, message) for `metadata` / `metadata.source`.
-    Metadata(&'static str, &'static str),
-    /// 400 `FET-0401` `Invalid Filter References`.
-    FilterReferences(String),
-    /// 400 `FET-1020` `No Connections Found`, with the config names of the product's
-    /// connections (at most 20), so the caller sees what the keys may be.
-    NoConnections(Vec<String>),
-    /// 400 `FET-1020` `Missing Data Source`, likewise.
-    MissingDataSource(String, Vec<String>),
-    /// 400 `FET-1014`.
-    NotAssigned(String),
-    /// 400 `FET-1016`.
-    ProductMismatch { config_name: String, source: String },
-    /// 400 `FET-0414`.
-    ForbiddenHost,
-    /// 400 `FET-1040`, with why when the connector said (the engine's fixed text of a
-    /// connect reason: a refused login, an unknown database, …).
-    ConnectionDown(String, Option<String>),
-    /// A cancel of a job that already ended (`completed`, `failed`, `canceled`): 409.
-    Finished(JobStatus),
-    /// A connection-store failure while resolving (mapped like every connection-store error).
-    ConnectionStore(EngineError),
-    /// Any job-store failure: 500 `FET-0002`.
-    JobStore(ServiceError),
-    /// The message could not be enqueued; the job is marked failed. 500 `FET-0002`.
-    Publish(ServiceError),
-    /// The mapping names tables or fields the datasource's schema lacks:
-    /// `(datasource, table, field)`. 422 `FET-1060`, validate-schema's body.
-    SchemaInvalid(Vec<(String, String, Option<String>)>),
-    /// The connection tests did not finish within the budget. 504.
-    Timeout,
-    /// The request, encoded, is this many bytes: over [`MAX_JOB_REQUEST_BYTES`]. 413.
-    TooLarge(usize),
-    /// The host is shutting down and takes no new jobs; nothing was stored. 503
-    /// `Service Unavailable`.
-    ShuttingDown,
-    /// 404 `FET-1001` (job).
-    NotFound,
-    /// An incremental read the request or the schema refutes: 400 `FET-0401` `Invalid
-    /// Incremental Read`, the text naming the table and column.
-    InvalidIncremental(String),
-    /// The sync's stored watermark is on other columns than the job names: 409 `FET-1025`.
-    SyncMismatch(String),
-    /// Another job of the sync is pending or processing (a second job of a sync never
-    /// runs beside it): 409 `FET-1024`, naming that job.
-    SyncBusy { sync_id: String, job_id: JobId },
-    /// The tenant has its maximum number of jobs waiting for a worker: 429 `FET-1027`,
-    /// nothing stored (docs/operations.md, "Fair workers").
-    TooManyWaiting,
-    /// Over one of the engine's per-table limits (tables per datasource, fields or
-    /// filtered fields per table): 400 `FET-1061`, as validate-schema answers it.
-    ValidationLimit(String),
-    /// The sync belongs to another product of the tenant: 409 `FET-1026` (a product's
-    /// jobs never move another product's watermarks, nor wait on its jobs).
-    SyncOfAnotherProduct(String),
-    /// `metadata.source` is not the product the caller named: 400 `FET-1016`.
-    SourceNotNamedProduct { source: String, product: String },
-}
+pub use error::JobError;
 
 /// New or existing job.
 #[derive(Debug, Clone)]

@@ -246,18 +246,7 @@ pub async fn pause_schedule(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let product = caller_product(&st, &headers)?;
-    let s = st
-        .schedules()
-        .pause(
-            &scope.tenant.tenant_id,
-            &id,
-            product.as_deref(),
-            Timestamp::now(),
-        )
-        .await
-        .map_err(schedule_error)?;
-    Ok(Json(response(&s)).into_response())
+    pause_or_resume(&st, &scope, &id, &headers, true).await
 }
 
 /// Resume a paused schedule (paused by its caller, or by itself after failures): the next
@@ -270,18 +259,29 @@ pub async fn resume_schedule(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let product = caller_product(&st, &headers)?;
-    let s = st
-        .schedules()
-        .resume(
-            &scope.tenant.tenant_id,
-            &id,
-            product.as_deref(),
-            Timestamp::now(),
-        )
-        .await
-        .map_err(schedule_error)?;
-    Ok(Json(response(&s)).into_response())
+    pause_or_resume(&st, &scope, &id, &headers, false).await
+}
+
+async fn pause_or_resume(
+    st: &AppState,
+    scope: &Scope,
+    id: &str,
+    headers: &HeaderMap,
+    pause: bool,
+) -> Result<Response, ApiError> {
+    let product = caller_product(st, headers)?;
+    let (tenant, product, now) = (
+        &scope.tenant.tenant_id,
+        product.as_deref(),
+        Timestamp::now(),
+    );
+    let schedules = st.schedules();
+    let changed = if pause {
+        schedules.pause(tenant, id, product, now).await
+    } else {
+        schedules.resume(tenant, id, product, now).await
+    };
+    Ok(Json(response(&changed.map_err(schedule_error)?)).into_response())
 }
 
 /// Creates a due run's job as `POST /v1/fetcher` would for the schedule's tenant and
