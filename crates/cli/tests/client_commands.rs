@@ -1,7 +1,8 @@
 //! The `fetcher` binary as a client of the API (`connections`, `jobs`, `syncs`): against a
 //! running `serve` and a real PostgreSQL, a connection registered from a URL, tested and
 //! discovered, a job created and watched to its end, listed, read and refused a cancel;
-//! exit codes say how a job ended, and API refusals print their code and message.
+//! exit codes say how a job ended, and API refusals print their code and message; a
+//! sync's schedule set, shown, paused, resumed and removed.
 
 mod common;
 
@@ -168,4 +169,93 @@ fn connections_and_jobs_are_driven_from_the_command_line() {
         "{nowhere:?}"
     );
     drop(server);
+}
+
+#[test]
+fn a_schedule_is_set_and_changed_from_the_command_line() {
+    let db = PgDb::create("fetcher_client_sched");
+    psql(
+        &db.0,
+        "CREATE TABLE orders (id int PRIMARY KEY, updated_at timestamptz NOT NULL)",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let (status, created) = server.request(
+        "POST",
+        "/v1/management/connections",
+        Some(
+            &serde_json::json!({"configName": "ledger", "type": "POSTGRESQL", "host": "127.0.0.1",
+            "port": 5432, "databaseName": db.0, "userName": "postgres", "password": "unused"}),
+        ),
+        &[("X-Product-Name", "reporter")],
+    );
+    assert_eq!(status, 201, "{created}");
+    let request = dir.path().join("request.json");
+    std::fs::write(
+        &request,
+        serde_json::json!({
+            "dataRequest": {"mappedFields": {"ledger": {"orders": ["id"]}}},
+            "incremental": {"ledger": {"orders": {"cursor": "updated_at"}}},
+            "metadata": {"source": "reporter"}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let request = request.to_str().unwrap();
+    let set = json(&fetcher(
+        &server,
+        &[
+            "syncs",
+            "schedule",
+            "orders",
+            "set",
+            request,
+            "--cron",
+            "0 6 * * 1-5",
+            "--time-zone",
+            "Europe/Paris",
+            "-o",
+            "json",
+        ],
+    ));
+    assert_eq!(set["cron"], "0 6 * * 1-5");
+    assert_eq!(set["timeZone"], "Europe/Paris");
+    assert_eq!(set["request"]["syncId"], "orders");
+    let got = json(&fetcher(
+        &server,
+        &["syncs", "schedule", "orders", "-o", "json"],
+    ));
+    assert_eq!(got["state"], "active");
+    let paused = json(&fetcher(
+        &server,
+        &["syncs", "schedule", "orders", "pause", "-o", "json"],
+    ));
+    assert_eq!(paused["state"], "paused");
+    let resumed = json(&fetcher(
+        &server,
+        &["syncs", "schedule", "orders", "resume", "-o", "json"],
+    ));
+    assert_eq!(resumed["state"], "active");
+
+    // A refusal prints the API's code and message.
+    let bad = fetcher(
+        &server,
+        &[
+            "syncs", "schedule", "orders", "set", request, "--rate", "PT10S",
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        said.contains("FET-1030") && said.contains("one minute"),
+        "{said}"
+    );
+
+    ok(&fetcher(
+        &server,
+        &["syncs", "schedule", "orders", "delete"],
+    ));
+    let gone = fetcher(&server, &["syncs", "schedule", "orders"]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("FET-1001"));
 }

@@ -14,6 +14,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use api::Api;
+use hyper::Method;
 use render::{Column, Output, print};
 
 /// Where the API is, who calls it, and how to print its answers.
@@ -149,6 +150,36 @@ pub enum SyncsCommand {
         #[arg(long)]
         table: Option<String>,
     },
+    /// A sync's schedule (docs/api.md, "Schedules"): show, set, pause, resume or remove it.
+    Schedule {
+        id: String,
+        #[command(subcommand)]
+        action: Option<ScheduleAction>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ScheduleAction {
+    /// Set (or replace) the schedule: the job request the sync runs, and when.
+    Set {
+        /// A JSON file with the job request, as `jobs create` takes it (`-`: standard input).
+        request: String,
+        /// An ISO 8601 duration of at least a minute (`PT15M`, `PT1H`, `P1D`).
+        #[arg(long, conflicts_with = "cron", required_unless_present = "cron")]
+        rate: Option<String>,
+        /// A five-field cron expression (`"0 6 * * 1-5"`).
+        #[arg(long)]
+        cron: Option<String>,
+        /// The cron expression's IANA time zone (default UTC).
+        #[arg(long, requires = "cron")]
+        time_zone: Option<String>,
+    },
+    /// No run until resumed.
+    Pause,
+    /// Run again from the next due time.
+    Resume,
+    /// Remove the schedule (the sync and its jobs stay).
+    Delete,
 }
 
 const CONNECTION_COLUMNS: &[Column] = &[
@@ -285,6 +316,33 @@ pub async fn syncs(cmd: SyncsCommand, args: &ClientArgs) -> Result<()> {
             };
             api.post(&format!("/v1/syncs/{}/reset", segment(&id)), body.as_ref())
                 .await?
+        }
+        SyncsCommand::Schedule { id, action } => {
+            let path = format!("/v1/syncs/{}/schedule", segment(&id));
+            match action {
+                None => api.get(&path).await?,
+                Some(ScheduleAction::Set {
+                    request,
+                    rate,
+                    cron,
+                    time_zone,
+                }) => {
+                    let mut body = json!({"request": read_json(&request)?});
+                    for (key, value) in [("rate", rate), ("cron", cron), ("timeZone", time_zone)] {
+                        if let Some(v) = value {
+                            body[key] = json!(v);
+                        }
+                    }
+                    api.call(Method::PUT, &path, Some(&body)).await?
+                }
+                Some(ScheduleAction::Pause) => api.post(&format!("{path}/pause"), None).await?,
+                Some(ScheduleAction::Resume) => api.post(&format!("{path}/resume"), None).await?,
+                Some(ScheduleAction::Delete) => {
+                    api.call(Method::DELETE, &path, None).await?;
+                    eprintln!("schedule of sync {id} removed");
+                    return Ok(());
+                }
+            }
         }
     };
     print(&v, args.output, None)?;
