@@ -31,12 +31,26 @@ pub struct CheckResult {
     pub reason: Option<String>,
 }
 
+/// The git revision this binary was built from (`unknown` without one; `build.rs`).
+pub const REVISION: &str = env!("FETCHER_GIT_REVISION");
+
+/// When this revision was built (RFC 3339).
+pub fn built_at() -> String {
+    let secs: i128 = env!("FETCHER_BUILT_AT_UNIX").parse().unwrap_or(0);
+    Timestamp::from_unix_nanos(secs * 1_000_000_000).to_string()
+}
+
 /// `/readyz` body.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReadinessResponse {
     pub status: &'static str,
     pub checks: BTreeMap<String, CheckResult>,
     pub version: String,
+    /// The git revision the build came from (`unknown` when it had none).
+    pub revision: &'static str,
+    /// When the build was made (RFC 3339).
+    #[serde(rename = "builtAt")]
+    pub built_at: String,
     pub deployment_mode: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenant_id: Option<String>,
@@ -253,6 +267,8 @@ fn readiness(
         status: if healthy { "healthy" } else { "unhealthy" },
         checks,
         version: cfg.version.clone(),
+        revision: REVISION,
+        built_at: built_at(),
         deployment_mode: cfg.deployment_mode.clone(),
         tenant_id,
     };
@@ -371,10 +387,13 @@ pub async fn metrics(State(st): State<AppState>) -> Response {
 }
 
 /// Build version.
-#[utoipa::path(get, path = "/version", tag = "probes", responses((status = 200, description = "{version, requestDate}")))]
+#[utoipa::path(get, path = "/version", tag = "probes", responses((status = 200, description = "{version, revision, builtAt, requestDate}")))]
 pub async fn version(State(st): State<AppState>) -> Response {
-    Json(json!({"version": st.config().version, "requestDate": Timestamp::now().to_string()}))
-        .into_response()
+    Json(
+        json!({"version": st.config().version, "revision": REVISION, "builtAt": built_at(),
+        "requestDate": Timestamp::now().to_string()}),
+    )
+    .into_response()
 }
 
 /// The OpenAPI document.

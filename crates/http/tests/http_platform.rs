@@ -167,7 +167,25 @@ async fn probes_health_readiness_draining() {
     let v = r.json();
     let mut keys: Vec<&String> = v.as_object().unwrap().keys().collect();
     keys.sort();
-    assert_eq!(keys, ["checks", "deployment_mode", "status", "version"]);
+    assert_eq!(
+        keys,
+        [
+            "builtAt",
+            "checks",
+            "deployment_mode",
+            "revision",
+            "status",
+            "version"
+        ]
+    );
+    // The build's identity: this checkout's revision (or `unknown` without git) and when.
+    let revision = v["revision"].as_str().unwrap();
+    assert!(
+        revision == "unknown"
+            || (revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{revision}"
+    );
+    assert!(fetcher_engine::Timestamp::parse(v["builtAt"].as_str().unwrap()).is_some());
     assert_eq!(
         (v["status"].as_str(), v["deployment_mode"].as_str()),
         (Some("healthy"), Some("local"))
@@ -210,6 +228,8 @@ async fn probes_health_readiness_draining() {
     }
     let v = h.get("/version").await.json();
     assert_eq!(v["version"], "0.0.0");
+    assert_eq!(v["revision"], revision);
+    assert!(fetcher_engine::Timestamp::parse(v["builtAt"].as_str().unwrap()).is_some());
     assert!(fetcher_engine::Timestamp::parse(v["requestDate"].as_str().unwrap()).is_some());
 }
 
