@@ -3,7 +3,7 @@
 //! at chosen times (the scheduler's invocations, without waiting for them): one job per due
 //! time even under two concurrent ticks, a run skipped while the previous job has not
 //! ended, missed runs collapsed into one, each job continuing the last through the
-//! `extract` handler.
+//! `extract` handler, and a schedule that pauses itself after three failed runs.
 
 use fetcher_e2e::*;
 use fetcher_engine::Timestamp;
@@ -131,4 +131,33 @@ async fn a_schedule_runs_from_the_tick_function() {
     let (_, job) = h.call("GET", &format!("/v1/fetcher/{second}"), None).await;
     assert_eq!(job["syncId"], SYNC);
     assert!(job["scheduledFor"].is_string(), "{job}");
+
+    // The connection is deleted: three failed runs, and the schedule pauses itself.
+    let conn_id = conn["id"].as_str().unwrap();
+    let (status, gone) = h
+        .call(
+            "DELETE",
+            &format!("/v1/management/connections/{conn_id}"),
+            None,
+        )
+        .await;
+    assert!((200..300).contains(&status), "{gone}");
+    for (i, minute) in [13, 14, 15].into_iter().enumerate() {
+        let r = fetcher_fn_api::tick(&h.state, "test", plus(due, minute * 60))
+            .await
+            .unwrap();
+        assert_eq!(r["failed"], 1, "{r}");
+        assert_eq!(r["paused"], u64::from(i == 2), "{r}");
+    }
+    let s = schedule(&h).await;
+    assert_eq!(s["state"], "pausedAfterFailures", "{s}");
+    assert_eq!(s["lastRun"]["code"], "FET-1020", "{s}");
+    let r = fetcher_fn_api::tick(&h.state, "test", plus(due, 3600))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r["created"].as_u64(), r["failed"].as_u64()),
+        (Some(0), Some(0)),
+        "{r}"
+    );
 }
