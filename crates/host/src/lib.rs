@@ -26,6 +26,7 @@
 //! | [`credentials`] | the engine's credential protector over AES-256-GCM, and the connectors' credential source |
 //! | [`sanitize`] | error-text sanitisation for job records and events |
 //! | [`settings`] | the one settings schema (clap with a variable per setting) and [`settings::ExtractionSettings`], shared by `serve` and the Lambdas |
+//! | [`observe`] | [`observe::TracingObservability`]: the engine's spans on `tracing` |
 //! | [`wiring`] | [`wiring::HostPorts`]: the one engine and pipeline wiring every host uses |
 //! | [`memory`] | in-memory implementations of every host port |
 //! | [`testing`] | conformance suites every host-port adapter passes (feature `testing`) |
@@ -47,6 +48,7 @@ pub mod jobs;
 pub mod memory;
 pub mod message;
 pub mod model;
+pub mod observe;
 pub mod pipeline;
 pub mod ports;
 pub mod sanitize;

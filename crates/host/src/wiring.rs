@@ -109,6 +109,7 @@ impl HostPorts {
                 self.keys.clone(),
             )))
             .active_execution_checker(Arc::new(JobStoreActiveChecker(self.jobs.clone())))
+            .observability(Arc::new(crate::observe::TracingObservability))
             .limits(Limits {
                 timeout: settings.extraction_timeout,
                 max_result_bytes: settings.max_result_bytes,
