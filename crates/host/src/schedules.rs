@@ -254,15 +254,8 @@ impl ScheduleService {
             .await?
         {
             let sync = self.jobs.sync(&s.tenant_id, &s.sync_id).await?;
-            let since = sync
-                .as_ref()
-                .and_then(|sync| sync.last_completed)
-                .map_or(s.anchor, |(_, at)| at.max(s.anchor));
             out.push(SyncFreshness {
-                age_seconds: u64::try_from(
-                    (now.unix_nanos() - since.unix_nanos()).max(0) / 1_000_000_000,
-                )
-                .unwrap_or(u64::MAX),
+                age_seconds: s.age_seconds(sync.as_ref(), now),
                 period_seconds: s.cadence.period_seconds(now),
                 stale: s.stale_since.is_some() || s.stale_by(sync.as_ref(), now).is_some(),
                 tenant_id: s.tenant_id,

@@ -48,7 +48,8 @@ pub struct ScheduleResponse {
     pub sync_id: String,
     /// `active`, `paused`, or `pausedAfterFailures` (after
     /// three failed runs in a row; resume to run again).
-    pub state: String,
+    #[schema(value_type = String)]
+    pub state: ScheduleState,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -73,13 +74,9 @@ pub struct ScheduleResponse {
 
 fn response(s: &Schedule) -> ScheduleResponse {
     let spec = s.cadence.spec();
-    let state = serde_json::to_value(s.state)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
     ScheduleResponse {
         sync_id: s.sync_id.clone(),
-        state,
+        state: s.state,
         rate: spec.rate,
         cron: spec.cron,
         time_zone: spec.time_zone,

@@ -62,8 +62,7 @@ fn response(s: &SyncState, schedule: Option<&Schedule>) -> SyncResponse {
                 .and_then(Value::as_str)
                 .and_then(Timestamp::parse);
             if let Some(t) = newest {
-                let age = (now.unix_nanos() - t.unix_nanos()).max(0) / 1_000_000_000;
-                tables[config][table]["watermarkAgeSeconds"] = Value::from(age as u64);
+                tables[config][table]["watermarkAgeSeconds"] = Value::from(now.seconds_since(t));
             }
         }
     }

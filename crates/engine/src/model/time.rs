@@ -38,6 +38,12 @@ impl Timestamp {
         }
     }
 
+    /// Whole seconds from `earlier` to this instant; 0 when `earlier` is not before it.
+    pub fn seconds_since(self, earlier: Timestamp) -> u64 {
+        u64::try_from((self.unix_nanos() - earlier.unix_nanos()).max(0) / 1_000_000_000)
+            .unwrap_or(u64::MAX)
+    }
+
     /// Parses RFC 3339 (`Z` or `±hh:mm` offset, optional fraction up to nanoseconds).
     pub fn parse(s: &str) -> Option<Self> {
         let b = s.as_bytes();

@@ -196,10 +196,7 @@ impl Cadence {
                 let first = self.next_after(at, at);
                 let second = first.and_then(|f| self.next_after(f, f));
                 match (first, second) {
-                    (Some(a), Some(b)) => {
-                        u64::try_from((b.unix_nanos() - a.unix_nanos()) / 1_000_000_000)
-                            .unwrap_or(u64::MAX)
-                    }
+                    (Some(a), Some(b)) => b.seconds_since(a),
                     _ => u64::MAX,
                 }
             }
@@ -337,19 +334,23 @@ impl Schedule {
         super::answers_to(&self.product, product)
     }
 
-    /// How far the sync is behind at `now`, in seconds, when it is stale: its last
-    /// completed job (or the schedule's start, when none completed since) is older than
-    /// [`STALE_AFTER_PERIODS`] periods of the cadence, jitter included. A paused schedule
-    /// is never stale: its sync is not expected to move.
+    /// Seconds at `now` since the sync's last completed job, or since the schedule's start
+    /// when none completed since.
+    pub fn age_seconds(&self, sync: Option<&super::SyncState>, now: Timestamp) -> u64 {
+        let since = sync
+            .and_then(|s| s.last_completed)
+            .map_or(self.anchor, |(_, at)| at.max(self.anchor));
+        now.seconds_since(since)
+    }
+
+    /// How far the sync is behind at `now`, in seconds, when it is stale: its
+    /// [age](Self::age_seconds) is over [`STALE_AFTER_PERIODS`] periods of the cadence,
+    /// jitter included. A paused schedule is never stale: its sync is not expected to move.
     pub fn stale_by(&self, sync: Option<&super::SyncState>, now: Timestamp) -> Option<u64> {
         if self.state != ScheduleState::Active {
             return None;
         }
-        let since = sync
-            .and_then(|s| s.last_completed)
-            .map_or(self.anchor, |(_, at)| at.max(self.anchor));
-        let age = u64::try_from((now.unix_nanos() - since.unix_nanos()).max(0) / 1_000_000_000)
-            .unwrap_or(u64::MAX);
+        let age = self.age_seconds(sync, now);
         let allowed = self
             .cadence
             .period_seconds(now)

@@ -109,9 +109,7 @@ impl SyncState {
     /// Seconds since the sync's last completed job at `now` (`None`: none completed yet).
     pub fn age_seconds(&self, now: Timestamp) -> Option<u64> {
         let (_, at) = self.last_completed?;
-        Some(
-            u64::try_from((now.unix_nanos() - at.unix_nanos()).max(0) / 1_000_000_000).unwrap_or(0),
-        )
+        Some(now.seconds_since(at))
     }
 
     /// Forgets the watermarks of `tables` (`(config, table)`; empty: all): the next job
