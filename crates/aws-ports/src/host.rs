@@ -220,7 +220,7 @@ struct LambdaSettings {
     #[arg(long, env = "FETCHER_KEY_REFRESH_SECS", default_value_t = 300,
         value_parser = clap::value_parser!(u64).range(1..=3600))]
     key_refresh_secs: u64,
-    /// The log filter, read by the logger ([`init_json_logging`]); declared so that it is
+    /// The log filter, read by the logger ([`init_telemetry`]); declared so that it is
     /// a known setting.
     #[arg(long, env = "FETCHER_LOG")]
     log: Option<String>,
@@ -360,16 +360,24 @@ pub fn emf_line(stack: &str, function: &str, metrics: &[(&str, &str, f64)]) -> S
     line.to_string()
 }
 
-/// JSON logs on stdout through `tracing` (level from `FETCHER_LOG`, default `info`).
-pub fn init_json_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FETCHER_LOG")
-        .unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .without_time()
-        .with_current_span(false)
-        .try_init();
+/// JSON logs on stdout through `tracing` (level from `FETCHER_LOG`, default `info`), and
+/// traces when `OTEL_*` asks for them (docs/operations.md, "Traces"): `service` names the
+/// function in them. A Lambda calls [`fetcher_telemetry::flush`] before each invocation
+/// returns. Fails on an `OTEL_*` setting this build cannot honour.
+pub fn init_telemetry(service: &'static str) -> Result<bool, fetcher_telemetry::TelemetryError> {
+    fetcher_telemetry::init(fetcher_telemetry::Options {
+        service,
+        logs: fetcher_telemetry::LogFormat::Lambda,
+        default_filter: "info",
+    })
+}
+
+/// Exports this invocation's spans before it returns (a frozen sandbox sends nothing);
+/// nothing to do, and no cost, without trace export.
+pub async fn flush_traces() {
+    if fetcher_telemetry::exporting() {
+        let _ = tokio::task::spawn_blocking(fetcher_telemetry::flush).await;
+    }
 }
 
 #[cfg(test)]

@@ -166,17 +166,18 @@ pub struct ServeArgs {
     pub log_json: bool,
 }
 
-fn init_logging(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FETCHER_LOG")
-        .unwrap_or_else(|_| "info,sqlx=warn".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
+/// Logs, and traces when `OTEL_*` asks for them (docs/operations.md, "Traces").
+fn init_telemetry(json: bool) -> Result<bool> {
+    fetcher_telemetry::init(fetcher_telemetry::Options {
+        service: "fetcher-serve",
+        logs: if json {
+            fetcher_telemetry::LogFormat::Json
+        } else {
+            fetcher_telemetry::LogFormat::Text
+        },
+        default_filter: "info,sqlx=warn",
+    })
+    .context("the trace export settings")
 }
 
 async fn key_ring(args: &ServeArgs) -> Result<KeyRing> {
@@ -375,7 +376,9 @@ impl http::ReadinessProbe for DbProbe {
 }
 
 pub async fn serve(args: ServeArgs) -> Result<()> {
-    init_logging(args.log_json);
+    if init_telemetry(args.log_json)? {
+        info!("exporting traces over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT)");
+    }
     // Settings first: a bad one stops the process before anything is created.
     let authenticator = authenticator(&args)?;
     // A JWT key means callers are meant to prove who they are: without --multi-tenant
@@ -635,6 +638,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     scheduler_task.await?;
     worker_task.await?;
     info!("fetcher serve stopped");
+    // The last spans out before the process ends (blocking: the exporter's own thread).
+    tokio::task::spawn_blocking(fetcher_telemetry::shutdown).await?;
     Ok(())
 }
 

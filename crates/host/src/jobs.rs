@@ -471,7 +471,9 @@ impl JobService {
             return Err(JobError::TooManyWaiting);
         }
         // Insert (atomic per hash), then enqueue.
-        let job = Job::new(&tenant.tenant_id, checked.request, checked.hash);
+        let mut job = Job::new(&tenant.tenant_id, checked.request, checked.hash);
+        // The creating request's trace: the job's worker and its event continue it.
+        job.trace = fetcher_telemetry::TraceParent::current();
         let mut retried = false;
         loop {
             match self.store.insert(&job).await.map_err(JobError::JobStore)? {
@@ -501,7 +503,9 @@ impl JobService {
                 let signer = MessageSigner::from_ring(&ring, KeyPurpose::InternalHmac);
                 let message =
                     crate::message::encode(&job, &signer, request_id, crate::message::unix_now());
-                self.queue.enqueue(message).await
+                let span =
+                    tracing::info_span!("enqueue", tenant_id = %job.tenant_id, job_id = %job.id);
+                tracing::Instrument::instrument(self.queue.enqueue(message), span).await
             }
             Err(e) => Err(e),
         };

@@ -56,6 +56,15 @@ pub struct JobMessage {
     /// "Fan-out"); `segment` and `checkpoint` are then that range's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub range: Option<usize>,
+    /// The job's trace context ([`Job::trace`]), inside what the signature covers, so a
+    /// worker continues the creating request's trace and no one else can place it in
+    /// another.
+    #[serde(
+        default,
+        rename = "traceparent",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub trace_parent: Option<fetcher_telemetry::TraceParent>,
 }
 
 /// Builds the signed message for `job`.
@@ -70,6 +79,7 @@ pub fn encode(job: &Job, signer: &MessageSigner, request_id: &str, now_unix: i64
         segment: job.checkpoint.as_ref().map(|c| c.segment),
         checkpoint: job.checkpoint.as_ref().map(|c| c.digest()),
         range: job.range,
+        trace_parent: job.trace.clone(),
     };
     // serde_json's map is sorted, and the struct's fields serialize in a fixed order.
     let value = serde_json::to_value(&msg).expect("job message is JSON");

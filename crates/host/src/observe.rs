@@ -17,7 +17,7 @@ pub struct TracingObservability;
 impl Observability for TracingObservability {
     fn start_span(&self, operation: &'static str) -> Box<dyn Span> {
         Box::new(TracingSpan {
-            span: tracing::info_span!("engine", operation),
+            span: tracing::info_span!("engine", otel.name = operation, operation),
             operation,
             started: Instant::now(),
         })

@@ -190,22 +190,26 @@ impl ResultStreamWriter for SealingWriter {
         mut self: Box<Self>,
         _ctx: &Context,
     ) -> BoxFuture<'_, fetcher_engine::Result<ResultReference>> {
-        Box::pin(async move {
-            let sealer = self.sealer.take().expect("open until close/abort");
-            let summary = sealer
-                .finish_into(&mut self.out)
-                .map_err(|e| persist_failed(e.into()))?;
-            self.push_sealed().await?;
-            let object = self.object.take().expect("open until close/abort");
-            let stored = object.finish().await.map_err(persist_failed)?;
-            Ok(sealed_reference(
-                self.path.clone(),
-                &self.ring,
-                summary.hmac,
-                summary.plaintext_len,
-                stored,
-            ))
-        })
+        let span = tracing::info_span!("result.store", otel.name = "result.store");
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let sealer = self.sealer.take().expect("open until close/abort");
+                let summary = sealer
+                    .finish_into(&mut self.out)
+                    .map_err(|e| persist_failed(e.into()))?;
+                self.push_sealed().await?;
+                let object = self.object.take().expect("open until close/abort");
+                let stored = object.finish().await.map_err(persist_failed)?;
+                Ok(sealed_reference(
+                    self.path.clone(),
+                    &self.ring,
+                    summary.hmac,
+                    summary.plaintext_len,
+                    stored,
+                ))
+            },
+            span,
+        ))
     }
 
     fn abort(mut self: Box<Self>, _ctx: &Context) -> BoxFuture<'_, ()> {

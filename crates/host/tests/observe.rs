@@ -57,7 +57,7 @@ async fn engine_operations_are_spans_with_their_outcome() {
         .collect();
     assert_eq!(lines.len(), 2, "{text}");
     assert!(
-        lines[0].contains("engine{operation=\"engine.connection.list\"}")
+        lines[0].contains("operation=\"engine.connection.list\"}")
             && lines[0].contains("outcome=\"ok\"")
             && lines[0].contains("elapsed_ms="),
         "{text}"

@@ -541,12 +541,36 @@ async fn json_errors(req: Request, next: Next) -> Response {
     fixed
 }
 
-/// Every log line of a request carries its (sanitised) `X-Request-Id`.
+/// Every log line of a request carries its (sanitised) `X-Request-Id`. The span is the
+/// request's in a trace (docs/operations.md, "Traces"): named by its route, never its
+/// path's values; it continues a caller's valid `traceparent`.
 async fn request_span(mut req: Request, next: Next) -> Response {
     let id = extract::request_id(req.headers());
-    let span = tracing::info_span!("request", request_id = %id);
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |m| m.as_str());
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format!("{} {route}", req.method()),
+        otel.kind = "server",
+        request_id = %id,
+        http.request.method = %req.method(),
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+    );
+    if let Some(parent) = req
+        .headers()
+        .get(fetcher_telemetry::context::TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(fetcher_telemetry::TraceParent::parse)
+    {
+        parent.adopt(&span);
+    }
     req.extensions_mut().insert(RequestId(id));
-    tracing::Instrument::instrument(next.run(req), span).await
+    let res = tracing::Instrument::instrument(next.run(req), span.clone()).await;
+    span.record("http.response.status_code", res.status().as_u16());
+    res
 }
 
 /// Request id → authentication → tenant, then the handler; the request id is echoed.

@@ -31,12 +31,12 @@ pub struct CheckResult {
     pub reason: Option<String>,
 }
 
-/// The git revision this binary was built from (`unknown` without one; `build.rs`).
-pub const REVISION: &str = env!("FETCHER_GIT_REVISION");
+/// The git revision this binary was built from (`unknown` without one).
+pub const REVISION: &str = fetcher_telemetry::build::REVISION;
 
 /// When this revision was built (RFC 3339).
 pub fn built_at() -> String {
-    let secs: i128 = env!("FETCHER_BUILT_AT_UNIX").parse().unwrap_or(0);
+    let secs = i128::from(fetcher_telemetry::build::built_at_unix());
     Timestamp::from_unix_nanos(secs * 1_000_000_000).to_string()
 }
 

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use fetcher_aws::host::{HostConfig, init_json_logging};
+use fetcher_aws::host::{HostConfig, flush_traces, init_telemetry};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 
@@ -29,7 +29,10 @@ fn main() -> Result<(), Error> {
 }
 
 async fn run() -> Result<(), Error> {
-    init_json_logging();
+    init_telemetry("fetcher-extract").map_err(|e| {
+        eprintln!("refusing to start: {e}");
+        Error::from(e.to_string())
+    })?;
     let config = HostConfig::from_env().map_err(Error::from)?;
     let sdk = fetcher_aws::sdk_config().await;
     let extractor = Arc::new(fetcher_fn_extract::from_config(config, &sdk).map_err(|e| {
@@ -39,7 +42,11 @@ async fn run() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let extractor = extractor.clone();
         let deadline = fetcher_fn_extract::run_deadline(event.context.deadline);
-        async move { Ok::<Value, Error>(extractor.invoke(event.payload, deadline).await) }
+        async move {
+            let answer = extractor.invoke(event.payload, deadline).await;
+            flush_traces().await;
+            Ok::<Value, Error>(answer)
+        }
     }))
     .await
 }

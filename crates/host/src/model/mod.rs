@@ -334,6 +334,11 @@ pub struct Job {
     /// left at its parts' numbers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub superseded: Vec<u32>,
+    /// The W3C trace context of the request that created the job (docs/operations.md,
+    /// "Traces"): every message of the job carries it, its worker's spans continue it and
+    /// its event names it. Absent when traces are not exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<fetcher_telemetry::TraceParent>,
     /// On a worker's copy only ([`Job::range_view`]): the range of the fanned-out job it
     /// runs. Never stored.
     #[serde(skip)]
@@ -390,6 +395,7 @@ impl Job {
             checkpoint: None,
             fanout: None,
             superseded: Vec::new(),
+            trace: None,
             range: None,
         }
     }

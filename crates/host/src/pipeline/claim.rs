@@ -69,11 +69,13 @@ impl Pipeline {
                 return outcome;
             }
         }
-        let (job, token) = match self
-            .jobs
-            .claim(&tenant, job.id, Timestamp::now(), self.config.lease)
-            .await
-        {
+        let claimed = tracing::Instrument::instrument(
+            self.jobs
+                .claim(&tenant, job.id, Timestamp::now(), self.config.lease),
+            tracing::info_span!("claim"),
+        )
+        .await;
+        let (job, token) = match claimed {
             Ok(ClaimOutcome::Claimed { job, token }) => (*job, token),
             Ok(ClaimOutcome::NotClaimable(j)) if j.status == JobStatus::Processing => {
                 // Someone holds a live lease. Come back later: if that worker died, its

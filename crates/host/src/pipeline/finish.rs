@@ -26,17 +26,26 @@ impl Pipeline {
             std::process::abort();
         }
         let at = Timestamp::now();
-        let payload = completed_payload(job.id, &job.request.metadata, &result, elapsed, at);
+        let payload = completed_payload(
+            job.id,
+            &job.request.metadata,
+            job.trace.as_ref(),
+            &result,
+            elapsed,
+            at,
+        );
         let event = PendingEvent {
             status: JobStatus::Completed,
             payload,
             failures: 0,
         };
-        match self
-            .jobs
-            .complete(&job.tenant_id, job.id, token, &result, &event, at)
-            .await
-        {
+        let completed = tracing::Instrument::instrument(
+            self.jobs
+                .complete(&job.tenant_id, job.id, token, &result, &event, at),
+            tracing::info_span!("complete", rows = result.row_count),
+        )
+        .await;
+        match completed {
             Ok(()) => {}
             Err(e) if e.kind() == crate::ErrorKind::Conflict => {
                 // The claim was lost: what this run wrote is its own (a takeover names its
@@ -72,7 +81,7 @@ impl Pipeline {
     pub(super) async fn fail_claimed(&self, job: &Job, token: u32, error: &str) -> Outcome {
         let event = PendingEvent {
             status: JobStatus::Failed,
-            payload: failed_payload(job.id, &job.request.metadata, error),
+            payload: failed_payload(job.id, &job.request.metadata, job.trace.as_ref(), error),
             failures: 0,
         };
         match self
@@ -153,7 +162,7 @@ impl Pipeline {
         let error = sanitize(error);
         let event = PendingEvent {
             status: JobStatus::Failed,
-            payload: failed_payload(job_id, metadata, &error),
+            payload: failed_payload(job_id, metadata, None, &error),
             failures: 0,
         };
         match self
@@ -201,7 +210,8 @@ impl Pipeline {
     }
 
     pub(super) async fn publish_then_clear(&self, event: &TerminalEvent) -> Result<()> {
-        self.events.publish(event).await?;
+        let span = tracing::info_span!("publish", event = event.detail_type.as_str());
+        tracing::Instrument::instrument(self.events.publish(event), span).await?;
         self.clear_marker(&event.tenant_id, event.job_id).await;
         Ok(())
     }

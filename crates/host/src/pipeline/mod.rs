@@ -276,9 +276,19 @@ impl Pipeline {
         let header = |k: &str| msg.headers.get(k).map(String::as_str).unwrap_or("");
         let span = tracing::info_span!(
             "job",
+            tenant_id = header(fetcher_crypto::envelope::HEADER_TENANT_ID),
             job_id = header(message::HEADER_JOB_ID),
             request_id = header(message::HEADER_REQUEST_ID),
         );
-        tracing::Instrument::instrument(self.handle_in_span(msg, stop, deadline), span).await
+        // Verified before the span starts, so that it can continue the trace the signed
+        // body names (a span's parent is fixed once it starts).
+        let verified = self.verify(msg).await;
+        if let Ok(Ok(received)) = &verified
+            && let Some(trace) = &received.message.trace_parent
+        {
+            trace.adopt(&span);
+        }
+        tracing::Instrument::instrument(self.handle_verified(verified, msg, stop, deadline), span)
+            .await
     }
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use fetcher_engine::{StoredFormat, Timestamp};
 use serde::Serialize;
 
+use fetcher_telemetry::TraceParent;
+
 use crate::model::*;
 
 /// The `result` descriptor of `job.completed` (docs/events.md, "`result`"), plus our fields.
@@ -67,12 +69,17 @@ struct EventPayload<'a> {
     execution_time_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     completed_at: Option<String>,
+    /// Beyond the reference: the W3C trace context of the request that created the job,
+    /// for a subscriber to continue (docs/events.md, "Detail").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<&'a TraceParent>,
 }
 
 /// The `job.completed` payload.
 pub fn completed_payload(
     job_id: JobId,
     metadata: &serde_json::Map<String, serde_json::Value>,
+    trace: Option<&TraceParent>,
     r: &JobResult,
     elapsed: Duration,
     at: Timestamp,
@@ -109,6 +116,7 @@ pub fn completed_payload(
         }),
         execution_time_ms: elapsed.as_millis() as u64,
         completed_at: Some(at.to_string()),
+        traceparent: trace,
     };
     serde_json::to_string(&payload).expect("payload is JSON")
 }
@@ -117,6 +125,7 @@ pub fn completed_payload(
 pub fn failed_payload(
     job_id: JobId,
     metadata: &serde_json::Map<String, serde_json::Value>,
+    trace: Option<&TraceParent>,
     error: &str,
 ) -> String {
     let mut metadata = metadata.clone();
@@ -128,6 +137,7 @@ pub fn failed_payload(
         result: None,
         execution_time_ms: 0,
         completed_at: None,
+        traceparent: trace,
     };
     serde_json::to_string(&payload).expect("payload is JSON")
 }
@@ -136,7 +146,12 @@ pub fn failed_payload(
 pub fn canceled_event(job: &Job) -> PendingEvent {
     PendingEvent {
         status: JobStatus::Canceled,
-        payload: failed_payload(job.id, &job.request.metadata, CANCELED_ERROR),
+        payload: failed_payload(
+            job.id,
+            &job.request.metadata,
+            job.trace.as_ref(),
+            CANCELED_ERROR,
+        ),
         failures: 0,
     }
 }

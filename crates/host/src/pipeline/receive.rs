@@ -13,16 +13,12 @@ use crate::message::{self, Rejected};
 use crate::model::*;
 
 impl Pipeline {
-    pub(super) async fn handle_in_span(
+    /// Checks the envelope and parses the body; `Err` when the key ring cannot be read.
+    pub(super) async fn verify(
         &self,
         msg: &QueueMessage,
-        stop: &Context,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Outcome {
-        let ring = match self.keys.key_ring().await {
-            Ok(r) => r,
-            Err(e) => return Outcome::Retry(e),
-        };
+    ) -> crate::Result<Result<message::Received, Rejected>> {
+        let ring = self.keys.key_ring().await?;
         let policy = VerifyPolicy {
             max_age: self.config.max_message_age,
             ..VerifyPolicy::default()
@@ -40,6 +36,21 @@ impl Pipeline {
                 decoded = message::decode(msg, &signer, message::unix_now());
             }
         }
+        Ok(decoded)
+    }
+
+    /// Runs a verified message's job, or drops a rejected one.
+    pub(super) async fn handle_verified(
+        &self,
+        verified: crate::Result<Result<message::Received, Rejected>>,
+        msg: &QueueMessage,
+        stop: &Context,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Outcome {
+        let decoded = match verified {
+            Ok(decoded) => decoded,
+            Err(e) => return Outcome::Retry(e),
+        };
         match decoded {
             Ok(received) => self.process_in_share(received, msg, stop, deadline).await,
             Err(Rejected::BadSignature(e)) => {

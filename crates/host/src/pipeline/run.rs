@@ -59,7 +59,16 @@ impl Pipeline {
             },
             Some(_) => None,
         };
-        let extracted = self.extract(&job, &run, &progress, &segment, planned).await;
+        let extracted = tracing::Instrument::instrument(
+            self.extract(&job, &run, &progress, &segment, planned),
+            tracing::info_span!(
+                "extract",
+                sync_id = job.request.sync_id.as_deref().unwrap_or(""),
+                segment = job.checkpoint.as_ref().map_or(0, |c| c.segment),
+                range = job.range.map_or(-1, |r| r as i64),
+            ),
+        )
+        .await;
         let end = heartbeat.stop();
         if end.lost && extracted.is_err() {
             // Another worker holds the job now (this one stalled past its lease): what

@@ -2,13 +2,16 @@
 //! Scheduler invokes it every minute; it runs the schedules due then through the API's job
 //! creation, under the API's role. The logic lives in the library.
 
-use fetcher_aws::host::{HostConfig, init_json_logging};
+use fetcher_aws::host::{HostConfig, flush_traces, init_telemetry};
 use lambda_http::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
-    init_json_logging();
+    init_telemetry("fetcher-tick").map_err(|e| {
+        eprintln!("refusing to start: {e}");
+        Error::from(e.to_string())
+    })?;
     let config = HostConfig::from_env().map_err(Error::from)?;
     let stack = config.stack_name.clone();
     let sdk = fetcher_aws::sdk_config().await;
@@ -21,9 +24,11 @@ async fn main() -> Result<(), Error> {
     lambda_http::lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| {
         let (state, stack) = (state.clone(), stack.clone());
         async move {
-            fetcher_fn_api::tick(&state, &stack, fetcher_engine::Timestamp::now())
+            let answer = fetcher_fn_api::tick(&state, &stack, fetcher_engine::Timestamp::now())
                 .await
-                .map_err(Error::from)
+                .map_err(Error::from);
+            flush_traces().await;
+            answer
         }
     }))
     .await

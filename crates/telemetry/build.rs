@@ -1,4 +1,4 @@
-//! The build's identity (`/readyz`, `/version`): the git revision the binary was built
+//! The build's identity (`/readyz`, `/version`, the traces' resource): the git revision the binary was built
 //! from and when. `FETCHER_GIT_REVISION` overrides the revision (a build without `.git`);
 //! without either it is `unknown`. The script reruns when the checkout's HEAD moves, so
 //! the time is when this revision was built.

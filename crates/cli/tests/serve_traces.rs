@@ -1,0 +1,351 @@
+//! Traces on `fetcher serve` (docs/operations.md, "Traces"): with `OTEL_EXPORTER_OTLP_ENDPOINT`
+//! set, a job's spans reach an OTLP/HTTP receiver as one trace that continues the caller's
+//! `traceparent`, from the API request through the queue and the worker to the event, and
+//! no exported byte holds the connection's password or a row's value; the event names the
+//! trace. Without the variables nothing is exported.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const PASSWORD: &str = "trace-canary-Pa55word";
+const ROW_VALUE: &str = "row-canary-value";
+const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+/// A loopback OTLP/HTTP receiver (JSON encoding): keeps every body POSTed to
+/// `/v1/traces` and answers 200.
+struct Receiver {
+    port: u16,
+    bodies: Arc<Mutex<Vec<String>>>,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let kept = bodies.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let kept = kept.clone();
+                std::thread::spawn(move || serve_connection(conn, &kept));
+            }
+        });
+        Receiver { port, bodies }
+    }
+
+    /// Every span received so far.
+    fn spans(&self) -> Vec<Value> {
+        let bodies = self.bodies.lock().unwrap();
+        let mut out = Vec::new();
+        for body in bodies.iter() {
+            let v: Value = serde_json::from_str(body).expect("OTLP JSON");
+            for rs in v["resourceSpans"].as_array().into_iter().flatten() {
+                for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                    for span in ss["spans"].as_array().into_iter().flatten() {
+                        let mut span = span.clone();
+                        span["resource"] = rs["resource"].clone();
+                        out.push(span);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn raw(&self) -> String {
+        self.bodies.lock().unwrap().join("\n")
+    }
+}
+
+/// Reads HTTP/1.1 requests off one (keep-alive) connection.
+fn serve_connection(conn: std::net::TcpStream, kept: &Mutex<Vec<String>>) {
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut writer = conn;
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        if request_line.starts_with("POST /v1/traces") {
+            kept.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&body).into_owned());
+        }
+        let _ = writer.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+        );
+    }
+}
+
+fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
+    span["attributes"]
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)
+        .map(|a| &a["value"])
+}
+
+fn seed() -> PgDb {
+    let db = PgDb::create("traces");
+    psql(
+        &db.0,
+        &format!(
+            "CREATE TABLE notes (id bigint PRIMARY KEY, body text);
+             INSERT INTO notes SELECT g, '{ROW_VALUE}-' || g FROM generate_series(1, 50) g;"
+        ),
+    );
+    db
+}
+
+fn register(server: &Server, db: &PgDb) {
+    let (status, body) = server.request(
+        "POST",
+        "/v1/management/connections",
+        Some(&json!({
+            "configName": "notes",
+            "type": "POSTGRESQL",
+            "host": "127.0.0.1",
+            "port": 5432,
+            "databaseName": db.0,
+            "userName": "postgres",
+            "password": PASSWORD,
+        })),
+        &[("X-Product-Name", "traces")],
+    );
+    assert_eq!(status, 201, "{body}");
+}
+
+fn submit(server: &Server, headers: &[(&str, &str)]) -> String {
+    let mut headers = headers.to_vec();
+    headers.push(("X-Product-Name", "traces"));
+    let (status, body) = server.request(
+        "POST",
+        "/v1/fetcher",
+        Some(&json!({
+            "dataRequest": {"mappedFields": {"notes": {"notes": ["id", "body"]}}},
+            "metadata": {"source": "traces"}
+        })),
+        &headers,
+    );
+    assert_eq!(status, 202, "{body}");
+    body["jobId"].as_str().expect("job id").to_owned()
+}
+
+fn events(server: &Server) -> Vec<Value> {
+    std::fs::read_to_string(server.data_dir.join("events.ndjson"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("event line"))
+        .collect()
+}
+
+#[test]
+fn a_jobs_spans_form_one_trace_from_the_request_to_the_event() {
+    let receiver = Receiver::start();
+    let db = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let server = Server::start_with(
+        dir.path(),
+        &[],
+        None,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_SERVICE_NAME", "fetcher-under-test"),
+        ],
+    );
+    register(&server, &db);
+    let caller = format!("00-{CALLER_TRACE}-00f067aa0ba902b7-01");
+    let job_id = submit(&server, &[("traceparent", &caller)]);
+    let job = server.wait_job(&job_id, Duration::from_secs(60));
+    assert_eq!(job["status"], "completed", "{job}");
+
+    // The worker's spans arrive within a few export periods.
+    let wanted = [
+        "POST /v1/fetcher",
+        "enqueue",
+        "job",
+        "claim",
+        "extract",
+        "engine.extraction.plan",
+        "engine.extraction.execute",
+        "result.store",
+        "complete",
+        "publish",
+    ];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let in_trace = loop {
+        let spans: Vec<Value> = receiver
+            .spans()
+            .into_iter()
+            .filter(|s| s["traceId"] == CALLER_TRACE)
+            .collect();
+        let names: BTreeSet<&str> = spans.iter().filter_map(|s| s["name"].as_str()).collect();
+        if wanted.iter().all(|w| names.contains(w)) {
+            break spans;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "spans of the job's trace so far: {names:?}; wanted {wanted:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+
+    // One tree: the request continues the caller's span; every other span's parent is
+    // a span of the trace.
+    let by_id: BTreeMap<&str, &Value> = in_trace
+        .iter()
+        .map(|s| (s["spanId"].as_str().unwrap(), s))
+        .collect();
+    let name_of = |id: &str| {
+        by_id
+            .get(id)
+            .and_then(|s| s["name"].as_str())
+            .unwrap_or("?")
+    };
+    for span in &in_trace {
+        let parent = span["parentSpanId"].as_str().unwrap_or("");
+        if span["name"] == "POST /v1/fetcher" {
+            assert_eq!(
+                parent, "00f067aa0ba902b7",
+                "the request continues the caller"
+            );
+            assert_eq!(
+                attribute(span, "http.route").unwrap()["stringValue"],
+                "/v1/fetcher"
+            );
+        } else {
+            assert!(
+                by_id.contains_key(parent),
+                "{} has no parent in the trace",
+                span["name"]
+            );
+        }
+    }
+    let job_span = in_trace.iter().find(|s| s["name"] == "job").unwrap();
+    assert_eq!(
+        name_of(job_span["parentSpanId"].as_str().unwrap()),
+        "POST /v1/fetcher"
+    );
+    assert_eq!(
+        attribute(job_span, "job_id").unwrap()["stringValue"],
+        job_id.as_str()
+    );
+    assert_eq!(
+        attribute(job_span, "tenant_id").unwrap()["stringValue"],
+        "default"
+    );
+    for (child, parent) in [
+        ("claim", "job"),
+        ("extract", "job"),
+        ("complete", "job"),
+        ("publish", "job"),
+        ("enqueue", "POST /v1/fetcher"),
+        ("engine.extraction.plan", "job"),
+        ("engine.extraction.execute", "extract"),
+        ("result.store", "extract"),
+    ] {
+        let span = in_trace.iter().find(|s| s["name"] == child).unwrap();
+        assert_eq!(
+            name_of(span["parentSpanId"].as_str().unwrap()),
+            parent,
+            "{child}"
+        );
+    }
+    // The resource names the service (OTEL_SERVICE_NAME) and the build.
+    let resource = &job_span["resource"];
+    assert_eq!(
+        attribute(resource, "service.name").unwrap()["stringValue"],
+        "fetcher-under-test"
+    );
+    assert!(attribute(resource, "vcs.revision").is_some(), "{resource}");
+    assert!(
+        attribute(resource, "service.version").is_some(),
+        "{resource}"
+    );
+
+    // The event names the trace for a subscriber to continue.
+    let event = events(&server)
+        .into_iter()
+        .find(|e| e["detail"]["jobId"] == job_id.as_str())
+        .expect("the job's event");
+    let traceparent = event["detail"]["traceparent"]
+        .as_str()
+        .expect("traceparent");
+    assert_eq!(&traceparent[3..35], CALLER_TRACE, "{event}");
+
+    // Nothing exported holds the password or a row value.
+    let raw = receiver.raw();
+    assert!(!raw.contains(PASSWORD), "the password reached a span");
+    assert!(!raw.contains(ROW_VALUE), "a row value reached a span");
+}
+
+#[test]
+fn without_an_endpoint_nothing_is_exported_and_no_event_names_a_trace() {
+    let db = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    register(&server, &db);
+    let caller = format!("00-{CALLER_TRACE}-00f067aa0ba902b7-01");
+    let job_id = submit(&server, &[("traceparent", &caller)]);
+    assert_eq!(
+        server.wait_job(&job_id, Duration::from_secs(60))["status"],
+        "completed"
+    );
+    let event = events(&server)
+        .into_iter()
+        .find(|e| e["detail"]["jobId"] == job_id.as_str())
+        .expect("the job's event");
+    assert!(event["detail"].get("traceparent").is_none(), "{event}");
+}
+
+#[test]
+fn an_export_setting_this_build_cannot_honour_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fetcher"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .env("FETCHER_MASTER_KEY", KEY)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .output()
+        .expect("run fetcher serve");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && stderr.contains("http/protobuf"),
+        "{stderr}"
+    );
+}
