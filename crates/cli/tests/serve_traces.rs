@@ -349,3 +349,71 @@ fn an_export_setting_this_build_cannot_honour_stops_the_start() {
         "{stderr}"
     );
 }
+
+/// A job fanned out over two key ranges, each continued across short segments: every
+/// worker run of it (the first claim, each range, each continuation) is a `job` span of the
+/// creating request's trace, because each of its messages carries that context.
+#[test]
+fn a_fanned_out_and_continued_jobs_runs_share_the_creating_requests_trace() {
+    let receiver = Receiver::start();
+    let db = PgDb::create("traces_fanout");
+    psql(
+        &db.0,
+        "CREATE TABLE notes (id bigint PRIMARY KEY, body text);
+         INSERT INTO notes SELECT g, 'note ' || g FROM generate_series(1, 300000) g;
+         ANALYZE notes;",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let server = Server::start_with(
+        dir.path(),
+        &["--workers", "2", "--max-result-bytes", "0"],
+        None,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("FETCHER_FANOUT_RANGES", "2"),
+            ("FETCHER_FANOUT_RANGE_ROWS", "100000"),
+            ("FETCHER_TEST_SEGMENT_SECS", "0.2"),
+        ],
+    );
+    register(&server, &db);
+    let caller = format!("00-{CALLER_TRACE}-00f067aa0ba902b7-01");
+    let job_id = submit(&server, &[("traceparent", &caller)]);
+    let done = server.wait_job(&job_id, Duration::from_secs(120));
+    assert_eq!(done["status"], "completed", "{done}");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let spans = receiver.spans();
+        let of_job = |s: &&Value| {
+            s["name"] == "job"
+                && attribute(s, "job_id").is_some_and(|v| v["stringValue"] == job_id.as_str())
+        };
+        let runs: Vec<&Value> = spans.iter().filter(of_job).collect();
+        let extracts: Vec<&Value> = spans.iter().filter(|s| s["name"] == "extract").collect();
+        let ranges: BTreeSet<String> = extracts
+            .iter()
+            .filter_map(|s| attribute(s, "range"))
+            .map(|v| v["intValue"].to_string())
+            .collect();
+        let continued = extracts.iter().any(|s| {
+            attribute(s, "segment").is_some_and(|v| v["intValue"] != "0" && v["intValue"] != 0)
+        });
+        let complete = spans.iter().any(|s| s["name"] == "publish");
+        if ranges.contains("\"0\"") && ranges.contains("\"1\"") && continued && complete {
+            assert!(runs.len() >= 3, "{} runs", runs.len());
+            for s in runs.iter().chain(&extracts) {
+                assert_eq!(s["traceId"], CALLER_TRACE, "{} left the trace", s["name"]);
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "runs {}, ranges {ranges:?}, continued {continued}, published {complete}",
+            runs.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
