@@ -59,7 +59,13 @@ ALTERNATIVES = {
 }
 
 # Parameters set together with another (no condition of their own reads them).
-COMPANIONS = {"VpcSubnetIds": {"VpcSecurityGroupIds": "sg-0123456789abcdef0"}}
+COMPANIONS = {
+    "VpcSubnetIds": {"VpcSecurityGroupIds": "sg-0123456789abcdef0"},
+    "Tracing": {
+        "AdotCollectorLayerArn": "arn:aws:lambda:us-east-1:901920570463:layer:aws-otel-collector-amd64-ver-0-117-0:1",
+        "OtlpEndpoint": "https://collector.example.com:4318",
+    },
+}
 
 PSEUDO = {
     "AWS::Partition": "aws",

@@ -36,6 +36,10 @@
 //! table into N key ranges read at once (fan-out, `FETCHER_FANOUT_RANGES`) against one
 //! uninterrupted run, alternating: the same figures.
 //!
+//! `--traces` runs the NDJSON job on a second `serve` that exports its traces over OTLP/HTTP
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, to a loopback receiver in this process that reads and
+//! drops them) against one that exports none, alternating: what tracing costs a job.
+//!
 //! `--cursor` (with `--segments`, on either database) indexes `ts` and makes every job an
 //! incremental one of a sync of its own on cursor `ts` (key `id`): the whole table read in
 //! `(ts, id)` order, so each continued segment reads past a watermark
@@ -470,13 +474,24 @@ fn main() {
     }
     let fan: usize = arg("--fanout", 0);
     let secs: f64 = arg("--segments", 0.0);
-    if fan > 1 || secs > 0.0 {
+    let traces = std::env::args().any(|a| a == "--traces");
+    let sink = if traces {
+        format!("http://127.0.0.1:{}", otlp_sink())
+    } else {
+        String::new()
+    };
+    if fan > 1 || secs > 0.0 || traces {
         let (n, per_range, secs) = (
             fan.to_string(),
             (rows / fan.max(1) as u64).max(1).to_string(),
             secs.to_string(),
         );
-        let (label, env): (&str, Vec<(&str, &str)>) = if fan > 1 {
+        let (label, env): (&str, Vec<(&str, &str)>) = if traces {
+            (
+                "traced",
+                vec![("OTEL_EXPORTER_OTLP_ENDPOINT", sink.as_str())],
+            )
+        } else if fan > 1 {
             (
                 "fanned-out",
                 vec![
@@ -501,7 +516,14 @@ fn main() {
             Some(&kind.connection(&db)),
         );
         assert_eq!(status, 201, "{v}");
-        segment_pairs((serve, data_dir), (&other, &other_dir), rows, pairs, label);
+        let base = if traces { "untraced" } else { "uninterrupted" };
+        segment_pairs(
+            (serve, data_dir),
+            (&other, &other_dir),
+            rows,
+            pairs,
+            (label, base),
+        );
         drop((serves, other));
         let _ = std::fs::remove_dir_all(&scratch);
         kind.drop(&db);
@@ -595,18 +617,61 @@ fn main() {
     kind.drop(&db);
 }
 
+/// A loopback OTLP/HTTP receiver for `--traces`: answers every request 200 and drops
+/// the body. Returns its port.
+fn otlp_sink() -> u16 {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the OTLP sink");
+    let port = listener.local_addr().expect("sink address").port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+                let mut writer = conn;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let l = line.trim_end().to_ascii_lowercase();
+                        if l.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = l.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err()
+                        || writer
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                            .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
 /// `--segments SECS`: the same NDJSON job on a `serve` whose segments stop after SECS
 /// seconds (`FETCHER_TEST_SEGMENT_SECS`: the job is continued from its checkpoint many
 /// times, through the in-process queue) against one uninterrupted run on another,
 /// alternating: wall and CPU ratios, peak RSS of both, and the parts per job.
 /// `--fanout N` runs it through the same pairs on a `serve` of N workers that cuts the
-/// table into N key ranges (`label` names the mode).
+/// table into N key ranges, and `--traces` on a `serve` exporting traces (`labels`: the
+/// mode's, then the plain run's).
 fn segment_pairs(
     plain: (&Serve, &Path),
     segmented: (&Serve, &Path),
     rows: u64,
     pairs: usize,
-    label: &str,
+    (label, base): (&str, &str),
 ) {
     run_job(segmented.0, segmented.1, 0, "v2");
     let (mut walls, mut cpus, mut whole, mut seg) =
@@ -621,10 +686,10 @@ fn segment_pairs(
             (run_job(plain.0, plain.1, run, "v2"), s)
         };
         assert_eq!((w.rows, s.rows), (rows, rows), "every row, in both");
-        assert_eq!(w.parts, 0, "the uninterrupted run is one object");
+        assert_eq!(w.parts, 0, "the plain run is one object");
         let (wall, cpu) = (s.wall.as_secs_f64() / w.wall.as_secs_f64(), s.cpu / w.cpu);
         println!(
-            "pair {}: {label} {:>7.2?} (cpu {:.2} s, peak {:.0} MiB, {} parts)  uninterrupted {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  ratio wall {wall:.3} cpu {cpu:.3}",
+            "pair {}: {label} {:>7.2?} (cpu {:.2} s, peak {:.0} MiB, {} parts)  {base} {:>7.2?} (cpu {:.2} s, peak {:.0} MiB)  ratio wall {wall:.3} cpu {cpu:.3}",
             pair + 1,
             s.wall,
             s.cpu,
@@ -641,7 +706,7 @@ fn segment_pairs(
     }
     let peak = |runs: &[OursRun]| runs.iter().map(|r| r.peak_mib).fold(0.0, f64::max);
     println!(
-        "median over {pairs} pairs: {label}/uninterrupted wall {:.3}, CPU {:.3}; parts per job {}..{}; peak RSS {label} {:.0} MiB (max), uninterrupted {:.0} MiB (max)",
+        "median over {pairs} pairs: {label}/{base} wall {:.3}, CPU {:.3}; parts per job {}..{}; peak RSS {label} {:.0} MiB (max), {base} {:.0} MiB (max)",
         median(walls),
         median(cpus),
         seg.iter().map(|r| r.parts).min().unwrap_or(0),
