@@ -141,17 +141,25 @@ impl Watch {
 
     /// An HTTP request to the `api` function through its function URL.
     pub fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.api_with(method, path, body, &[])
+    }
+
+    /// [`Watch::api`] with more headers.
+    pub fn api_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
         let url = format!("http://127.0.0.1:{}/lambda-url/api{path}", self.port);
         let body = body.map(Value::to_string);
-        let (status, text) = http(
-            method,
-            &url,
-            &[
-                ("content-type", "application/json"),
-                ("x-product-name", "e2e"),
-            ],
-            body.as_deref(),
-        );
+        let mut all = vec![
+            ("content-type", "application/json"),
+            ("x-product-name", "e2e"),
+        ];
+        all.extend_from_slice(headers);
+        let (status, text) = http(method, &url, &all, body.as_deref());
         (
             status,
             serde_json::from_str(&text).unwrap_or(Value::String(text)),

@@ -1,6 +1,8 @@
 //! End to end on the real handler binaries: HTTP to the `api` function, the harness
 //! polls SQS and invokes the `extract` function with a real SQS event, results land in
-//! (moto) S3, events travel through the EventBridge rule to a subscriber queue.
+//! (moto) S3, events travel through the EventBridge rule to a subscriber queue. Both
+//! functions export their traces to a loopback OTLP receiver: the happy path's job is one
+//! trace across the two processes, SQS and EventBridge.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,17 +17,31 @@ use serde_json::{Value, json};
 
 const DB: &str = "fetcher_e2e";
 
+/// The caller's trace that the happy path's job continues.
+const CALLER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+
 fn create_job(w: &Watch, config: &str, table: &str, source: &str) -> String {
+    create_job_with(w, config, table, source, &[])
+}
+
+fn create_job_with(
+    w: &Watch,
+    config: &str,
+    table: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+) -> String {
     // The forged-message case selects other fields, so it is not a duplicate request.
     let fields: &[&str] = if source == "e2e-forged" {
         &["id"]
     } else {
         &["id", "name"]
     };
-    let (status, v) = w.api(
+    let (status, v) = w.api_with(
         "POST",
         "/v1/fetcher",
         Some(&json!({"dataRequest": {"mappedFields": {config: {table: fields}}}, "metadata": {"source": "e2e", "case": source}})),
+        headers,
     );
     assert_eq!(status, 202, "create job: {v}");
     v["jobId"].as_str().expect("jobId").to_owned()
@@ -55,7 +71,15 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
         .await
         .expect("bootstrap");
     let queue_arn = format!("arn:aws:sqs:us-east-1:123456789012:{prefix}-jobs");
-    let env = Watch::function_env(&r, &[]);
+    let traces = fetcher_telemetry::testing::OtlpReceiver::start();
+    let endpoint = traces.endpoint();
+    let env = Watch::function_env(
+        &r,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ],
+    );
     let logs = log_dir();
     let w = Watch::start(&env, &logs.join("watch.log"));
     eprintln!(
@@ -86,7 +110,14 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
     let bad_table_job = create_job(&w, "pg-main", "no_such_table", "e2e-bad-table");
 
     // --- The happy path -----------------------------------------------------------------
-    let job = create_job(&w, "pg-main", "accounts", "e2e-ok");
+    let caller = format!("00-{CALLER_TRACE}-b7ad6b7169203331-01");
+    let job = create_job_with(
+        &w,
+        "pg-main",
+        "accounts",
+        "e2e-ok",
+        &[("traceparent", &caller)],
+    );
     let msg = job_message(&c, &r, &job).await;
     let event = sqs_event(&msg, &queue_arn);
     let answer = w.invoke("extract", &event);
@@ -146,6 +177,48 @@ async fn jobs_run_end_to_end_on_the_lambda_binaries() {
     assert_eq!(d["result"]["rowCount"], 3);
     assert_eq!(d["result"]["integrity"]["algorithm"], "HMAC-SHA256");
     assert!(d["completedAt"].is_string() && d["result"]["hmac"].is_string());
+
+    // One trace across both functions, SQS and EventBridge: the event names the caller's
+    // trace; the `api` function's request span continues the caller, and the `extract`
+    // function's job span continues that request (its context came in the signed SQS
+    // message). Each function exported its spans before its invocation returned.
+    let traceparent = d["traceparent"]
+        .as_str()
+        .expect("the event names the trace");
+    assert_eq!(&traceparent[3..35], CALLER_TRACE, "{d}");
+    let spans: Vec<Value> = traces
+        .spans()
+        .into_iter()
+        .filter(|s| s["traceId"] == CALLER_TRACE)
+        .collect();
+    let service = |s: &Value| {
+        fetcher_telemetry::testing::attribute(&s["resource"], "service.name")
+            .and_then(|v| v["stringValue"].as_str())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let find = |name: &str| {
+        spans
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} span in the trace: {spans:?}"))
+    };
+    let request = find("POST /v1/fetcher");
+    assert_eq!(request["parentSpanId"], "b7ad6b7169203331");
+    assert_eq!(service(request), "fetcher-api");
+    let run = find("job");
+    assert_eq!(service(run), "fetcher-extract");
+    assert_eq!(
+        run["parentSpanId"], request["spanId"],
+        "the worker continues the request"
+    );
+    for name in ["enqueue", "claim", "extract", "complete", "publish"] {
+        find(name);
+    }
+    assert!(
+        !traces.raw().contains("e2e-secret-password"),
+        "the password reached a span"
+    );
 
     // A duplicated delivery: no second result, no second event.
     let size_before = objects.head(&path).await.unwrap();

@@ -7,112 +7,15 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
+use fetcher_telemetry::testing::{OtlpReceiver as Receiver, attribute};
 use serde_json::{Value, json};
 
 const PASSWORD: &str = "trace-canary-Pa55word";
 const ROW_VALUE: &str = "row-canary-value";
 const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-
-/// A loopback OTLP/HTTP receiver (JSON encoding): keeps every body POSTed to
-/// `/v1/traces` and answers 200.
-struct Receiver {
-    port: u16,
-    bodies: Arc<Mutex<Vec<String>>>,
-}
-
-impl Receiver {
-    fn start() -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let kept = bodies.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let kept = kept.clone();
-                std::thread::spawn(move || serve_connection(conn, &kept));
-            }
-        });
-        Receiver { port, bodies }
-    }
-
-    /// Every span received so far.
-    fn spans(&self) -> Vec<Value> {
-        let bodies = self.bodies.lock().unwrap();
-        let mut out = Vec::new();
-        for body in bodies.iter() {
-            let v: Value = serde_json::from_str(body).expect("OTLP JSON");
-            for rs in v["resourceSpans"].as_array().into_iter().flatten() {
-                for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
-                    for span in ss["spans"].as_array().into_iter().flatten() {
-                        let mut span = span.clone();
-                        span["resource"] = rs["resource"].clone();
-                        out.push(span);
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    fn raw(&self) -> String {
-        self.bodies.lock().unwrap().join("\n")
-    }
-}
-
-/// Reads HTTP/1.1 requests off one (keep-alive) connection.
-fn serve_connection(conn: std::net::TcpStream, kept: &Mutex<Vec<String>>) {
-    let mut reader = BufReader::new(conn.try_clone().unwrap());
-    let mut writer = conn;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut length = 0usize;
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        if request_line.starts_with("POST /v1/traces") {
-            kept.lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(&body).into_owned());
-        }
-        let _ = writer.write_all(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
-        );
-    }
-}
-
-fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
-    span["attributes"]
-        .as_array()?
-        .iter()
-        .find(|a| a["key"] == key)
-        .map(|a| &a["value"])
-}
 
 fn seed() -> PgDb {
     let db = PgDb::create("traces");
@@ -173,7 +76,7 @@ fn a_jobs_spans_form_one_trace_from_the_request_to_the_event() {
     let receiver = Receiver::start();
     let db = seed();
     let dir = tempfile::tempdir().unwrap();
-    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let endpoint = receiver.endpoint();
     let server = Server::start_with(
         dir.path(),
         &[],
@@ -364,7 +267,7 @@ fn a_fanned_out_and_continued_jobs_runs_share_the_creating_requests_trace() {
          ANALYZE notes;",
     );
     let dir = tempfile::tempdir().unwrap();
-    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let endpoint = receiver.endpoint();
     let server = Server::start_with(
         dir.path(),
         &["--workers", "2", "--max-result-bytes", "0"],

@@ -6,6 +6,7 @@
 //!   `/readyz` and carried by every exported span's resource.
 //! * [`context`]: [`TraceParent`], the W3C trace context a job carries from the request
 //!   that created it, through the signed queue message, to its event.
+//! * `testing` (feature `testing`): a loopback OTLP/HTTP receiver for tests and benches.
 //! * `export` (private): the OpenTelemetry export, read from the standard `OTEL_*`
 //!   variables; off when no OTLP endpoint is set.
 //!
@@ -18,6 +19,8 @@
 pub mod build;
 pub mod context;
 mod export;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::sync::OnceLock;
 

@@ -37,8 +37,7 @@
 //! uninterrupted run, alternating: the same figures.
 //!
 //! `--traces` runs the NDJSON job on a second `serve` that exports its traces over OTLP/HTTP
-//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, to a loopback receiver in this process that reads and
-//! drops them) against one that exports none, alternating: what tracing costs a job.
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, to a loopback receiver in this process) against one that exports none, alternating: what tracing costs a job.
 //!
 //! `--cursor` (with `--segments`, on either database) indexes `ts` and makes every job an
 //! incremental one of a sync of its own on cursor `ts` (key `id`): the whole table read in
@@ -475,11 +474,12 @@ fn main() {
     let fan: usize = arg("--fanout", 0);
     let secs: f64 = arg("--segments", 0.0);
     let traces = std::env::args().any(|a| a == "--traces");
-    let sink = if traces {
-        format!("http://127.0.0.1:{}", otlp_sink())
-    } else {
-        String::new()
-    };
+    // Kept to the end: the traced serve exports into it.
+    let receiver = traces.then(fetcher_telemetry::testing::OtlpReceiver::start);
+    let sink = receiver
+        .as_ref()
+        .map(fetcher_telemetry::testing::OtlpReceiver::endpoint)
+        .unwrap_or_default();
     if fan > 1 || secs > 0.0 || traces {
         let (n, per_range, secs) = (
             fan.to_string(),
@@ -615,48 +615,6 @@ fn main() {
     drop(serves);
     let _ = std::fs::remove_dir_all(&scratch);
     kind.drop(&db);
-}
-
-/// A loopback OTLP/HTTP receiver for `--traces`: answers every request 200 and drops
-/// the body. Returns its port.
-fn otlp_sink() -> u16 {
-    use std::io::{BufRead, BufReader};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the OTLP sink");
-    let port = listener.local_addr().expect("sink address").port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().expect("clone"));
-                let mut writer = conn;
-                loop {
-                    let mut length = 0usize;
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let l = line.trim_end().to_ascii_lowercase();
-                        if l.is_empty() {
-                            break;
-                        }
-                        if let Some(v) = l.strip_prefix("content-length:") {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    if reader.read_exact(&mut body).is_err()
-                        || writer
-                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-                            .is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
 }
 
 /// `--segments SECS`: the same NDJSON job on a `serve` whose segments stop after SECS
