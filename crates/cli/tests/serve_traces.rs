@@ -103,6 +103,8 @@ fn a_jobs_spans_form_one_trace_from_the_request_to_the_event() {
         "extract",
         "engine.extraction.plan",
         "engine.extraction.execute",
+        "engine.step",
+        "engine.table.read",
         "result.store",
         "complete",
         "publish",
@@ -169,6 +171,13 @@ fn a_jobs_spans_form_one_trace_from_the_request_to_the_event() {
         attribute(job_span, "tenant_id").unwrap()["stringValue"],
         "default"
     );
+    // The table's read names its datasource and table.
+    let read = in_trace
+        .iter()
+        .find(|s| s["name"] == "engine.table.read")
+        .unwrap();
+    assert_eq!(attribute(read, "table").unwrap()["stringValue"], "notes");
+    assert_eq!(attribute(read, "config").unwrap()["stringValue"], "notes");
     for (child, parent) in [
         ("claim", "job"),
         ("extract", "job"),
@@ -177,7 +186,9 @@ fn a_jobs_spans_form_one_trace_from_the_request_to_the_event() {
         ("enqueue", "POST /v1/fetcher"),
         ("engine.extraction.plan", "job"),
         ("engine.extraction.execute", "extract"),
-        ("result.store", "extract"),
+        ("engine.step", "engine.extraction.execute"),
+        ("engine.table.read", "engine.step"),
+        ("result.store", "engine.extraction.execute"),
     ] {
         let span = in_trace.iter().find(|s| s["name"] == child).unwrap();
         assert_eq!(

@@ -165,11 +165,20 @@ impl Engine {
             .observability
             .as_ref()
             .map(|o| o.start_span(name));
-        let out = op.await;
-        if let Some(span) = span {
-            span.end(out.as_ref().err());
-        }
-        out
+        within(span, op).await
+    }
+
+    /// A span about one datasource or table of an extraction (when observability is
+    /// configured), a child of the span entered where it is started.
+    pub(crate) fn span_about(
+        &self,
+        name: &'static str,
+        about: crate::ports::SpanSubject<'_>,
+    ) -> Option<Box<dyn crate::ports::Span>> {
+        self.inner
+            .observability
+            .as_ref()
+            .map(|o| o.start_span_about(name, about))
     }
 
     /// Gates 1 and 2 of every store-backed operation: store present, then tenant valid.
@@ -523,5 +532,44 @@ impl Engine {
             })
         })
         .await
+    }
+}
+
+/// Runs `op` with `span` entered around each of its polls, so what starts a span inside
+/// it (the engine, or a port it calls) starts a child; then ends `span` with the outcome.
+pub(crate) async fn within<T>(
+    span: Option<Box<dyn crate::ports::Span>>,
+    op: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let (out, span) = InSpan {
+        span,
+        op: Box::pin(op),
+    }
+    .await;
+    if let Some(span) = span {
+        span.end(out.as_ref().err());
+    }
+    out
+}
+
+/// A future polled inside its span; it hands the span back with the output.
+struct InSpan<F> {
+    span: Option<Box<dyn crate::ports::Span>>,
+    op: std::pin::Pin<Box<F>>,
+}
+
+impl<F: std::future::Future> std::future::Future for InSpan<F> {
+    type Output = (F::Output, Option<Box<dyn crate::ports::Span>>);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        let polled = {
+            let _entered = this.span.as_ref().map(|s| s.enter());
+            this.op.as_mut().poll(cx)
+        };
+        polled.map(|out| (out, this.span.take()))
     }
 }

@@ -415,13 +415,47 @@ pub trait ActiveExecutionChecker: Send + Sync {
     ) -> BoxFuture<'a, Result<bool>>;
 }
 
-/// One span per public operation. Optional; absent means no spans.
+/// One span per public operation, and inside an extraction one per step and per table
+/// read. Optional; absent means no spans.
+///
+/// Nesting follows the engine's work: the engine [enters](Span::enter) a span around
+/// every poll of what it covers, so a span started meanwhile (by the engine or by a port
+/// the operation calls) is its child; a step's span covers the step's task, so its
+/// tables' spans are children of it across the task boundary.
 pub trait Observability: Send + Sync {
     /// Called when `operation` (e.g. `engine.connection.create`) starts.
     fn start_span(&self, operation: &'static str) -> Box<dyn Span>;
+
+    /// [`start_span`](Self::start_span) for an operation about one datasource or table of
+    /// an extraction (`engine.step`, `engine.table.read`). Provided: the subject is
+    /// dropped.
+    fn start_span_about(&self, operation: &'static str, about: SpanSubject<'_>) -> Box<dyn Span> {
+        let _ = about;
+        self.start_span(operation)
+    }
 }
+
+/// What a span is about: names only (never a value, a credential or a DSN).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpanSubject<'a> {
+    /// The datasource's config name.
+    pub config: Option<&'a str>,
+    /// The table (or collection).
+    pub table: Option<&'a str>,
+}
+
+/// A guard that keeps a span entered until it is dropped ([`Span::enter`]); it is held
+/// only within one poll, so it need not be `Send`.
+pub trait Entered {}
+
+impl<T> Entered for T {}
 
 /// An open span; `end` is called exactly once with the operation's outcome.
 pub trait Span: Send {
     fn end(self: Box<Self>, error: Option<&EngineError>);
+
+    /// Makes this span the current one until the guard is dropped. Provided: nothing.
+    fn enter(&self) -> Box<dyn Entered + '_> {
+        Box::new(())
+    }
 }

@@ -535,3 +535,52 @@ async fn store_mode_counts_its_progress_to_the_results_figures() {
     );
     assert!(reference.row_count > 0);
 }
+
+/// The spans of an extraction nest as its work does (docs/operations.md, "Traces"): the
+/// run's `engine.extraction.execute`, one `engine.step` per datasource inside it (across
+/// the step's task), one `engine.table.read` per table inside its step, each naming its
+/// datasource and table; in store and direct mode alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extractions_spans_nest_steps_and_tables_inside_the_run() {
+    for wiring in [store_wiring(), Wiring::default()] {
+        let h = harness(wiring, TemplateBehaviour::default(), None);
+        let t = tenant("acme");
+        let plan = golden_plan(&h, &t).await;
+        h.engine.execute_extraction(&ctx(), &plan).await.unwrap();
+        let tree = h.spans.tree();
+        let run: Vec<_> = tree
+            .iter()
+            .filter(|s| s.name == "engine.extraction.execute")
+            .collect();
+        assert_eq!(run.len(), 1, "{tree:?}");
+        assert_eq!(run[0].parent, None);
+        let mut steps: Vec<&str> = tree
+            .iter()
+            .filter(|s| s.name == "engine.step")
+            .map(|s| {
+                assert_eq!(s.parent, Some("engine.extraction.execute"), "{s:?}");
+                assert_eq!((s.table.as_deref(), s.outcome), (None, None), "{s:?}");
+                s.config.as_deref().unwrap()
+            })
+            .collect();
+        steps.sort();
+        let planned: Vec<&str> = plan.steps.iter().map(|s| s.config_name.as_str()).collect();
+        assert_eq!(steps, planned);
+        let mut tables: Vec<(String, String)> = tree
+            .iter()
+            .filter(|s| s.name == "engine.table.read")
+            .map(|s| {
+                assert_eq!((s.parent, s.outcome), (Some("engine.step"), None), "{s:?}");
+                (s.config.clone().unwrap(), s.table.clone().unwrap())
+            })
+            .collect();
+        tables.sort();
+        let mut read: Vec<(String, String)> = plan
+            .steps
+            .iter()
+            .flat_map(|s| s.tables.iter().map(|t| (s.config_name.clone(), t.clone())))
+            .collect();
+        read.sort();
+        assert_eq!(tables, read);
+    }
+}

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use fetcher_engine::EngineError;
-use fetcher_engine::ports::{Observability, Span};
+use fetcher_engine::ports::{Entered, Observability, Span, SpanSubject};
 
 /// [`Observability`] over `tracing` spans.
 #[derive(Debug, Default, Clone, Copy)]
@@ -16,8 +16,18 @@ pub struct TracingObservability;
 
 impl Observability for TracingObservability {
     fn start_span(&self, operation: &'static str) -> Box<dyn Span> {
+        self.start_span_about(operation, SpanSubject::default())
+    }
+
+    fn start_span_about(&self, operation: &'static str, about: SpanSubject<'_>) -> Box<dyn Span> {
         Box::new(TracingSpan {
-            span: tracing::info_span!("engine", otel.name = operation, operation),
+            span: tracing::info_span!(
+                "engine",
+                otel.name = operation,
+                operation,
+                config = about.config,
+                table = about.table,
+            ),
             operation,
             started: Instant::now(),
         })
@@ -35,5 +45,9 @@ impl Span for TracingSpan {
         let elapsed_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let outcome = error.map_or("ok", |e| e.category().as_str());
         tracing::debug!(parent: &self.span, operation = self.operation, outcome, elapsed_ms, "engine operation");
+    }
+
+    fn enter(&self) -> Box<dyn Entered + '_> {
+        Box::new(self.span.enter())
     }
 }

@@ -46,15 +46,24 @@ impl Engine {
             let (engine, run, tenant, step) =
                 (self.clone(), run.clone(), tenant.clone(), step.clone());
             let (permits, first, budget) = (permits.clone(), first.clone(), budget.clone());
+            let span = self.span_about(
+                "engine.step",
+                crate::ports::SpanSubject {
+                    config: Some(&step.config_name),
+                    table: None,
+                },
+            );
             tasks.spawn(async move {
                 let _permit = permits
                     .acquire_owned()
                     .await
                     .expect("semaphore never closed");
                 let mut tables = BTreeMap::new();
-                let out = engine
-                    .run_step(&run, &tenant, &step, Sink::Direct(&mut tables), None)
-                    .await;
+                let out = crate::engine::within(
+                    span,
+                    engine.run_step(&run, &tenant, &step, Sink::Direct(&mut tables), None),
+                )
+                .await;
                 let out =
                     out.and_then(|reached| check_direct_budget(&tables, &budget).map(|()| reached));
                 match out {

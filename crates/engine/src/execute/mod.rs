@@ -376,6 +376,8 @@ impl Engine {
             let mut drained = Ok(());
             let mut reached = Reached::new();
             let mut reading: Option<std::sync::Arc<str>> = None;
+            // The span of the table being read (`engine.table.read`), a child of the step's.
+            let mut table_span: Option<Box<dyn crate::ports::Span>> = None;
             let mut stopped = None;
             // A step stops only once this run has read a row, in this step or an earlier
             // one, so every segment makes progress however early its stop is asked.
@@ -408,6 +410,18 @@ impl Engine {
                                 s.read_rows(&step.config_name);
                             }
                         }
+                        if reading.as_ref() != Some(&batch.table) {
+                            if let Some(done) = table_span.take() {
+                                done.end(None);
+                            }
+                            table_span = self.span_about(
+                                "engine.table.read",
+                                crate::ports::SpanSubject {
+                                    config: Some(&step.config_name),
+                                    table: Some(&batch.table),
+                                },
+                            );
+                        }
                         if let Err(e) = sink.accept(run, batch).await {
                             drained = Err(e);
                             break;
@@ -431,6 +445,9 @@ impl Engine {
                 }
             }
             let _ = cursor.close(run).await;
+            if let Some(span) = table_span.take() {
+                span.end(drained.as_ref().err());
+            }
             drained?;
             // A cursor that swallowed a cancel must not yield a half-read result.
             if let Some(d) = run.err() {

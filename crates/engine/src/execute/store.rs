@@ -219,6 +219,13 @@ impl Engine {
                 reached.clone(),
                 stop.clone(),
             );
+            let span = self.span_about(
+                "engine.step",
+                crate::ports::SpanSubject {
+                    config: Some(&step.config_name),
+                    table: None,
+                },
+            );
             tasks.spawn(async move {
                 // Signals "finished" however the task ends (success, error, panic, abort).
                 let _done = SetOnDrop(done_tx);
@@ -230,12 +237,20 @@ impl Engine {
                     None => {
                         let mut producer = Producer::new(&step.config_name, tx, pool);
                         let sink = Sink::Store(&mut producer);
-                        engine.run_step(&run, &tenant, &step, sink, stop).await
+                        crate::engine::within(
+                            span,
+                            engine.run_step(&run, &tenant, &step, sink, stop),
+                        )
+                        .await
                     }
                     Some(format) => {
                         let mut producer = PartProducer::new(format, tx, pool);
                         let sink = Sink::Parts(&mut producer);
-                        engine.run_step(&run, &tenant, &step, sink, stop).await
+                        crate::engine::within(
+                            span,
+                            engine.run_step(&run, &tenant, &step, sink, stop),
+                        )
+                        .await
                     }
                 };
                 match outcome {

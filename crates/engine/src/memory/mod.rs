@@ -19,4 +19,5 @@ pub use sink::{MemoryResultSink, SinkSwitches};
 pub use stores::{
     CHECKER_FAILURE_TEXT, MemoryActiveChecker, MemoryConnectionStore, MemoryCredentialProtector,
     MemoryExecutionStore, MemorySchemaCache, RecordingExecutionStore, RecordingObservability,
+    SpanNode,
 };

@@ -480,10 +480,28 @@ impl ActiveExecutionChecker for MemoryActiveChecker {
 pub type SpanRecord = (&'static str, Option<Category>);
 type SpanLog = Arc<Mutex<Vec<SpanRecord>>>;
 
-/// Records span names and their outcome categories.
+/// One ended span as [`RecordingObservability::tree`] gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanNode {
+    pub name: &'static str,
+    /// What it was about ([`crate::ports::SpanSubject`]).
+    pub config: Option<String>,
+    pub table: Option<String>,
+    /// The span entered on the thread that started it: its parent.
+    pub parent: Option<&'static str>,
+    pub outcome: Option<Category>,
+}
+
+thread_local! {
+    /// The spans entered on this thread, innermost last.
+    static ENTERED: std::cell::RefCell<Vec<&'static str>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Records span names and their outcome categories, and the tree they form.
 #[derive(Default)]
 pub struct RecordingObservability {
     spans: SpanLog,
+    nodes: Arc<Mutex<Vec<SpanNode>>>,
 }
 
 impl RecordingObservability {
@@ -495,27 +513,64 @@ impl RecordingObservability {
     pub fn spans(&self) -> Vec<SpanRecord> {
         self.spans.lock().unwrap().clone()
     }
+
+    /// Every ended span with its subject and parent, in the order they ended.
+    pub fn tree(&self) -> Vec<SpanNode> {
+        self.nodes.lock().unwrap().clone()
+    }
 }
 
 struct RecordedSpan {
-    name: &'static str,
+    node: SpanNode,
     sink: SpanLog,
+    nodes: Arc<Mutex<Vec<SpanNode>>>,
+}
+
+/// Leaves the span it entered when dropped.
+struct Leave;
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        ENTERED.with(|e| e.borrow_mut().pop());
+    }
 }
 
 impl Span for RecordedSpan {
     fn end(self: Box<Self>, error: Option<&EngineError>) {
-        self.sink
-            .lock()
-            .unwrap()
-            .push((self.name, error.map(EngineError::category)));
+        let outcome = error.map(EngineError::category);
+        self.sink.lock().unwrap().push((self.node.name, outcome));
+        self.nodes.lock().unwrap().push(SpanNode {
+            outcome,
+            ..self.node
+        });
+    }
+
+    fn enter(&self) -> Box<dyn crate::ports::Entered + '_> {
+        ENTERED.with(|e| e.borrow_mut().push(self.node.name));
+        Box::new(Leave)
     }
 }
 
 impl Observability for RecordingObservability {
     fn start_span(&self, operation: &'static str) -> Box<dyn Span> {
+        self.start_span_about(operation, crate::ports::SpanSubject::default())
+    }
+
+    fn start_span_about(
+        &self,
+        operation: &'static str,
+        about: crate::ports::SpanSubject<'_>,
+    ) -> Box<dyn Span> {
         Box::new(RecordedSpan {
-            name: operation,
+            node: SpanNode {
+                name: operation,
+                config: about.config.map(str::to_owned),
+                table: about.table.map(str::to_owned),
+                parent: ENTERED.with(|e| e.borrow().last().copied()),
+                outcome: None,
+            },
             sink: self.spans.clone(),
+            nodes: self.nodes.clone(),
         })
     }
 }
