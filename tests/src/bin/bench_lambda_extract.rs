@@ -5,7 +5,13 @@
 //! cargo run --release -p fetcher-e2e --bin bench-lambda-extract -- --rows 1000000
 //! cargo run --release -p fetcher-e2e --bin bench-lambda-extract -- --rows 5000000
 //! cargo run --release -p fetcher-e2e --bin bench-lambda-extract -- --rows 1000000 --partitions 2
+//! cargo run --release -p fetcher-e2e --bin bench-lambda-extract -- --rows 1000000 --traces
 //! ```
+//!
+//! `--traces` exports the handlers' spans as the deployed functions do with tracing on
+//! (OTLP/HTTP to a loopback receiver in this process, flushed before the invocation's
+//! answer, which the wall time includes), and prints what setting telemetry up cost the
+//! cold start; without it, telemetry is set up with export off, as the default stack runs.
 //!
 //! Seeds `bench_accounts` (id, name, email, balance, created_at) with `--rows` rows in the
 //! local PostgreSQL (database `fetcher_bench`), bootstraps the AWS resources, registers
@@ -48,6 +54,23 @@ fn vm_hwm_kib() -> u64 {
 // As the extract bootstrap runs: one malloc arena, one worker thread per vCPU.
 fn main() {
     fetcher_fn_extract::one_malloc_arena();
+    let traces = std::env::args().any(|a| a == "--traces");
+    // Kept for the whole run: the handlers export into it.
+    let receiver = traces.then(fetcher_telemetry::testing::OtlpReceiver::start);
+    if let Some(r) = &receiver {
+        // SAFETY: no other thread runs yet (the runtime starts below).
+        unsafe {
+            std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", r.endpoint());
+            std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json");
+        }
+    }
+    let t = Instant::now();
+    let exporting = fetcher_aws::host::init_telemetry("fetcher-extract").expect("telemetry");
+    eprintln!(
+        "telemetry set up in {:.2} ms (traces {})",
+        t.elapsed().as_secs_f64() * 1000.0,
+        if exporting { "exported" } else { "off" }
+    );
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -120,6 +143,10 @@ async fn bench() {
     let rss_before = vm_hwm_kib();
     let t = Instant::now();
     let answer = extractor.handle(event).await;
+    // As the function does before its invocation returns.
+    let flushing = Instant::now();
+    fetcher_aws::host::flush_traces().await;
+    let flush = flushing.elapsed();
     let wall = t.elapsed();
     assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
     let job: Value = {
@@ -140,7 +167,13 @@ async fn bench() {
         .result
         .unwrap_or_else(|| panic!("job not completed: {:?}", stored.error));
     println!(
-        "partitions={partitions} rows={} plaintext_bytes={} stored_bytes={} wall={:.2}s rows_per_s={:.0} peak_rss_before_extract={} MiB peak_rss={} MiB",
+        "traces={} flush={:.1}ms partitions={partitions} rows={} plaintext_bytes={} stored_bytes={} wall={:.2}s rows_per_s={:.0} peak_rss_before_extract={} MiB peak_rss={} MiB",
+        if fetcher_telemetry::exporting() {
+            "on"
+        } else {
+            "off"
+        },
+        flush.as_secs_f64() * 1000.0,
         result.row_count,
         result.size_bytes,
         result.stored_bytes,
