@@ -17,6 +17,23 @@ const PASSWORD: &str = "trace-canary-Pa55word";
 const ROW_VALUE: &str = "row-canary-value";
 const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
+/// A `serve` exporting its spans to `receiver` (JSON, every 100 ms), with more `args` and `env`.
+fn traced_server(
+    dir: &std::path::Path,
+    receiver: &Receiver,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Server {
+    let endpoint = receiver.endpoint();
+    let mut all = vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    all.extend_from_slice(env);
+    Server::start_with(dir, args, None, &all)
+}
+
 fn seed() -> PgDb {
     let db = PgDb::create("traces");
     psql(
@@ -76,17 +93,11 @@ fn a_jobs_spans_form_one_trace_from_the_request_to_the_event() {
     let receiver = Receiver::start();
     let db = seed();
     let dir = tempfile::tempdir().unwrap();
-    let endpoint = receiver.endpoint();
-    let server = Server::start_with(
+    let server = traced_server(
         dir.path(),
+        &receiver,
         &[],
-        None,
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-            ("OTEL_SERVICE_NAME", "fetcher-under-test"),
-        ],
+        &[("OTEL_SERVICE_NAME", "fetcher-under-test")],
     );
     register(&server, &db);
     let caller = format!("00-{CALLER_TRACE}-00f067aa0ba902b7-01");
@@ -278,15 +289,11 @@ fn a_fanned_out_and_continued_jobs_runs_share_the_creating_requests_trace() {
          ANALYZE notes;",
     );
     let dir = tempfile::tempdir().unwrap();
-    let endpoint = receiver.endpoint();
-    let server = Server::start_with(
+    let server = traced_server(
         dir.path(),
+        &receiver,
         &["--workers", "2", "--max-result-bytes", "0"],
-        None,
         &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
             ("FETCHER_FANOUT_RANGES", "2"),
             ("FETCHER_FANOUT_RANGE_ROWS", "100000"),
             ("FETCHER_TEST_SEGMENT_SECS", "0.2"),

@@ -123,12 +123,17 @@ pub fn init(options: Options) -> Result<bool, TelemetryError> {
 /// Which spans and events reach the exporter: Fetcher's own spans at info and above, and
 /// its warnings and errors (as events of the span they happen in).
 fn exported(meta: &tracing::Metadata<'_>) -> bool {
-    meta.target().starts_with("fetcher")
-        && if meta.is_span() {
-            *meta.level() <= tracing::Level::INFO
-        } else {
-            *meta.level() <= tracing::Level::WARN
-        }
+    exports(meta.target(), *meta.level(), meta.is_span())
+}
+
+fn exports(target: &str, level: tracing::Level, span: bool) -> bool {
+    target.starts_with("fetcher")
+        && level
+            <= if span {
+                tracing::Level::INFO
+            } else {
+                tracing::Level::WARN
+            }
 }
 
 /// Whether this process exports traces.
@@ -159,46 +164,12 @@ mod tests {
 
     #[test]
     fn only_fetchers_own_spans_and_its_warnings_are_exported() {
-        use tracing::callsite::Identifier;
-        use tracing::metadata::Kind;
-        struct Site;
-        impl tracing::Callsite for Site {
-            fn set_interest(&self, _: tracing::subscriber::Interest) {}
-            fn metadata(&self) -> &tracing::Metadata<'_> {
-                unimplemented!()
-            }
-        }
-        static SITE: Site = Site;
-        let meta = |target: &'static str, level, kind| {
-            tracing::Metadata::new(
-                "x",
-                target,
-                level,
-                None,
-                None,
-                None,
-                tracing::field::FieldSet::new(&[], Identifier(&SITE)),
-                kind,
-            )
-        };
         use tracing::Level;
-        assert!(exported(&meta(
-            "fetcher_host::pipeline",
-            Level::INFO,
-            Kind::SPAN
-        )));
-        assert!(!exported(&meta(
-            "fetcher_host::pipeline",
-            Level::DEBUG,
-            Kind::SPAN
-        )));
-        assert!(exported(&meta("fetcher_http", Level::WARN, Kind::EVENT)));
-        assert!(!exported(&meta("fetcher_http", Level::INFO, Kind::EVENT)));
-        assert!(!exported(&meta("sqlx::query", Level::INFO, Kind::SPAN)));
-        assert!(!exported(&meta(
-            "aws_smithy_runtime",
-            Level::ERROR,
-            Kind::EVENT
-        )));
+        assert!(exports("fetcher_host::pipeline", Level::INFO, true));
+        assert!(!exports("fetcher_host::pipeline", Level::DEBUG, true));
+        assert!(exports("fetcher_http", Level::WARN, false));
+        assert!(!exports("fetcher_http", Level::INFO, false));
+        assert!(!exports("sqlx::query", Level::INFO, true));
+        assert!(!exports("aws_smithy_runtime", Level::ERROR, false));
     }
 }
