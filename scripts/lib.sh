@@ -52,6 +52,14 @@ ensure_mongo() {
   export MONGO_PORT="${MONGO_PORT:-27117}"
 }
 
+# A private PostgreSQL cluster with wal_level=logical on 127.0.0.1:${PG_LOGICAL_PORT:-55432}
+# for the log-read tests (the machine's server on 5432 runs wal_level=replica and is never
+# reconfigured); stopped and removed at the end of the run.
+ensure_pg_logical() {
+  ./scripts/pg-logical start >/dev/null
+  export PG_LOGICAL_PORT="${PG_LOGICAL_PORT:-55432}"
+}
+
 # Debian's Chromium, headless, for the API page's browser test.
 ensure_chromium() {
   command -v chromium >/dev/null && return

@@ -13,6 +13,7 @@
 //! | [`query`] | request → validated, ordered `SELECT` per table; the channel cursor fed by a producer task |
 //! | [`filter`] | filter conditions (docs/filters.md) → SQL with bound, catalog-typed parameters |
 //! | [`pgbin`] | PostgreSQL binary format decoding (query rows and `COPY … (FORMAT binary)`) |
+//! | [`pglog`] | PostgreSQL log reads: a sync's slot and publication, its first snapshot, bounded change reads in commit order (`pgoutput`, [`pglog::pgoutput`]), the slot's advance after a completed job |
 //! | `stream` | what every dialect's producer shares: tables in plan order over one connection, rows cut into batches |
 //! | `pg`, `mysql`, `sqlite` | per-dialect connect options, catalog queries, how a table's rows are read and decoded |
 //! | `partition` | PostgreSQL partitioned reads: several connections in one exported snapshot, key-range chunks merged back into the single stream ([`ReadPartitions`]) |
@@ -164,6 +165,7 @@ mod mysql;
 mod partition;
 mod pg;
 pub mod pgbin;
+pub mod pglog;
 pub mod query;
 #[cfg(feature = "sqlite")]
 mod sqlite;
