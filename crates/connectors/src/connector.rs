@@ -443,7 +443,10 @@ impl Connector for SqlConnector {
             let conn = self.conn.take().expect("connected by plan");
             let partitions = self.partitions;
             let cursor = match (conn, self.pg_options.clone()) {
-                (Conn::Pg(c), Some(o)) if partitions.connections > 1 => {
+                // A log read's snapshot is a transaction of its own: not inside an exported one.
+                (Conn::Pg(c), Some(o))
+                    if partitions.connections > 1 && plans.iter().all(|p| p.log.is_none()) =>
+                {
                     ChannelCursor::spawn(move |tx| partition::produce(c, o, plans, partitions, tx))
                 }
                 (Conn::Pg(c), _) => ChannelCursor::spawn(move |tx| pg::produce(c, plans, tx)),

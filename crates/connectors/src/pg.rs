@@ -320,7 +320,7 @@ pub(crate) async fn stream_query(
         while let Some(chunk) = stream.try_next().await.map_err(query_failed)? {
             parser
                 .feed_and_drain(&chunk, &decoders, |vals| {
-                    rows.push(ERow::new(plan.columns.clone(), vals));
+                    rows.push(plan.row(vals));
                 })
                 .map_err(|_| decode_failed())?;
             if rows.len() >= BATCH_ROWS {
@@ -340,10 +340,7 @@ pub(crate) async fn stream_query(
         }
         let mut stream = q.fetch(&mut *conn);
         while let Some(row) = stream.try_next().await.map_err(query_failed)? {
-            rows.push(ERow::new(
-                plan.columns.clone(),
-                decode_row(&row, &decoders)?,
-            ));
+            rows.push(plan.row(decode_row(&row, &decoders)?));
             if rows.len() >= BATCH_ROWS {
                 let full = std::mem::replace(&mut rows, Vec::with_capacity(BATCH_ROWS));
                 if !out.send(full).await {
@@ -362,6 +359,9 @@ pub(crate) async fn stream_table(
     plan: &TablePlan,
     tx: &mpsc::Sender<Msg>,
 ) -> Result<bool> {
+    if plan.log.is_some() {
+        return crate::pglog::stream_table(conn, plan, tx).await;
+    }
     let mut out = Out::Engine {
         tx,
         plan,

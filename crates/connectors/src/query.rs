@@ -26,7 +26,7 @@ pub struct TablePlan {
     /// PostgreSQL: unfiltered tables use `COPY (SELECT …) TO STDOUT (FORMAT binary)`.
     pub copy: bool,
     /// The statement in its parts, so a partitioned read can add a key range.
-    select: SelectSql,
+    pub(crate) select: SelectSql,
     /// PostgreSQL: the integer leading primary-key column a partitioned read splits the
     /// table on; `None` when the table has none (it is then read in one stream).
     pub split: Option<SplitKey>,
@@ -37,6 +37,13 @@ pub struct TablePlan {
     /// The columns the rows go out with, when `selected` ends with key columns read only
     /// for positions (dropped from every row).
     visible: Option<Arc<Columns>>,
+    /// A table read from the log (docs/api.md, "Changes from the log"): what the read
+    /// needs beyond the statement, which then reads the first job's snapshot.
+    pub log: Option<crate::pglog::LogTable>,
+    /// Values every row ends with, after `selected`'s (a log snapshot's change marker).
+    pub suffix: Vec<fetcher_engine::Value>,
+    /// The watermark every batch of the table carries (a log read's position).
+    pub watermark: Option<fetcher_engine::Watermark>,
 }
 
 /// The column a partitioned read splits a table on, and the table, both quoted.
@@ -63,6 +70,7 @@ impl TablePlan {
         };
         let mut batch = RowBatch::new(self.key.clone(), rows);
         batch.position = position;
+        batch.watermark = self.watermark.clone();
         batch
     }
 
@@ -70,7 +78,39 @@ impl TablePlan {
     /// write them.
     pub fn empty_batch(&self) -> RowBatch {
         let columns = self.visible.as_ref().unwrap_or(&self.columns).clone();
-        RowBatch::empty(self.key.clone(), columns)
+        let mut batch = RowBatch::empty(self.key.clone(), columns);
+        batch.watermark = self.watermark.clone();
+        batch
+    }
+
+    /// The plan of a table read from the log (`pglog`): its statement reads the snapshot.
+    pub(crate) fn for_log(
+        key: Arc<str>,
+        columns: Arc<Columns>,
+        selected: Vec<ColumnInfo>,
+        select: SelectSql,
+        copy: bool,
+    ) -> TablePlan {
+        TablePlan {
+            key,
+            columns,
+            selected,
+            binds: Vec::new(),
+            copy,
+            select,
+            split: None,
+            position: None,
+            visible: None,
+            log: None,
+            suffix: Vec::new(),
+            watermark: None,
+        }
+    }
+
+    /// A decoded row of this table: `values` in `selected` order, then the suffix.
+    pub fn row(&self, mut values: Vec<fetcher_engine::Value>) -> fetcher_engine::Row {
+        values.extend(self.suffix.iter().cloned());
+        fetcher_engine::Row::new(self.columns.clone(), values)
     }
 
     /// The table's statement.
@@ -96,7 +136,7 @@ impl TablePlan {
 
 /// `SELECT cols FROM table [WHERE filter] [ORDER BY order]`, in parts.
 #[derive(Debug, Clone)]
-struct SelectSql {
+pub(crate) struct SelectSql {
     head: String,
     filter: String,
     order: String,
@@ -196,7 +236,12 @@ fn from_name(dialect: Dialect, t: &TableInfo) -> String {
     }
 }
 
-fn select_parts(dialect: Dialect, t: &TableInfo, selected: &[ColumnInfo], w: &Where) -> SelectSql {
+pub(crate) fn select_parts(
+    dialect: Dialect,
+    t: &TableInfo,
+    selected: &[ColumnInfo],
+    w: &Where,
+) -> SelectSql {
     let cols: Vec<String> = selected.iter().map(|c| column_expr(dialect, c)).collect();
     let from = from_name(dialect, t);
     let order: Vec<String> = if t.primary_key.is_empty() {
@@ -337,6 +382,18 @@ pub fn plan(
         };
         let mut w = build_where(dialect, table, filters.and_then(|f| f.get(requested)))?;
         let incremental = step.incremental.get(requested);
+        if let Some(read) = incremental.filter(|r| r.spec.is_log()) {
+            plans.push(crate::pglog::plan_table(
+                dialect,
+                table,
+                requested,
+                selected,
+                read,
+                step,
+                copy_fast_path,
+            )?);
+            continue;
+        }
         let mut selected = selected;
         let mut order = None;
         let resume = step.resume_after.get(requested);
@@ -351,6 +408,7 @@ pub fn plan(
                     cursor: read.spec.cursor.clone(),
                     key: read.spec.key.clone(),
                     values: after.clone(),
+                    log: None,
                 });
                 resumed_read = read;
                 Some(&resumed_read)
@@ -455,6 +513,9 @@ pub fn plan(
             binds: w.binds,
             position,
             visible,
+            log: None,
+            suffix: Vec::new(),
+            watermark: None,
         });
     }
     Ok(plans)

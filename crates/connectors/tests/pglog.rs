@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fetcher_connectors::pgbin;
-use fetcher_connectors::pglog::{self, ChangeRead, LogNames, Lsn, Op, pgoutput::Datum};
+use fetcher_connectors::pglog::{self, ChangeRead, Lsn, Op, pgoutput::Datum};
+use fetcher_engine::LogSlot;
 use sqlx::{Connection, Executor, PgConnection};
 
 fn port() -> u16 {
@@ -125,6 +126,7 @@ impl Model {
                 assert!(self.0.remove(&id).is_some(), "delete of unknown {id}");
             }
             Op::Truncate => self.0.clear(),
+            Op::Snapshot => panic!("a change read yields no snapshot rows"),
         }
     }
 
@@ -137,11 +139,24 @@ impl Model {
     }
 }
 
+/// Every change of `read`.
+async fn all(
+    conn: &mut PgConnection,
+    read: &ChangeRead<'_>,
+) -> fetcher_engine::Result<Vec<pglog::Change>> {
+    let mut changes = pglog::read_changes(conn, read);
+    let mut out = Vec::new();
+    while let Some(c) = changes.next().await? {
+        out.push(c);
+    }
+    Ok(out)
+}
+
 /// One job of a sync after its snapshot: reads `from..bound` and, when `complete`,
 /// advances the slot to the bound it stores (a failed job does not).
 async fn change_job(
     conn: &mut PgConnection,
-    names: &LogNames,
+    names: &LogSlot,
     from: Lsn,
     snapshot: Option<&pglog::Snapshot>,
     model: &mut Model,
@@ -149,22 +164,22 @@ async fn change_job(
 ) -> (Lsn, pglog::ReadSummary) {
     let upto = pglog::bound(conn).await.unwrap();
     let read = ChangeRead {
-        names,
+        slot: names,
         from,
         upto,
         snapshot,
     };
-    let mut seen = Vec::new();
-    let summary = pglog::read_changes(conn, &read, async |c| {
+    let mut seen: Vec<pglog::Change> = Vec::new();
+    let mut changes = pglog::read_changes(conn, &read);
+    while let Some(c) = changes.next().await.unwrap() {
         assert!(c.commit_lsn >= from && c.commit_lsn < upto, "in range");
-        if let Some(last) = seen.last().map(|c: &pglog::Change| c.commit_lsn) {
+        if let Some(last) = seen.last().map(|c| c.commit_lsn) {
             assert!(c.commit_lsn >= last, "commit order");
         }
         seen.push(c);
-        true
-    })
-    .await
-    .unwrap();
+    }
+    let summary = changes.summary().clone();
+    drop(changes);
     if complete {
         for c in &seen {
             model.apply(c);
@@ -187,7 +202,7 @@ async fn snapshot_and_changes_under_churn_give_the_final_state_exactly_once() {
          INSERT INTO t SELECT g, 1, 'seed' FROM generate_series(1, 200) g;",
     )
     .await;
-    let names = LogNames::for_sync("t1", &common::unique("churn"));
+    let names = LogSlot::for_sync("t1", &common::unique("churn"), "pg", "t");
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
     for w in 0..3i64 {
@@ -298,7 +313,7 @@ async fn unchanged_toast_deletes_and_truncates_are_told_apart() {
     )
     .await;
     let mut conn = db.conn().await;
-    let names = LogNames::for_sync("t1", &common::unique("toast"));
+    let names = LogSlot::for_sync("t1", &common::unique("toast"), "pg", "t");
     pglog::ensure_publication(&mut conn, &names, "public", "t")
         .await
         .unwrap();
@@ -314,19 +329,13 @@ async fn unchanged_toast_deletes_and_truncates_are_told_apart() {
     .await
     .unwrap();
     let upto = pglog::bound(&mut conn).await.unwrap();
-    let mut got = Vec::new();
     let read = ChangeRead {
-        names: &names,
+        slot: &names,
         from: start,
         upto,
         snapshot: None,
     };
-    pglog::read_changes(&mut conn, &read, async |c| {
-        got.push(c);
-        true
-    })
-    .await
-    .unwrap();
+    let got = all(&mut conn, &read).await.unwrap();
     let ops: Vec<Op> = got.iter().map(|c| c.op).collect();
     assert_eq!(
         ops,
@@ -356,27 +365,25 @@ async fn unchanged_toast_deletes_and_truncates_are_told_apart() {
     assert!(got[0].commit_time > 0);
 
     // REPLICA IDENTITY FULL: the delete carries the whole old row.
-    let full = LogNames::for_sync("t1", &common::unique("full"));
+    let full = LogSlot::for_sync("t1", &common::unique("full"), "pg", "t");
     pglog::ensure_publication(&mut conn, &full, "public", "f")
         .await
         .unwrap();
     let start = pglog::ensure_slot(&mut conn, &full).await.unwrap();
     conn.execute("DELETE FROM f WHERE id = 1").await.unwrap();
     let upto = pglog::bound(&mut conn).await.unwrap();
-    let mut old = None;
     let read = ChangeRead {
-        names: &full,
+        slot: &full,
         from: start,
         upto,
         snapshot: None,
     };
-    pglog::read_changes(&mut conn, &read, async |c| {
-        old = c.old;
-        true
-    })
-    .await
-    .unwrap();
-    assert_eq!(old.unwrap()[1], Datum::Binary(b"other table".to_vec()));
+    let got = all(&mut conn, &read).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0].old.as_ref().unwrap()[1],
+        Datum::Binary(b"other table".to_vec())
+    );
     drop(conn);
     db.drop().await;
 }
@@ -388,7 +395,7 @@ async fn unchanged_toast_deletes_and_truncates_are_told_apart() {
 async fn a_dropped_slot_has_its_own_error_and_drop_log_removes_both() {
     let db = LogDb::create("CREATE TABLE t (id bigint PRIMARY KEY, version bigint);").await;
     let mut conn = db.conn().await;
-    let names = LogNames::for_sync("t1", &common::unique("dropped"));
+    let names = LogSlot::for_sync("t1", &common::unique("dropped"), "pg", "t");
     pglog::ensure_publication(&mut conn, &names, "public", "t")
         .await
         .unwrap();
@@ -411,14 +418,12 @@ async fn a_dropped_slot_has_its_own_error_and_drop_log_removes_both() {
     assert_eq!(publications, 0);
     let upto = pglog::bound(&mut conn).await.unwrap();
     let read = ChangeRead {
-        names: &names,
+        slot: &names,
         from: start,
         upto,
         snapshot: None,
     };
-    let err = pglog::read_changes(&mut conn, &read, async |_| true)
-        .await
-        .unwrap_err();
+    let err = all(&mut conn, &read).await.unwrap_err();
     assert_eq!(err.to_string(), pglog::slot_lost().to_string());
     let err = pglog::advance(&mut conn, &names, upto).await.unwrap_err();
     assert_eq!(err.to_string(), pglog::slot_lost().to_string());
@@ -453,5 +458,211 @@ async fn a_user_without_replication_is_known_before_a_slot_is_made() {
         .await
         .unwrap();
     drop(conn);
+    db.drop().await;
+}
+
+fn descriptor(db: &LogDb) -> fetcher_engine::ConnectionDescriptor {
+    fetcher_engine::ConnectionDescriptor {
+        config_name: "src".into(),
+        datasource_type: fetcher_engine::DatasourceType::Postgresql,
+        host: "127.0.0.1".into(),
+        port: port(),
+        database_name: db.name.clone(),
+        username: "postgres".into(),
+        ..Default::default()
+    }
+}
+
+/// One job of a log sync through the engine: the rows it wrote and the watermark it
+/// reached (the sync's next position).
+async fn log_job(
+    h: &common::Harness,
+    slot: &LogSlot,
+    fields: &[&str],
+    after: Option<&fetcher_engine::Watermark>,
+) -> (Vec<serde_json::Value>, fetcher_engine::Watermark) {
+    let mut read = serde_json::json!({"mode": "log", "key": ["id"], "slot": slot});
+    if let Some(w) = after {
+        read["after"] = serde_json::to_value(w).unwrap();
+    }
+    let request = serde_json::json!({
+        "mappedFields": {"src": {"t": fields}},
+        "incremental": {"src": {"t": read}},
+    });
+    let plan = common::store_plan(h, request).await;
+    let out = h
+        .engine
+        .execute_extraction(&fetcher_engine::Context::background(), &plan)
+        .await
+        .unwrap();
+    let path = out.reference.expect("store mode").path;
+    let rows = common::rows_of(&h.sink.get(&path).expect("stored object"), "t");
+    let reached = out.watermarks["src"]["t"].clone();
+    (rows, reached)
+}
+
+/// The ordinary read of `t` (every column), by id.
+async fn ordinary(h: &common::Harness) -> BTreeMap<i64, serde_json::Value> {
+    let request = serde_json::json!({"mappedFields": {"src": {"t": []}}});
+    let plan = common::store_plan(h, request).await;
+    let out = h
+        .engine
+        .execute_extraction(&fetcher_engine::Context::background(), &plan)
+        .await
+        .unwrap();
+    let path = out.reference.expect("store mode").path;
+    common::rows_of(&h.sink.get(&path).unwrap(), "t")
+        .into_iter()
+        .map(|r| (r["id"].as_i64().unwrap(), r))
+        .collect()
+}
+
+fn without_marker(row: &serde_json::Value) -> serde_json::Value {
+    let mut r = row.clone();
+    r.as_object_mut()
+        .unwrap()
+        .retain(|k, _| !k.starts_with(pglog::MARKER_PREFIX));
+    r
+}
+
+/// A sync read from the log through the engine: the first job is the snapshot (rows as an
+/// ordinary read gives them, marked `snapshot`), the next the changes, each row's values
+/// exactly as an ordinary read renders them (every type the log decodes), deletes with
+/// their key, an update that moves the key as a delete and an insert, and a job with
+/// nothing to read still moves the position on.
+#[tokio::test]
+async fn a_log_sync_through_the_engine_renders_values_as_an_ordinary_read() {
+    let db = LogDb::create(
+        "CREATE TABLE t (id bigint PRIMARY KEY, flag boolean, small smallint, n numeric(12,3), \
+           f double precision, name varchar(20), body text, at timestamptz, day date, \
+           tod time, u uuid, doc jsonb, j json, raw bytea, tags text[], nums int[], span interval); \
+         INSERT INTO t VALUES (1, true, 7, 12.5, 1.25, 'one', 'a', '2026-01-02 03:04:05.678+00', \
+           '2026-01-02', '10:11:12', '11111111-1111-1111-1111-111111111111', '{\"b\": [1, 2.50]}', \
+           '{\"x\" : 1}', '\\x00ff', '{a,\"b c\"}', '{1,NULL,3}', '1 day 2 hours'), \
+           (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);",
+    )
+    .await;
+    let h = common::harness(&[descriptor(&db)]).await;
+    let slot = LogSlot::for_sync("t1", &common::unique("engine"), "src", "t");
+
+    let (snapshot, at) = log_job(&h, &slot, &[], None).await;
+    let base = ordinary(&h).await;
+    assert_eq!(snapshot.len(), 2);
+    for r in &snapshot {
+        assert_eq!(r["_fetcher_op"], "snapshot");
+        assert_eq!(without_marker(r), base[&r["id"].as_i64().unwrap()]);
+    }
+    let log = at.log.clone().expect("a log position");
+    assert!(log.snapshot.is_some(), "kept for the first change read");
+    assert_eq!(snapshot[0]["_fetcher_lsn"], log.lsn.as_str());
+
+    let mut c = db.conn().await;
+    c.execute(
+        "INSERT INTO t (id, flag, n, body, tags) VALUES (3, false, -0.001, 'three', '{}'); \
+         UPDATE t SET n = 99999.999, doc = '[]', span = '-3 mons' WHERE id = 1; \
+         DELETE FROM t WHERE id = 2; \
+         UPDATE t SET id = 4 WHERE id = 3;",
+    )
+    .await
+    .unwrap();
+    let (changes, at2) = log_job(&h, &slot, &[], Some(&at)).await;
+    let now = ordinary(&h).await;
+    let ops: Vec<(&str, i64)> = changes
+        .iter()
+        .map(|r| {
+            (
+                r["_fetcher_op"].as_str().unwrap(),
+                r["id"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            ("insert", 3),
+            ("update", 1),
+            ("delete", 2),
+            ("delete", 3),
+            ("insert", 4)
+        ]
+    );
+    assert_eq!(
+        without_marker(&changes[1]),
+        now[&1],
+        "an update: the new row"
+    );
+    assert_eq!(without_marker(&changes[4]), now[&4]);
+    assert!(changes[2]["flag"].is_null() && changes[2]["_fetcher_unchanged"].is_null());
+    assert!(
+        changes
+            .iter()
+            .all(|r| r["_fetcher_commit_time"].as_str().unwrap().ends_with('Z'))
+    );
+    let lsn2 = at2.log.clone().unwrap();
+    assert!(lsn2.value() > log.value());
+    assert_eq!(lsn2.snapshot, None, "dropped once a read passed it");
+
+    // Nothing new: no rows, and the position still moves on with the server's log (an
+    // idle sync does not hold the log back).
+    let (none, at3) = log_job(&h, &slot, &["id", "name"], Some(&at2)).await;
+    assert!(none.is_empty());
+    assert!(at3.log.as_ref().unwrap().value() >= lsn2.value());
+    // An unchanged TOASTed value is named, not reported as a value.
+    c.execute(
+        "UPDATE t SET body = (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 2000) g) WHERE id = 1",
+    )
+    .await
+    .unwrap();
+    let (_, at4) = log_job(&h, &slot, &["id", "body"], Some(&at3)).await;
+    c.execute("UPDATE t SET flag = false WHERE id = 1")
+        .await
+        .unwrap();
+    let (rows, _) = log_job(&h, &slot, &["id", "body", "flag"], Some(&at4)).await;
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0]["body"].is_null());
+    assert_eq!(rows[0]["_fetcher_unchanged"], serde_json::json!(["body"]));
+    assert_eq!(rows[0]["flag"], false);
+    drop(c);
+    db.drop().await;
+}
+
+/// What a log read refuses, at planning, with a message saying what to change.
+#[tokio::test]
+async fn a_log_read_refuses_what_it_cannot_read() {
+    let db = LogDb::create(
+        "CREATE TABLE t (id bigint PRIMARY KEY, addr inet); \
+         CREATE TABLE nokey (v text); CREATE TABLE odd (id int PRIMARY KEY, _fetcher_op text);",
+    )
+    .await;
+    let h = common::harness(&[descriptor(&db)]).await;
+    let slot = LogSlot::for_sync("t1", &common::unique("refuse"), "src", "t");
+    let run = async |table: &str, fields: serde_json::Value, filters: Option<serde_json::Value>| {
+        let mut request = serde_json::json!({
+            "mappedFields": {"src": {table: fields}},
+            "incremental": {"src": {table: {"mode": "log", "key": ["id"], "slot": slot}}},
+        });
+        if let Some(f) = filters {
+            request["filters"] = serde_json::json!({"src": {table: f}});
+        }
+        let plan = common::store_plan(&h, request).await;
+        h.engine
+            .execute_extraction(&fetcher_engine::Context::background(), &plan)
+            .await
+            .unwrap_err()
+            .to_string()
+    };
+    let e = run("t", serde_json::json!([]), None).await;
+    assert!(e.contains("column 'addr'") && e.contains("inet"), "{e}");
+    let e = run(
+        "t",
+        serde_json::json!(["id"]),
+        Some(serde_json::json!({"id": {"eq": [1]}})),
+    )
+    .await;
+    assert!(e.contains("filter"), "{e}");
+    let e = run("nokey", serde_json::json!([]), None).await;
+    assert!(e.contains("no primary key"), "{e}");
+    let e = run("odd", serde_json::json!([]), None).await;
+    assert!(e.contains("_fetcher_op"), "{e}");
     db.drop().await;
 }

@@ -205,8 +205,8 @@ fn sorted(v: &[String]) -> Vec<String> {
     v
 }
 
-/// Every incremental read must target a selected table and name a cursor; a watermark it
-/// starts after must be on the columns it names.
+/// Every incremental read must target a selected table and name a cursor (a log read:
+/// its key and slot); a watermark it starts after must be on the columns it names.
 fn check_incremental_targets(request: &ExtractionRequest) -> Result<()> {
     for (config, tables) in &request.incremental {
         for (table, read) in tables {
@@ -214,12 +214,20 @@ fn check_incremental_targets(request: &ExtractionRequest) -> Result<()> {
                 .mapped_fields
                 .get(config)
                 .is_some_and(|s| s.contains_key(table));
-            let named = !read.spec.cursor.trim().is_empty()
-                && read.spec.key.iter().all(|k| !k.trim().is_empty());
-            let consistent = read
-                .after
-                .as_ref()
-                .is_none_or(|w| w.matches(&read.spec) && w.values.len() == 1 + read.spec.key.len());
+            // A log read names no cursor, but its key and its sync's slot.
+            let named = if read.spec.is_log() {
+                read.spec.cursor.is_empty() && !read.spec.key.is_empty() && read.slot.is_some()
+            } else {
+                !read.spec.cursor.trim().is_empty()
+            } && read.spec.key.iter().all(|k| !k.trim().is_empty());
+            let consistent = read.after.as_ref().is_none_or(|w| {
+                w.matches(&read.spec)
+                    && if read.spec.is_log() {
+                        w.log.as_ref().is_some_and(|l| l.value().is_some())
+                    } else {
+                        w.values.len() == 1 + read.spec.key.len()
+                    }
+            });
             if !selected || !named || !consistent {
                 return Err(EngineError::validation(msg::PLAN_INCREMENTAL_INVALID));
             }

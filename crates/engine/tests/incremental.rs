@@ -16,11 +16,13 @@ use serde_json::json;
 fn read(cursor: &str, key: &[&str], after: Option<Watermark>) -> IncrementalRead {
     IncrementalRead {
         spec: IncrementalSpec {
+            mode: Default::default(),
             cursor: cursor.into(),
             key: key.iter().map(|k| k.to_string()).collect(),
             lookback: None,
         },
         after,
+        slot: None,
     }
 }
 
@@ -40,6 +42,7 @@ fn watermark(cursor: &str, key: &[&str], values: serde_json::Value) -> Watermark
         cursor: cursor.into(),
         key: key.iter().map(|k| k.to_string()).collect(),
         values: values.as_array().unwrap().clone(),
+        log: None,
     }
 }
 

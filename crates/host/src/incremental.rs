@@ -284,6 +284,7 @@ mod tests {
 
     fn spec(cursor: &str, key: &[&str]) -> IncrementalSpec {
         IncrementalSpec {
+            mode: Default::default(),
             cursor: cursor.into(),
             key: key.iter().map(|k| k.to_string()).collect(),
             lookback: None,

@@ -201,6 +201,7 @@ async fn segments_do_not_spend_the_claim_cap_and_keep_the_watermark() {
         [(
             "public.accounts".to_string(),
             fetcher_engine::IncrementalSpec {
+                mode: Default::default(),
                 cursor: "id".into(),
                 key: vec![],
                 lookback: None,

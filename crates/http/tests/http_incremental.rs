@@ -46,6 +46,7 @@ async fn complete(h: &Harness, id: &str, cursor: &str, key: &[&str], values: Val
         cursor: cursor.into(),
         key: key.iter().map(|k| k.to_string()).collect(),
         values: values.as_array().unwrap().clone(),
+        log: None,
     };
     let result = JobResult {
         path: "x".into(),

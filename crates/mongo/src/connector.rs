@@ -371,6 +371,7 @@ impl MongoConnector {
                     cursor: read.spec.cursor.clone(),
                     key: read.spec.key.clone(),
                     values: position.clone(),
+                    log: None,
                 });
                 Some(read)
             }

@@ -6,7 +6,7 @@
 //! The lifecycle of one sync:
 //!
 //! 1. **Start** ([`ensure_publication`], [`ensure_slot`]): a publication for the table
-//!    and a slot, both named by [`LogNames::for_sync`]. The slot keeps every change that
+//!    and a slot, both named by [`LogSlot::for_sync`] (`fetcher_` and a hash). The slot keeps every change that
 //!    commits after its creation.
 //! 2. **Snapshot** ([`begin_snapshot`]): the first job reads the table in a
 //!    `REPEATABLE READ` transaction and keeps that transaction's [`Snapshot`]. A change
@@ -25,16 +25,19 @@
 //! [`drop_log`] removes the slot and the publication (reset, sync deletion).
 
 pub mod pgoutput;
+mod read;
+
+pub use read::{LogTable, MARKER, MARKER_PREFIX};
+pub(crate) use read::{plan_table, stream_table};
 
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use fetcher_engine::{Category, EngineError, Result};
+use fetcher_engine::{Category, EngineError, LogSlot, Result};
 use futures_util::TryStreamExt;
-use sha2::{Digest, Sha256};
-use sqlx::PgConnection;
+use sqlx::{Executor, PgConnection};
 
 use crate::error::query_failed;
 use pgoutput::{Datum, Message, Relation};
@@ -149,32 +152,6 @@ fn widen(xid: u32, near: u64) -> u64 {
     }
 }
 
-/// The slot and publication of one sync. Both carry the `fetcher_` prefix, so an operator
-/// listing `pg_replication_slots` knows whose they are.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogNames {
-    pub slot: String,
-    pub publication: String,
-}
-
-impl LogNames {
-    /// `fetcher_` and 24 hex digits of SHA-256 over the tenant and the sync id: within
-    /// PostgreSQL's 63 bytes and its slot-name alphabet, whatever the ids hold.
-    pub fn for_sync(tenant: &str, sync_id: &str) -> LogNames {
-        let digest = Sha256::new()
-            .chain_update(tenant.as_bytes())
-            .chain_update([0])
-            .chain_update(sync_id.as_bytes())
-            .finalize();
-        let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-        let name = format!("fetcher_{hex}");
-        LogNames {
-            slot: name.clone(),
-            publication: name,
-        }
-    }
-}
-
 fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
@@ -205,7 +182,7 @@ pub async fn logical_decoding_on(conn: &mut PgConnection) -> Result<bool> {
 /// as it is: the name is the sync's own).
 pub async fn ensure_publication(
     conn: &mut PgConnection,
-    names: &LogNames,
+    names: &LogSlot,
     schema: &str,
     table: &str,
 ) -> Result<()> {
@@ -222,8 +199,8 @@ pub async fn ensure_publication(
             quote_ident(schema),
             quote_ident(table)
         );
-        sqlx::raw_sql(&sql)
-            .execute(&mut *conn)
+        (&mut *conn)
+            .execute(sql.as_str())
             .await
             .map_err(query_failed)?;
     }
@@ -243,7 +220,7 @@ pub struct SlotState {
 }
 
 /// The slot's state, or `None` when it does not exist.
-pub async fn slot_state(conn: &mut PgConnection, names: &LogNames) -> Result<Option<SlotState>> {
+pub async fn slot_state(conn: &mut PgConnection, names: &LogSlot) -> Result<Option<SlotState>> {
     let row: Option<(Option<String>, Option<i64>, Option<String>)> = sqlx::query_as(
         "SELECT confirmed_flush_lsn::text, \
          pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status \
@@ -264,7 +241,7 @@ pub async fn slot_state(conn: &mut PgConnection, names: &LogNames) -> Result<Opt
 /// consistent point, or an existing slot's confirmed position). Creating a slot waits
 /// for the transactions running at that moment to end (the session's statement timeout
 /// bounds the wait).
-pub async fn ensure_slot(conn: &mut PgConnection, names: &LogNames) -> Result<Lsn> {
+pub async fn ensure_slot(conn: &mut PgConnection, names: &LogSlot) -> Result<Lsn> {
     if let Some(s) = slot_state(conn, names).await? {
         if s.lost {
             return Err(slot_lost());
@@ -298,8 +275,8 @@ fn malformed() -> EngineError {
 /// Opens the first job's snapshot: a `REPEATABLE READ` transaction on `conn` (the table is
 /// read in it next; the caller commits). Returns what the snapshot saw.
 pub async fn begin_snapshot(conn: &mut PgConnection) -> Result<Snapshot> {
-    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .execute(&mut *conn)
+    (&mut *conn)
+        .execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await
         .map_err(query_failed)?;
     let text: String = sqlx::query_scalar("SELECT pg_current_snapshot()::text")
@@ -348,7 +325,7 @@ pub async fn bound(conn: &mut PgConnection) -> Result<Lsn> {
 
 /// Moves the slot to `to` (a bound a completed job stored): the server may then recycle
 /// the log before it. A slot already past `to` stays where it is.
-pub async fn advance(conn: &mut PgConnection, names: &LogNames, to: Lsn) -> Result<()> {
+pub async fn advance(conn: &mut PgConnection, names: &LogSlot, to: Lsn) -> Result<()> {
     match slot_state(conn, names).await? {
         None => return Err(slot_lost()),
         Some(s) if s.lost => return Err(slot_lost()),
@@ -365,7 +342,7 @@ pub async fn advance(conn: &mut PgConnection, names: &LogNames, to: Lsn) -> Resu
 }
 
 /// Drops the slot and the publication, whichever exist.
-pub async fn drop_log(conn: &mut PgConnection, names: &LogNames) -> Result<()> {
+pub async fn drop_log(conn: &mut PgConnection, names: &LogSlot) -> Result<()> {
     sqlx::query(
         "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
          WHERE slot_name = $1",
@@ -378,10 +355,7 @@ pub async fn drop_log(conn: &mut PgConnection, names: &LogNames) -> Result<()> {
         "DROP PUBLICATION IF EXISTS {}",
         quote_ident(&names.publication)
     );
-    sqlx::raw_sql(&sql)
-        .execute(conn)
-        .await
-        .map_err(query_failed)?;
+    conn.execute(sql.as_str()).await.map_err(query_failed)?;
     Ok(())
 }
 
@@ -393,6 +367,8 @@ pub enum Op {
     Delete,
     /// The table was emptied (`TRUNCATE`): the change has no row.
     Truncate,
+    /// A row of the first job's snapshot (not a change: the state changes apply to).
+    Snapshot,
 }
 
 impl Op {
@@ -402,6 +378,7 @@ impl Op {
             Op::Update => "update",
             Op::Delete => "delete",
             Op::Truncate => "truncate",
+            Op::Snapshot => "snapshot",
         }
     }
 }
@@ -428,7 +405,7 @@ pub struct Change {
 /// One bounded change read.
 #[derive(Debug, Clone)]
 pub struct ChangeRead<'a> {
-    pub names: &'a LogNames,
+    pub slot: &'a LogSlot,
     /// The sync's stored position: transactions committed before it were delivered.
     pub from: Lsn,
     /// The job's bound ([`bound`]): transactions committed at or after it are the next
@@ -448,93 +425,121 @@ pub struct ReadSummary {
     pub skipped: u64,
 }
 
-/// Reads the committed changes of `read`'s range in commit order, handing each to
-/// `emit` (which answers `false` to stop: the reader went away).
-pub async fn read_changes(
-    conn: &mut PgConnection,
-    read: &ChangeRead<'_>,
-    mut emit: impl AsyncFnMut(Change) -> bool,
-) -> Result<ReadSummary> {
-    let mut rows = sqlx::query_scalar::<_, Vec<u8>>(
+/// The committed changes of one [`ChangeRead`]'s range, in commit order
+/// ([`read_changes`]): pulled one at a time, so the caller's batches bound the memory.
+pub struct Changes<'c> {
+    rows: futures_util::stream::BoxStream<'c, sqlx::Result<Vec<u8>>>,
+    from: Lsn,
+    upto: Lsn,
+    snapshot: Option<Snapshot>,
+    relations: HashMap<u32, Arc<Relation>>,
+    /// The transaction being read: its commit position, time and id, and whether its
+    /// changes are in range (and not seen by the snapshot).
+    current: Option<(Lsn, i64, u32, bool)>,
+    summary: ReadSummary,
+}
+
+/// Reads the committed changes of `read`'s range (see [`Changes::next`]).
+pub fn read_changes<'c>(conn: &'c mut PgConnection, read: &ChangeRead<'_>) -> Changes<'c> {
+    let rows = sqlx::query_scalar::<_, Vec<u8>>(
         "SELECT data FROM pg_logical_slot_peek_binary_changes($1, $2::text::pg_lsn, NULL, \
          'proto_version', '1', 'publication_names', $3, 'binary', 'true')",
     )
-    .bind(&read.names.slot)
+    .bind(read.slot.slot.clone())
     .bind(read.upto.to_string())
-    .bind(quote_ident(&read.names.publication))
+    .bind(quote_ident(&read.slot.publication))
     .fetch(conn);
-    let mut relations: HashMap<u32, Arc<Relation>> = HashMap::new();
-    let mut summary = ReadSummary::default();
-    // The transaction being read: its commit position and time, and whether it is in range.
-    let mut current: Option<(Lsn, i64, u32, bool)> = None;
-    while let Some(data) = rows.try_next().await.map_err(slot_error)? {
-        let message = pgoutput::decode(&data).map_err(|_| malformed())?;
-        let (commit_lsn, commit_time, xid, wanted) = match (&message, current) {
-            (Message::Begin { .. }, _) | (Message::Relation(_), _) => (Lsn(0), 0, 0, false),
-            (_, Some(c)) => c,
-            (Message::Other(_), None) => continue,
-            (_, None) => return Err(malformed()),
-        };
-        let change = |op, new, old, relation: &u32| -> Result<Change> {
-            Ok(Change {
-                op,
-                commit_lsn,
-                commit_time,
-                xid,
-                relation: relations.get(relation).cloned().ok_or_else(malformed)?,
-                new,
-                old,
-            })
-        };
-        let out = match message {
-            Message::Begin {
-                final_lsn,
-                commit_time,
-                xid,
-            } => {
-                let in_range = final_lsn >= read.from && final_lsn < read.upto;
-                let seen = in_range && read.snapshot.is_some_and(|s| s.sees(xid, final_lsn));
-                if seen {
-                    summary.skipped += 1;
+    Changes {
+        rows,
+        from: read.from,
+        upto: read.upto,
+        snapshot: read.snapshot.cloned(),
+        relations: HashMap::new(),
+        current: None,
+        summary: ReadSummary::default(),
+    }
+}
+
+impl Changes<'_> {
+    /// The next change, or `None` at the end of the range.
+    pub async fn next(&mut self) -> Result<Option<Change>> {
+        while let Some(data) = self.rows.try_next().await.map_err(slot_error)? {
+            let message = pgoutput::decode(&data).map_err(|_| malformed())?;
+            let (commit_lsn, commit_time, xid, wanted) = match (&message, self.current) {
+                (Message::Begin { .. }, _) | (Message::Relation(_), _) => (Lsn(0), 0, 0, false),
+                (_, Some(c)) => c,
+                (Message::Other(_), None) => continue,
+                (_, None) => return Err(malformed()),
+            };
+            let relations = &self.relations;
+            let change = |op, new, old, relation: &u32| -> Result<Change> {
+                Ok(Change {
+                    op,
+                    commit_lsn,
+                    commit_time,
+                    xid,
+                    relation: relations.get(relation).cloned().ok_or_else(malformed)?,
+                    new,
+                    old,
+                })
+            };
+            let out = match message {
+                Message::Begin {
+                    final_lsn,
+                    commit_time,
+                    xid,
+                } => {
+                    let in_range = final_lsn >= self.from && final_lsn < self.upto;
+                    let seen = in_range
+                        && self
+                            .snapshot
+                            .as_ref()
+                            .is_some_and(|s| s.sees(xid, final_lsn));
+                    if seen {
+                        self.summary.skipped += 1;
+                    }
+                    self.current = Some((final_lsn, commit_time, xid, in_range && !seen));
+                    None
                 }
-                current = Some((final_lsn, commit_time, xid, in_range && !seen));
-                None
-            }
-            Message::Commit { .. } => {
-                if wanted {
-                    summary.transactions += 1;
+                Message::Commit { .. } => {
+                    if wanted {
+                        self.summary.transactions += 1;
+                    }
+                    self.current = None;
+                    None
                 }
-                current = None;
-                None
-            }
-            Message::Relation(r) => {
-                relations.insert(r.id, Arc::new(r));
-                None
-            }
-            _ if !wanted => None,
-            Message::Insert { relation, new } => {
-                Some(change(Op::Insert, Some(new), None, &relation)?)
-            }
-            Message::Update { relation, old, new } => {
-                Some(change(Op::Update, Some(new), old, &relation)?)
-            }
-            Message::Delete { relation, old } => {
-                Some(change(Op::Delete, None, Some(old), &relation)?)
-            }
-            Message::Truncate { relations: ids } => match ids.first() {
-                Some(id) => Some(change(Op::Truncate, None, None, id)?),
-                None => None,
-            },
-            Message::Other(_) => None,
-        };
-        if let Some(c) = out {
-            summary.changes += 1;
-            if !emit(c).await {
-                break;
+                Message::Relation(r) => {
+                    self.relations.insert(r.id, Arc::new(r));
+                    None
+                }
+                _ if !wanted => None,
+                Message::Insert { relation, new } => {
+                    Some(change(Op::Insert, Some(new), None, &relation)?)
+                }
+                Message::Update { relation, old, new } => {
+                    Some(change(Op::Update, Some(new), old, &relation)?)
+                }
+                Message::Delete { relation, old } => {
+                    Some(change(Op::Delete, None, Some(old), &relation)?)
+                }
+                Message::Truncate { relations: ids } => match ids.first() {
+                    Some(id) => Some(change(Op::Truncate, None, None, id)?),
+                    None => None,
+                },
+                Message::Other(_) => None,
+            };
+            if let Some(c) = out {
+                self.summary.changes += 1;
+                return Ok(Some(c));
             }
         }
+        Ok(None)
     }
-    Ok(summary)
+
+    /// What the read went through so far.
+    pub fn summary(&self) -> &ReadSummary {
+        &self.summary
+    }
 }
 
 /// A failed change read: a slot that is gone or invalidated has its own error; the
@@ -598,18 +603,5 @@ mod tests {
         );
         assert!(s.sees(7, Lsn(1)));
         assert!(!s.sees(12, Lsn(1)));
-    }
-
-    #[test]
-    fn sync_names_are_prefixed_stable_and_valid_slot_names() {
-        let a = LogNames::for_sync("tenant-1", "sync-1");
-        assert_eq!(a, LogNames::for_sync("tenant-1", "sync-1"));
-        assert_ne!(a, LogNames::for_sync("tenant-2", "sync-1"));
-        assert!(a.slot.starts_with("fetcher_") && a.slot.len() <= 63);
-        assert!(
-            a.slot
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        );
     }
 }

@@ -398,7 +398,10 @@ impl Engine {
                             stopped = Some(point(step, &batch.table, None));
                             break;
                         }
-                        if let Some(read) = step.incremental.get(&*batch.table)
+                        if let Some(w) = &batch.watermark {
+                            reached.insert(batch.table.to_string(), w.clone());
+                        } else if let Some(read) = step.incremental.get(&*batch.table)
+                            && !read.spec.is_log()
                             && let Some(last) = batch.rows.last()
                         {
                             reached.insert(batch.table.to_string(), reached_by(read, last));
@@ -620,6 +623,7 @@ fn watermark_of(read: &IncrementalRead, row: &crate::value::Row) -> Watermark {
             .columns()
             .map(|c| row.get(c).map_or(serde_json::Value::Null, |v| v.to_json()))
             .collect(),
+        log: None,
     }
 }
 

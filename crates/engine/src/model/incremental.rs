@@ -1,6 +1,10 @@
 //! Incremental reads (docs/api.md, "Incremental extraction"): a table read only past the
 //! watermark of the previous completed job of its sync, in `(cursor, key)` order.
 //!
+//! A table may instead be read **from the log** ([`ReadMode::Log`], PostgreSQL): its first
+//! job delivers a snapshot, every later one the changes committed since; the watermark is
+//! then a [`LogPosition`] (docs/api.md, "Changes from the log").
+//!
 //! The watermark is a tuple: the cursor column's value, then the key columns' values,
 //! each as it appears in the result (the NDJSON rendering of docs/encodings.md). A read
 //! after a watermark `w` takes the rows whose `(cursor, key)` is strictly greater than `w`
@@ -11,12 +15,34 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// What a job asks of one table: read it incrementally on `cursor`, ties broken by `key`.
+/// How an incremental table is read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ReadMode {
+    /// Past a watermark on a cursor column.
+    #[default]
+    Cursor,
+    /// From the database's log: a snapshot first, then the committed changes, deletes
+    /// included (PostgreSQL logical decoding).
+    Log,
+}
+
+impl ReadMode {
+    pub fn is_cursor(&self) -> bool {
+        *self == ReadMode::Cursor
+    }
+}
+
+/// What a job asks of one table: read it incrementally on `cursor`, ties broken by `key`;
+/// or, in [`ReadMode::Log`], from the log (no cursor; `key` the primary key).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IncrementalSpec {
+    #[serde(default, skip_serializing_if = "ReadMode::is_cursor")]
+    pub mode: ReadMode,
     /// The column whose growth marks new and changed rows (an integer, numeric,
-    /// timestamp, date or text column).
+    /// timestamp, date or text column). Empty in log mode.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cursor: String,
     /// Columns that tell rows sharing a cursor value apart, in order: unique together
     /// with the cursor. Empty in a request: the table's primary key (resolved when the
@@ -30,9 +56,16 @@ pub struct IncrementalSpec {
 }
 
 impl IncrementalSpec {
-    /// The watermark's columns: the cursor, then the key.
+    /// The watermark's columns: the cursor, then the key (log mode: the key alone).
     pub fn columns(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.cursor.as_str()).chain(self.key.iter().map(String::as_str))
+        let cursor = (self.mode == ReadMode::Cursor).then_some(self.cursor.as_str());
+        cursor
+            .into_iter()
+            .chain(self.key.iter().map(String::as_str))
+    }
+
+    pub fn is_log(&self) -> bool {
+        self.mode == ReadMode::Log
     }
 }
 
@@ -139,20 +172,102 @@ impl<'de> Deserialize<'de> for Lookback {
 }
 
 /// A point in a table's `(cursor, key)` order: the highest tuple a completed job read.
+/// A log read's watermark has no cursor and no values, and a [`LogPosition`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Watermark {
+    #[serde(default)]
     pub cursor: String,
     #[serde(default)]
     pub key: Vec<String>,
     /// The cursor's value, then each key column's, as the result renders them.
+    #[serde(default)]
     pub values: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogPosition>,
 }
 
 impl Watermark {
-    /// Whether this watermark is on the columns `spec` names.
+    /// Whether this watermark is on the columns `spec` names, in its mode.
     pub fn matches(&self, spec: &IncrementalSpec) -> bool {
-        self.cursor == spec.cursor && self.key == spec.key
+        self.cursor == spec.cursor && self.key == spec.key && self.log.is_some() == spec.is_log()
+    }
+
+    /// A log read's watermark.
+    pub fn at_log(spec: &IncrementalSpec, position: LogPosition) -> Watermark {
+        Watermark {
+            cursor: String::new(),
+            key: spec.key.clone(),
+            values: Vec::new(),
+            log: Some(position),
+        }
+    }
+}
+
+/// Where a log read stands: the log position its next read starts from, and while it is
+/// still needed, the snapshot of the first job (its changes skip what the snapshot saw).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogPosition {
+    /// A PostgreSQL log position, as it prints them (`16/B374D848`).
+    pub lsn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<LogSnapshot>,
+}
+
+/// The first job's snapshot: PostgreSQL's `xmin:xmax:xip,…` text, and the log position
+/// read right after it (every transaction it saw committed below it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogSnapshot {
+    pub seen: String,
+    pub taken_at: String,
+}
+
+impl LogPosition {
+    /// The position as a number, when it is well formed (`hex/hex`).
+    pub fn value(&self) -> Option<u64> {
+        lsn_value(&self.lsn)
+    }
+}
+
+/// A PostgreSQL log position (`16/B374D848`) as a number.
+pub fn lsn_value(s: &str) -> Option<u64> {
+    let (hi, lo) = s.split_once('/')?;
+    let part = |p: &str| {
+        (!p.is_empty() && p.len() <= 8)
+            .then(|| u64::from_str_radix(p, 16).ok())
+            .flatten()
+    };
+    Some(part(hi)? << 32 | part(lo)?)
+}
+
+/// The replication slot and publication a log read of one sync uses (PostgreSQL). Both
+/// carry the `fetcher_` prefix, so an operator listing `pg_replication_slots` knows whose
+/// they are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogSlot {
+    pub slot: String,
+    pub publication: String,
+}
+
+impl LogSlot {
+    /// `fetcher_` and 24 hex digits of SHA-256 over the tenant, the sync and the table:
+    /// within PostgreSQL's 63 bytes and its slot-name alphabet, whatever the ids hold.
+    pub fn for_sync(tenant: &str, sync_id: &str, config: &str, table: &str) -> LogSlot {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for part in [tenant, sync_id, config, table] {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
+        let digest = h.finalize();
+        let name = format!("fetcher_{}", crate::execute::hex(&digest[..12]));
+        LogSlot {
+            slot: name.clone(),
+            publication: name,
+        }
     }
 }
 
@@ -168,6 +283,12 @@ impl Watermark {
     /// and never a row.
     pub fn position_cmp(&self, other: &Watermark) -> Option<std::cmp::Ordering> {
         use std::cmp::Ordering::Equal;
+        if let (Some(a), Some(b)) = (&self.log, &other.log) {
+            return Some(a.value()?.cmp(&b.value()?));
+        }
+        if self.log.is_some() != other.log.is_some() {
+            return None;
+        }
         if self.cursor != other.cursor
             || self.key != other.key
             || self.values.len() != other.values.len()
@@ -314,6 +435,9 @@ pub struct IncrementalRead {
     /// reset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<Watermark>,
+    /// Log mode: the sync's slot and publication (set by the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<LogSlot>,
 }
 
 #[cfg(test)]
@@ -348,6 +472,7 @@ mod tests {
             cursor: "c".into(),
             key: vec!["k".into()],
             values: serde_json::from_value(values).unwrap(),
+            log: None,
         }
     }
 
@@ -434,6 +559,47 @@ mod tests {
             ..mark(json!([1, 1]))
         };
         assert_eq!(mark(json!([1, 1])).position_cmp(&other), None);
+    }
+
+    #[test]
+    fn log_reads_have_no_cursor_and_compare_by_log_position() {
+        let s: IncrementalSpec =
+            serde_json::from_value(json!({"mode": "log", "key": ["id"]})).unwrap();
+        assert!(s.is_log());
+        assert_eq!(s.columns().collect::<Vec<_>>(), ["id"]);
+        assert_eq!(
+            serde_json::to_value(&s).unwrap(),
+            json!({"mode": "log", "key": ["id"]})
+        );
+        let cursor: IncrementalSpec = serde_json::from_value(json!({"cursor": "c"})).unwrap();
+        assert_eq!(
+            serde_json::to_value(&cursor).unwrap(),
+            json!({"cursor": "c", "key": []})
+        );
+        let at = |lsn: &str| {
+            Watermark::at_log(
+                &s,
+                LogPosition {
+                    lsn: lsn.into(),
+                    snapshot: None,
+                },
+            )
+        };
+        assert!(at("0/16B3748").matches(&s) && !at("0/1").matches(&cursor));
+        assert!(!mark(json!([1, 1])).matches(&s));
+        assert_eq!(
+            at("1/0").position_cmp(&at("0/FFFFFFFF")),
+            Some(std::cmp::Ordering::Greater)
+        );
+        assert_eq!(at("1/0").position_cmp(&mark(json!([1, 1]))), None);
+        assert_eq!(lsn_value("16/B374D848"), Some(0x16_B374_D848));
+        for bad in ["", "1", "x/1", "1/", "123456789/0"] {
+            assert_eq!(lsn_value(bad), None, "{bad}");
+        }
+        let a = LogSlot::for_sync("t1", "s1", "pg", "public.orders");
+        assert_eq!(a, LogSlot::for_sync("t1", "s1", "pg", "public.orders"));
+        assert_ne!(a, LogSlot::for_sync("t1", "s1", "pg", "public.order"));
+        assert!(a.slot.starts_with("fetcher_") && a.slot.len() == 32);
     }
 
     #[test]

@@ -364,6 +364,10 @@ pub struct RowBatch {
     /// values of the batch's last row, as the result renders them, when the table has a
     /// key a read can resume after (docs/engine.md, "Continued runs"); `None` otherwise.
     pub position: Option<Vec<serde_json::Value>>,
+    /// Where the table's incremental read stands after this batch, when that is not its
+    /// last row's `(cursor, key)`: a log read's position (the job's bound, on its last
+    /// batch). The engine takes it as the table's watermark.
+    pub watermark: Option<crate::Watermark>,
 }
 
 impl RowBatch {
@@ -373,6 +377,7 @@ impl RowBatch {
             rows,
             columns: None,
             position: None,
+            watermark: None,
         }
     }
 
@@ -383,6 +388,7 @@ impl RowBatch {
             rows: Vec::new(),
             columns: Some(columns),
             position: None,
+            watermark: None,
         }
     }
 

@@ -259,6 +259,14 @@ impl Pipeline {
                     IncrementalRead {
                         spec: spec.clone(),
                         after,
+                        slot: spec.is_log().then(|| {
+                            fetcher_engine::LogSlot::for_sync(
+                                job.tenant_id.as_str(),
+                                job.request.sync_id.as_deref().unwrap_or_default(),
+                                config,
+                                table,
+                            )
+                        }),
                     },
                 );
             }

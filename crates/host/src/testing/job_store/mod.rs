@@ -90,6 +90,7 @@ fn result() -> JobResult {
                             serde_json::json!("2026-01-01T00:00:00Z"),
                             serde_json::json!(2),
                         ],
+                        log: None,
                     }),
                 },
             )]

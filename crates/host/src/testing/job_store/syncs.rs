@@ -21,6 +21,7 @@ fn sync_job(t: &str, sync: &str, tag: &str) -> Job {
         [(
             "public.accounts".to_string(),
             fetcher_engine::IncrementalSpec {
+                mode: Default::default(),
                 cursor: "updated_at".into(),
                 key: vec!["id".into()],
                 lookback: None,
