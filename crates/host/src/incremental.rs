@@ -73,6 +73,22 @@ pub fn check_shape(
                     "incremental read of '{config}.{table}', which mappedFields does not select"
                 )));
             }
+            if spec.is_log() {
+                if !spec.cursor.is_empty() {
+                    return Err(invalid(format!(
+                        "incremental read of '{config}.{table}' is from the log (\"mode\": \"log\"), which takes no cursor: drop \"cursor\""
+                    )));
+                }
+                if spec.lookback.is_some() {
+                    return Err(invalid(format!(
+                        "incremental read of '{config}.{table}' is from the log, which reads every change once: drop \"lookback\""
+                    )));
+                }
+            } else if spec.cursor.trim().is_empty() {
+                return Err(invalid(format!(
+                    "incremental read of '{config}.{table}' names no cursor: give \"cursor\" (a column), or \"mode\": \"log\" on a PostgreSQL table"
+                )));
+            }
             let mut seen = Vec::new();
             for c in spec.columns() {
                 if c.trim().is_empty() {
@@ -90,6 +106,16 @@ pub fn check_shape(
         }
     }
     Ok(())
+}
+
+/// The first table a request reads from the log, if any.
+pub fn first_log_read(incremental: &Incremental) -> Option<(&str, &str)> {
+    incremental.iter().find_map(|(config, tables)| {
+        tables
+            .iter()
+            .find(|(_, s)| s.is_log())
+            .map(|(t, _)| (config.as_str(), t.as_str()))
+    })
 }
 
 /// The sync of a request that names none: `auto-` and 32 hex digits of the SHA-256 of the
@@ -125,6 +151,13 @@ pub fn resolve(
     for (table, spec) in tables {
         let mut spec = spec.clone();
         let found = schema.and_then(|s| s.find_table(datasource_type, table));
+        if spec.is_log() {
+            out.insert(
+                table.clone(),
+                resolve_log(config, table, datasource_type, found, spec)?,
+            );
+            continue;
+        }
         if let Some(t) = found {
             if spec.key.is_empty() {
                 if t.primary_key.is_empty() {
@@ -185,6 +218,40 @@ pub fn resolve(
         out.insert(table.clone(), spec);
     }
     Ok(out)
+}
+
+/// A log read (docs/api.md, "Changes from the log"): PostgreSQL only; its key is the
+/// table's primary key (a table without one cannot say which row a delete removed).
+fn resolve_log(
+    config: &str,
+    table: &str,
+    datasource_type: fetcher_engine::DatasourceType,
+    found: Option<&fetcher_engine::TableSnapshot>,
+    mut spec: IncrementalSpec,
+) -> Result<IncrementalSpec, JobError> {
+    if datasource_type != fetcher_engine::DatasourceType::Postgresql {
+        return Err(invalid(format!(
+            "table '{config}.{table}' asks for \"mode\": \"log\", which only POSTGRESQL datasources offer ('{config}' is {}): read it with a cursor",
+            datasource_type.as_str()
+        )));
+    }
+    match found {
+        Some(t) if t.primary_key.is_empty() => Err(invalid(format!(
+            "table '{config}.{table}' has no primary key: a log read needs one to identify deleted rows (add a primary key, or read the table with a cursor)"
+        ))),
+        Some(t) if !spec.key.is_empty() && spec.key != t.primary_key => Err(invalid(format!(
+            "a log read's key is the primary key of '{config}.{table}' [{}]: leave incremental.key out",
+            t.primary_key.join(", ")
+        ))),
+        Some(t) => {
+            spec.key = t.primary_key.clone();
+            Ok(spec)
+        }
+        None if spec.key.is_empty() => Err(invalid(format!(
+            "the primary key of '{config}.{table}' is not known: name it in incremental.key"
+        ))),
+        None => Ok(spec),
+    }
 }
 
 /// A stored watermark on other columns than the job names refuses the job (409).

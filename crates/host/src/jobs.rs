@@ -235,6 +235,13 @@ impl JobService {
         }
         within_limits(&mapped, &req.filters)?;
         crate::incremental::check_shape(&mapped, &req.incremental, req.sync_id.as_deref())?;
+        if req.result_format == Some(crate::model::ResultFormat::V1)
+            && let Some((config, table)) = crate::incremental::first_log_read(&req.incremental)
+        {
+            return Err(JobError::InvalidIncremental(format!(
+                "table '{config}.{table}' is read from the log: its rows carry a change marker, which resultFormat v1 cannot; ask for v2 or parquet"
+            )));
+        }
         let sync_id = match (&req.sync_id, req.incremental.is_empty()) {
             (Some(id), _) => Some(id.clone()),
             (None, false) => Some(crate::incremental::derived_sync_id(

@@ -178,9 +178,10 @@ pub struct FetcherRequest {
     #[schema(value_type = Option<String>, example = "v2")]
     pub result_format: Option<ResultFormat>,
     /// Beyond the reference: tables read incrementally, `configName → table → {cursor,
-    /// key, lookback}` (docs/api.md, "Incremental extraction"). `key` defaults to the
-    /// table's primary key; `lookback` is an ISO 8601 duration (`PT5M`) for date and time
-    /// cursors, a number for numeric ones. Part of the dedup hash.
+    /// key, lookback}` or `{"mode": "log"}` (docs/api.md, "Incremental extraction",
+    /// "Changes from the log"). `key` defaults to the table's primary key; `lookback` is
+    /// an ISO 8601 duration (`PT5M`) for date and time cursors, a number for numeric
+    /// ones. Part of the dedup hash.
     /// Decoded by the handler, so a malformed read is `Invalid Incremental Read` naming
     /// what is wrong rather than an unparseable body.
     #[schema(value_type = Option<std::collections::BTreeMap<String, std::collections::BTreeMap<String, IncrementalInput>>>)]
@@ -197,9 +198,14 @@ pub struct FetcherRequest {
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct IncrementalInput {
-    /// The column whose growth marks new and changed rows.
+    /// `cursor` (the default): rows past a watermark on `cursor`; `log` (PostgreSQL): a
+    /// snapshot first, then every committed change, deletes included, from the
+    /// write-ahead log (no cursor, no lookback).
+    #[schema(example = "cursor")]
+    mode: Option<String>,
+    /// The column whose growth marks new and changed rows (cursor mode).
     #[schema(example = "updated_at")]
-    cursor: String,
+    cursor: Option<String>,
     /// Columns that make the cursor unique, in order; default: the primary key (without
     /// the cursor).
     key: Option<Vec<String>>,
@@ -635,7 +641,7 @@ pub(crate) fn create_request(
         None | Some(Value::Null) => Default::default(),
         Some(v) => serde_json::from_value(v).map_err(|e| {
             error_of(JobError::InvalidIncremental(format!(
-                "incremental must be {{configName: {{table: {{cursor, key, lookback}}}}}}: {e}"
+                "incremental must be {{configName: {{table: {{cursor, key, lookback}} or {{\"mode\": \"log\"}}}}}}: {e}"
             )))
         })?,
     };

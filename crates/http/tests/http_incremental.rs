@@ -257,7 +257,10 @@ async fn bad_incremental_reads_are_400s_that_name_the_column() {
             None,
             "a text cursor takes no lookback",
         ),
-        (json!({"cursor": "  "}), None, "blank"),
+        (json!({"cursor": "  "}), None, "names no cursor"),
+        (json!({}), None, "names no cursor"),
+        (json!({"mode": "log", "cursor": "id"}), None, "takes no cursor"),
+        (json!({"mode": "log", "lookback": "PT5M"}), None, "drop \"lookback\""),
         (json!({"cursor": "id"}), Some("a b"), "syncId"),
     ];
     for (read, sync, says) in cases {
@@ -312,7 +315,8 @@ async fn bad_incremental_reads_are_400s_that_name_the_column() {
             json!({"cursor": "id", "cursr": "x"}),
             "unknown field `cursr`",
         ),
-        (json!({"key": ["id"]}), "missing field `cursor`"),
+        (json!({"key": ["id"]}), "names no cursor"),
+        (json!({"mode": "logs"}), "unknown variant `logs`"),
         (json!("id"), "expected struct"),
     ] {
         let r = create(&h, incremental_job(read.clone(), None)).await;

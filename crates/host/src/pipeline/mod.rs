@@ -231,6 +231,10 @@ pub struct Pipeline {
     pub tenant_share: Option<TenantShare>,
 }
 
+/// The failure of a job reading from the log when the deployment's default format is v1.
+pub const LOG_READ_NEEDS_V2: &str =
+    "a table read from the log needs resultFormat v2 or parquet, not v1";
+
 /// The failure of a Parquet job on a host without the Parquet writer.
 pub const PARQUET_UNSUPPORTED: &str = "this deployment does not write parquet results";
 

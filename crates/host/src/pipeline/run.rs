@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::fanout::Planned;
 use super::segment::SegmentRun;
-use super::{Outcome, PARQUET_UNSUPPORTED, Pipeline};
+use super::{LOG_READ_NEEDS_V2, Outcome, PARQUET_UNSUPPORTED, Pipeline};
 use crate::error::{ErrorKind, Result, ServiceError};
 use crate::model::*;
 use crate::sanitize::sanitize;
@@ -312,6 +312,13 @@ impl Pipeline {
                     .ok_or_else(|| ServiceError::internal("store mode returned no reference"))?;
                 let result = JobResult::sealed(r, format);
                 Ok((out, Some(result)))
+            }
+            ResultFormat::V1
+                if crate::incremental::first_log_read(&job.request.incremental).is_some() =>
+            {
+                // The deployment's default is v1; a log read's change marker needs v2 or
+                // Parquet (creation refuses an explicit v1).
+                Err(ServiceError::validation(LOG_READ_NEEDS_V2))
             }
             ResultFormat::V1 => {
                 plan.mode = ExecutionMode::Direct;

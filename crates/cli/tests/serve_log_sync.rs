@@ -1,0 +1,270 @@
+//! Syncs read from the PostgreSQL log through `fetcher serve` (docs/api.md, "Changes from
+//! the log"), against the private `wal_level=logical` cluster of `scripts/pg-logical`:
+//! the first job is a snapshot, every later one the changes committed since the previous
+//! completed job, in commit order, deletes included; a kill -9 before a job completes
+//! leaves the sync where it was, and the rerun delivers exactly the same changes; v1 and
+//! non-PostgreSQL datasources are refused at creation.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+fn port() -> u16 {
+    std::env::var("PG_LOGICAL_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(55432)
+}
+
+fn cluster() {
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/pg-logical"
+    ))
+    .arg("start")
+    .env("PG_LOGICAL_PORT", port().to_string())
+    .output()
+    .expect("scripts/pg-logical");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `sql` in `db` on the private cluster; the output of the last statement.
+fn lpsql(db: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-p"])
+        .arg(port().to_string())
+        .args(["-d", db, "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "psql failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A database on the private cluster; its slots and the database dropped on drop.
+struct LogDb(String);
+
+impl LogDb {
+    fn create() -> LogDb {
+        cluster();
+        let name = format!("fetcher_log_{}_{}", std::process::id(), free_port());
+        lpsql("postgres", &format!("CREATE DATABASE {name}"));
+        LogDb(name)
+    }
+}
+
+impl Drop for LogDb {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-p"])
+            .arg(port().to_string())
+            .args(["-d", "postgres", "-q", "-c"])
+            .arg(format!(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '{0}'; DROP DATABASE IF EXISTS {0} WITH (FORCE)",
+                self.0
+            ))
+            .output();
+    }
+}
+
+fn job(run: u32, format: Option<&str>) -> Value {
+    let mut body = json!({
+        "dataRequest": {"mappedFields": {"ledger": {"orders": ["id", "status"]}}},
+        "incremental": {"ledger": {"orders": {"mode": "log"}}},
+        "syncId": "orders-log",
+        "metadata": {"source": "reporter", "run": run}
+    });
+    if let Some(f) = format {
+        body["resultFormat"] = json!(f);
+    }
+    body
+}
+
+fn submit(server: &Server, body: &Value) -> String {
+    let (status, accepted) = server.request("POST", "/v1/fetcher", Some(body), &[]);
+    assert_eq!(status, 202, "{accepted}");
+    accepted["jobId"].as_str().unwrap().to_owned()
+}
+
+/// `(op, id, status)` of each row of a completed NDJSON job, in order.
+fn changes(dir: &std::path::Path, id: &str) -> Vec<(String, i64, Value)> {
+    let (ok, out, err) = open_result(dir, id);
+    assert!(ok, "{err}");
+    out.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let row = &v["row"];
+            (
+                row["_fetcher_op"].as_str().unwrap().to_owned(),
+                row["id"].as_i64().unwrap(),
+                row["status"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn ops(rows: &[(String, i64, Value)]) -> Vec<(&str, i64)> {
+    rows.iter().map(|(op, id, _)| (op.as_str(), *id)).collect()
+}
+
+#[test]
+fn a_log_sync_snapshots_then_delivers_each_change_once_across_a_crash() {
+    let db = LogDb::create();
+    lpsql(
+        &db.0,
+        "CREATE TABLE orders (id bigint PRIMARY KEY, status text NOT NULL); \
+         INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 10) g;",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let (status, created) = server.request(
+        "POST",
+        "/v1/management/connections",
+        Some(
+            &json!({"configName": "ledger", "type": "POSTGRESQL", "host": "127.0.0.1",
+            "port": port(), "databaseName": db.0, "userName": "postgres", "password": "unused"}),
+        ),
+        &[("X-Product-Name", "reporter")],
+    );
+    assert_eq!(status, 201, "{created}");
+
+    // Refused at creation: v1, a cursor beside the log mode.
+    let mut v1 = job(0, Some("v1"));
+    v1["metadata"]["run"] = json!("v1");
+    let (status, body) = server.request("POST", "/v1/fetcher", Some(&v1), &[]);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("v2 or parquet"), "{body}");
+    let mut both = job(0, None);
+    both["incremental"]["ledger"]["orders"]["cursor"] = json!("id");
+    let (status, body) = server.request("POST", "/v1/fetcher", Some(&both), &[]);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("no cursor"), "{body}");
+
+    // The first job: the snapshot, and the sync's slot on the server.
+    let first = submit(&server, &job(1, None));
+    let done = server.wait_job(&first, Duration::from_secs(30));
+    assert_eq!(done["status"], "completed", "{done}");
+    let snap = changes(dir.path(), &first);
+    assert_eq!(snap.len(), 10);
+    assert!(snap.iter().all(|(op, _, _)| op == "snapshot"));
+    let slots = lpsql(
+        &db.0,
+        "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()",
+    );
+    assert!(
+        slots.starts_with("fetcher_") && !slots.contains('\n'),
+        "{slots}"
+    );
+    let (status, sync) = server.request("GET", "/v1/syncs/orders-log", None, &[]);
+    assert_eq!(status, 200, "{sync}");
+    let position = &sync["tables"]["ledger"]["orders"]["watermark"]["log"];
+    assert!(position["lsn"].as_str().unwrap().contains('/'), "{sync}");
+
+    // Changes, in commit order, deletes included.
+    lpsql(
+        &db.0,
+        "INSERT INTO orders VALUES (11, 'new'); UPDATE orders SET status = 'paid' WHERE id = 2; \
+         DELETE FROM orders WHERE id = 3; UPDATE orders SET status = 'shipped' WHERE id = 2;",
+    );
+    let second = submit(&server, &job(2, None));
+    let done = server.wait_job(&second, Duration::from_secs(30));
+    assert_eq!(done["status"], "completed", "{done}");
+    let got = changes(dir.path(), &second);
+    assert_eq!(
+        ops(&got),
+        [("insert", 11), ("update", 2), ("delete", 3), ("update", 2)]
+    );
+    assert_eq!(got[3].2, "shipped");
+    drop(server);
+
+    // kill -9 after the third job's result is stored, before it completes: the sync
+    // stays at the second job's position, and the rerun delivers the same changes.
+    lpsql(
+        &db.0,
+        "DELETE FROM orders WHERE id = 11; INSERT INTO orders VALUES (12, 'late');",
+    );
+    let mut crashing = Server::start_with(
+        dir.path(),
+        &[],
+        None,
+        &[("FETCHER_TEST_CRASH_BEFORE_COMPLETE", "1")],
+    );
+    let third = submit(&crashing, &job(3, None));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while crashing.child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "serve did not reach the crash point"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    crashing.kill();
+    // Written after the crashed run read its changes: the next job's, not the rerun's.
+    lpsql(&db.0, "UPDATE orders SET status = 'after' WHERE id = 12;");
+    let server = Server::start(dir.path(), &[]);
+    let done = server.wait_job(&third, Duration::from_secs(90));
+    assert_eq!(done["status"], "completed", "{done}");
+    let rerun = changes(dir.path(), &third);
+    assert_eq!(
+        ops(&rerun[..2]),
+        [("delete", 11), ("insert", 12)],
+        "the crashed run's changes, once"
+    );
+    // The rerun may also see the update that committed after the crash (its bound is
+    // taken when it starts): either way the next job continues after it, never twice.
+    let fourth = submit(&server, &job(4, Some("parquet")));
+    let done = server.wait_job(&fourth, Duration::from_secs(30));
+    assert_eq!(done["status"], "completed", "{done}");
+    let in_fourth = done["resultParts"][0]["rowCount"].as_i64().unwrap();
+    assert_eq!(
+        rerun.len() as i64 - 2 + in_fourth,
+        1,
+        "the update after the crash is in exactly one job"
+    );
+}
+
+#[test]
+fn a_log_read_of_another_database_type_is_refused_naming_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let name = format!("fetcher_log_my_{}", free_port());
+    mysql(None, &format!("CREATE DATABASE {name}"));
+    mysql(
+        Some(&name),
+        &format!(
+            "CREATE TABLE orders (id BIGINT PRIMARY KEY, status TEXT); \
+             CREATE USER IF NOT EXISTS 'fetcher_logtest'@'%' IDENTIFIED BY 'log-sync-test-only'; \
+             GRANT SELECT ON {name}.* TO 'fetcher_logtest'@'%';"
+        ),
+    );
+    let (status, created) = server.request(
+        "POST",
+        "/v1/management/connections",
+        Some(
+            &json!({"configName": "ledger", "type": "MYSQL", "host": "127.0.0.1",
+            "port": 3306, "databaseName": name, "userName": "fetcher_logtest",
+            "password": "log-sync-test-only"}),
+        ),
+        &[("X-Product-Name", "reporter")],
+    );
+    assert_eq!(status, 201, "{created}");
+    let (status, body) = server.request("POST", "/v1/fetcher", Some(&job(1, None)), &[]);
+    mysql(None, &format!("DROP DATABASE {name}"));
+    assert_eq!(status, 400, "{body}");
+    let text = body.to_string();
+    assert!(
+        text.contains("ledger.orders") && text.contains("POSTGRESQL"),
+        "{text}"
+    );
+}
