@@ -21,27 +21,30 @@ fn port() -> u16 {
         .unwrap_or(55432)
 }
 
+/// `scripts/pg-logical <action>` for the cluster on `port`.
+fn pg_logical(action: &str, port: u16) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/pg-logical");
+    let out = std::process::Command::new(script)
+        .arg(action)
+        .env("PG_LOGICAL_PORT", port.to_string())
+        .output()
+        .expect("scripts/pg-logical runs");
+    assert!(
+        out.status.success(),
+        "scripts/pg-logical {action} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Starts the private cluster unless it is up (the script is idempotent).
 fn cluster() {
     static STARTED: std::sync::Once = std::sync::Once::new();
-    STARTED.call_once(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/pg-logical");
-        let out = std::process::Command::new(script)
-            .arg("start")
-            .env("PG_LOGICAL_PORT", port().to_string())
-            .output()
-            .expect("scripts/pg-logical runs");
-        assert!(
-            out.status.success(),
-            "the private wal_level=logical cluster did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
+    STARTED.call_once(|| pg_logical("start", port()));
 }
 
-async fn connect(db: &str) -> PgConnection {
+async fn connect_at(port: u16, db: &str) -> PgConnection {
     fetcher_connectors::tls_provider();
-    PgConnection::connect(&format!("postgres://postgres@127.0.0.1:{}/{db}", port()))
+    PgConnection::connect(&format!("postgres://postgres@127.0.0.1:{port}/{db}"))
         .await
         .unwrap()
 }
@@ -50,28 +53,33 @@ async fn connect(db: &str) -> PgConnection {
 /// with it (`drop`).
 struct LogDb {
     name: String,
+    port: u16,
 }
 
 impl LogDb {
     async fn create(sql: &str) -> LogDb {
         cluster();
+        Self::create_on(port(), sql).await
+    }
+
+    async fn create_on(port: u16, sql: &str) -> LogDb {
         let name = common::unique("fx_log");
-        let mut admin = connect("postgres").await;
+        let mut admin = connect_at(port, "postgres").await;
         admin
             .execute(format!("CREATE DATABASE {name}").as_str())
             .await
             .unwrap();
-        let mut c = connect(&name).await;
+        let mut c = connect_at(port, &name).await;
         c.execute(sql).await.unwrap();
-        LogDb { name }
+        LogDb { name, port }
     }
 
     async fn conn(&self) -> PgConnection {
-        connect(&self.name).await
+        connect_at(self.port, &self.name).await
     }
 
     async fn drop(self) {
-        let mut admin = connect("postgres").await;
+        let mut admin = connect_at(self.port, "postgres").await;
         admin
             .execute(
                 format!(
@@ -466,7 +474,7 @@ fn descriptor(db: &LogDb) -> fetcher_engine::ConnectionDescriptor {
         config_name: "src".into(),
         datasource_type: fetcher_engine::DatasourceType::Postgresql,
         host: "127.0.0.1".into(),
-        port: port(),
+        port: db.port,
         database_name: db.name.clone(),
         username: "postgres".into(),
         ..Default::default()
@@ -665,4 +673,77 @@ async fn a_log_read_refuses_what_it_cannot_read() {
     let e = run("odd", serde_json::json!([]), None).await;
     assert!(e.contains("_fetcher_op"), "{e}");
     db.drop().await;
+}
+
+/// A slot the server invalidated (`max_slot_wal_keep_size`, on a cluster of its own so no
+/// other test's slot is invalidated with it) fails the next change job with its own
+/// reason, not a retryable outage; the job after a reset (a new snapshot) drops it and
+/// starts over on a new slot.
+#[tokio::test]
+async fn an_invalidated_slot_fails_with_its_reason_and_a_reset_starts_over() {
+    let port = port() + 1;
+    pg_logical("start", port);
+    let db = LogDb::create_on(port, "CREATE TABLE t (id bigint PRIMARY KEY, v text);").await;
+    let mut c = db.conn().await;
+    c.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+        .await
+        .unwrap();
+    c.execute("SELECT pg_reload_conf()").await.unwrap();
+    let h = common::harness(&[descriptor(&db)]).await;
+    let slot = LogSlot::for_sync("t1", &common::unique("lost"), "src", "t");
+    let (_, at) = log_job(&h, &slot, &["id", "v"], None).await;
+    // Write past the limit, in new segments, then checkpoint: the server removes the log
+    // the slot still needs.
+    for _ in 0..4 {
+        c.execute(
+            "INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(1, 20000) g \
+             ON CONFLICT (id) DO UPDATE SET v = excluded.v",
+        )
+        .await
+        .unwrap();
+        c.execute("SELECT pg_switch_wal()").await.unwrap();
+        c.execute("CHECKPOINT").await.unwrap();
+    }
+    let status: String =
+        sqlx::query_scalar("SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1")
+            .bind(&slot.slot)
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+    assert_eq!(status, "lost", "the server invalidated the slot");
+    let request = serde_json::json!({
+        "mappedFields": {"src": {"t": ["id", "v"]}},
+        "incremental": {"src": {"t": {"mode": "log", "key": ["id"], "slot": slot, "after": at}}},
+    });
+    let plan = common::store_plan(&h, request).await;
+    let err = h
+        .engine
+        .execute_extraction(&fetcher_engine::Context::background(), &plan)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.reason(),
+        Some(fetcher_engine::Reason::LogSlotLost),
+        "{err}"
+    );
+    assert_eq!(err.retry(), fetcher_engine::Retry::Futile);
+    // The reset: the next job has no position, takes a new snapshot on a new slot.
+    let (rows, again) = log_job(&h, &slot, &["id", "v"], None).await;
+    assert_eq!(rows.len(), 20_000);
+    let status: String =
+        sqlx::query_scalar("SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1")
+            .bind(&slot.slot)
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+    assert_ne!(status, "lost");
+    c.execute("INSERT INTO t VALUES (0, 'after the reset')")
+        .await
+        .unwrap();
+    let (changes, _) = log_job(&h, &slot, &["id", "v"], Some(&again)).await;
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0]["v"], "after the reset");
+    drop(c);
+    db.drop().await;
+    pg_logical("stop", port);
 }

@@ -123,6 +123,10 @@ pub enum Reason {
     /// `connect`: the TLS handshake failed (the server offers no TLS where the mode needs
     /// it, or its certificate does not verify).
     TlsRefused,
+    /// `validation`: a sync read from the log lost its replication slot (the server
+    /// invalidated it past `max_slot_wal_keep_size`, or it was dropped): the changes since
+    /// its last job are gone from the log, and only a reset (a new snapshot) continues.
+    LogSlotLost,
 }
 
 /// Whether retrying the same operation later can help: the one answer every host acts on
@@ -208,6 +212,7 @@ impl EngineError {
             (Category::Connect, msg::NOT_LISTENING) => Some(Reason::NotListening),
             (Category::Connect, msg::CONNECT_TIMED_OUT) => Some(Reason::ConnectTimedOut),
             (Category::Connect, msg::TLS_REFUSED) => Some(Reason::TlsRefused),
+            (Category::Validation, msg::LOG_SLOT_LOST) => Some(Reason::LogSlotLost),
             _ => None,
         }
     }
@@ -293,6 +298,7 @@ pub mod msg {
     pub const CONNECT_TIMED_OUT: &str = "the datasource did not answer the connection in time";
     pub const TLS_REFUSED: &str = "the TLS handshake with the datasource failed";
     pub const HOST_FORBIDDEN: &str = "host is not a valid external database endpoint";
+    pub const LOG_SLOT_LOST: &str = "the sync's replication slot was invalidated or dropped: the changes since its last job are gone from the log; reset the sync (POST /v1/syncs/{id}/reset) to start over with a new snapshot";
     pub const TLS_MODE_INVALID: &str = "the TLS mode is not one of the connection type's";
     pub const DISCOVER_FAILED: &str = "failed to discover datasource schema";
     pub const VALIDATE_NO_DATASOURCES: &str = "schema validation request has no datasources";

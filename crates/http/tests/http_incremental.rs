@@ -259,8 +259,16 @@ async fn bad_incremental_reads_are_400s_that_name_the_column() {
         ),
         (json!({"cursor": "  "}), None, "names no cursor"),
         (json!({}), None, "names no cursor"),
-        (json!({"mode": "log", "cursor": "id"}), None, "takes no cursor"),
-        (json!({"mode": "log", "lookback": "PT5M"}), None, "drop \"lookback\""),
+        (
+            json!({"mode": "log", "cursor": "id"}),
+            None,
+            "takes no cursor",
+        ),
+        (
+            json!({"mode": "log", "lookback": "PT5M"}),
+            None,
+            "drop \"lookback\"",
+        ),
         (json!({"cursor": "id"}), Some("a b"), "syncId"),
     ];
     for (read, sync, says) in cases {

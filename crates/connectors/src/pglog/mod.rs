@@ -238,15 +238,22 @@ pub async fn slot_state(conn: &mut PgConnection, names: &LogSlot) -> Result<Opti
 }
 
 /// Creates the slot unless it exists; returns where its changes start (the creation's
-/// consistent point, or an existing slot's confirmed position). Creating a slot waits
-/// for the transactions running at that moment to end (the session's statement timeout
-/// bounds the wait).
+/// consistent point, or an existing slot's confirmed position: a snapshot taken after
+/// either is consistent with it, the change reads skipping what it saw). A slot the
+/// server invalidated is dropped and made again (the caller is about to take a new
+/// snapshot). Creating a slot waits for the transactions running at that moment to end
+/// (the session's statement timeout bounds the wait).
 pub async fn ensure_slot(conn: &mut PgConnection, names: &LogSlot) -> Result<Lsn> {
-    if let Some(s) = slot_state(conn, names).await? {
-        if s.lost {
-            return Err(slot_lost());
+    match slot_state(conn, names).await? {
+        Some(s) if s.lost => {
+            sqlx::query("SELECT pg_drop_replication_slot($1)")
+                .bind(&names.slot)
+                .execute(&mut *conn)
+                .await
+                .map_err(query_failed)?;
         }
-        return Ok(s.confirmed);
+        Some(s) => return Ok(s.confirmed),
+        None => {}
     }
     let lsn: String = sqlx::query_scalar(
         "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -263,7 +270,7 @@ pub async fn ensure_slot(conn: &mut PgConnection, names: &LogSlot) -> Result<Lsn
 pub fn slot_lost() -> EngineError {
     EngineError::new(
         Category::Validation,
-        "the sync's replication slot was invalidated or dropped: reset the sync",
+        fetcher_engine::error::msg::LOG_SLOT_LOST,
     )
     .final_answer()
 }
