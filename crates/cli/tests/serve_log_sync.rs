@@ -186,6 +186,41 @@ fn a_log_sync_snapshots_then_delivers_each_change_once_across_a_crash() {
         [("insert", 11), ("update", 2), ("delete", 3), ("update", 2)]
     );
     assert_eq!(got[3].2, "shipped");
+
+    // The sync shows its slot and what it retained; scheduled, it is a metric.
+    let (_, sync) = server.request("GET", "/v1/syncs/orders-log", None, &[]);
+    let log = &sync["tables"]["ledger"]["orders"]["watermark"]["log"];
+    assert_eq!(log["slot"].as_str(), Some(slots.as_str()), "{sync}");
+    assert!(log["retainedBytes"].as_u64().is_some(), "{sync}");
+    assert!(
+        log.get("snapshot").is_none(),
+        "passed by the second job: {sync}"
+    );
+    let mut scheduled = job(0, None);
+    scheduled.as_object_mut().unwrap().remove("syncId");
+    let (status, body) = server.request(
+        "PUT",
+        "/v1/syncs/orders-log/schedule",
+        Some(&json!({"request": scheduled, "rate": "PT1H"})),
+        &[],
+    );
+    assert_eq!(status, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, metrics) = server.request("GET", "/metrics", None, &[]);
+        let text = metrics.as_str().unwrap_or_default().to_owned();
+        if text.lines().any(|l| {
+            l.starts_with("fetcher_sync_log_retained_bytes{")
+                && l.contains("sync=\"orders-log\"")
+                && l.contains("table=\"orders\"")
+        }) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no retained-log gauge: {text}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (status, _) = server.request("DELETE", "/v1/syncs/orders-log/schedule", None, &[]);
+    assert_eq!(status, 204);
     drop(server);
 
     // kill -9 after the third job's result is stored, before it completes: the sync

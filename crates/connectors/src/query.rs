@@ -70,7 +70,7 @@ impl TablePlan {
         };
         let mut batch = RowBatch::new(self.key.clone(), rows);
         batch.position = position;
-        batch.watermark = self.watermark.clone();
+        batch.watermark = self.watermark.clone().map(Box::new);
         batch
     }
 
@@ -79,7 +79,7 @@ impl TablePlan {
     pub fn empty_batch(&self) -> RowBatch {
         let columns = self.visible.as_ref().unwrap_or(&self.columns).clone();
         let mut batch = RowBatch::empty(self.key.clone(), columns);
-        batch.watermark = self.watermark.clone();
+        batch.watermark = self.watermark.clone().map(Box::new);
         batch
     }
 

@@ -747,3 +747,57 @@ async fn an_invalidated_slot_fails_with_its_reason_and_a_reset_starts_over() {
     db.drop().await;
     pg_logical("stop", port);
 }
+
+/// A user with `REPLICATION` who does not own the table is told what it needs (the
+/// publication), not given a retryable failure; a column added between jobs appears in
+/// the rows after it.
+#[tokio::test]
+async fn a_non_owner_is_told_and_an_added_column_appears_in_later_jobs() {
+    let db = LogDb::create("CREATE TABLE t (id bigint PRIMARY KEY, v text);").await;
+    let mut c = db.conn().await;
+    let user = common::unique("repl");
+    c.execute(format!("CREATE ROLE {user} LOGIN REPLICATION").as_str())
+        .await
+        .unwrap();
+    c.execute(format!("GRANT SELECT ON t TO {user}").as_str())
+        .await
+        .unwrap();
+    let mut d = descriptor(&db);
+    d.username = user.clone();
+    let h = common::harness(&[d]).await;
+    let slot = LogSlot::for_sync("t1", &common::unique("owner"), "src", "t");
+    let request = serde_json::json!({
+        "mappedFields": {"src": {"t": []}},
+        "incremental": {"src": {"t": {"mode": "log", "key": ["id"], "slot": slot}}},
+    });
+    let plan = common::store_plan(&h, request).await;
+    let err = h
+        .engine
+        .execute_extraction(&fetcher_engine::Context::background(), &plan)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("must own the table"), "{err}");
+    assert_eq!(err.retry(), fetcher_engine::Retry::Futile);
+
+    // The owner's sync: a column added after the snapshot is in the next job's rows.
+    let h = common::harness(&[descriptor(&db)]).await;
+    let (_, at) = log_job(&h, &slot, &[], None).await;
+    c.execute("INSERT INTO t VALUES (1, 'before')")
+        .await
+        .unwrap();
+    c.execute("ALTER TABLE t ADD COLUMN extra int")
+        .await
+        .unwrap();
+    c.execute("INSERT INTO t VALUES (2, 'after', 7)")
+        .await
+        .unwrap();
+    let (rows, _) = log_job(&h, &slot, &[], Some(&at)).await;
+    assert_eq!(rows.len(), 2);
+    assert!(rows[0]["extra"].is_null() && rows[0]["v"] == "before");
+    assert_eq!(rows[1]["extra"], 7);
+    c.execute(format!("DROP OWNED BY {user}; DROP ROLE {user}").as_str())
+        .await
+        .unwrap();
+    drop(c);
+    db.drop().await;
+}

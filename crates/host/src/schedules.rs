@@ -47,6 +47,22 @@ pub struct SyncFreshness {
     /// The schedule's period.
     pub period_seconds: u64,
     pub stale: bool,
+    /// `(config, table, bytes)` of each table read from the log: the log its slot
+    /// retained when the sync's last job began.
+    pub log_retained: Vec<(String, String, u64)>,
+}
+
+/// `(config, table, bytes)` of each of `sync`'s tables read from the log.
+fn log_retained(sync: &crate::model::SyncState) -> Vec<(String, String, u64)> {
+    sync.tables
+        .iter()
+        .flat_map(|(config, tables)| {
+            tables.iter().filter_map(move |(table, t)| {
+                let bytes = t.watermark.log.as_ref()?.retained_bytes?;
+                Some((config.clone(), table.clone(), bytes))
+            })
+        })
+        .collect()
 }
 
 /// Why a run created no job.
@@ -258,6 +274,7 @@ impl ScheduleService {
                 age_seconds: s.age_seconds(sync.as_ref(), now),
                 period_seconds: s.cadence.period_seconds(now),
                 stale: s.stale_since.is_some() || s.stale_by(sync.as_ref(), now).is_some(),
+                log_retained: sync.as_ref().map(log_retained).unwrap_or_default(),
                 tenant_id: s.tenant_id,
                 sync_id: s.sync_id,
             });

@@ -70,6 +70,7 @@ const SYNC_AGE: &str = "fetcher_sync_age_seconds";
 const SYNC_STALE: &str = "fetcher_sync_stale";
 const SYNCS_SCHEDULED: &str = "fetcher_syncs_scheduled";
 const SYNCS_STALE: &str = "fetcher_syncs_stale";
+const SYNC_LOG_RETAINED: &str = "fetcher_sync_log_retained_bytes";
 
 /// This router's metrics: the `metrics` facade over a Prometheus recorder. The recorder
 /// belongs to the router (not installed process-wide), so several routers in one process
@@ -167,13 +168,23 @@ impl Metrics {
 
     /// The freshness of the scheduled syncs (docs/api.md, "Freshness"): per sync its age
     /// and whether it is stale (labels `tenant`, `sync`: one series per scheduled sync, at
-    /// most [`fetcher_host::schedules::FRESHNESS_LIMIT`]), and the totals.
+    /// most [`fetcher_host::schedules::FRESHNESS_LIMIT`]), and the totals; per table read
+    /// from the log, the log its slot retained when the sync's last job began.
     pub fn record_sync_freshness(&self, syncs: &[fetcher_host::schedules::SyncFreshness]) {
         self.record(|| {
             for f in syncs {
                 let labels = [("tenant", f.tenant_id.clone()), ("sync", f.sync_id.clone())];
                 metrics::gauge!(SYNC_AGE, &labels).set(f.age_seconds as f64);
                 metrics::gauge!(SYNC_STALE, &labels).set(f64::from(u8::from(f.stale)));
+                for (config, table, bytes) in &f.log_retained {
+                    let labels = [
+                        ("tenant", f.tenant_id.clone()),
+                        ("sync", f.sync_id.clone()),
+                        ("config", config.clone()),
+                        ("table", table.clone()),
+                    ];
+                    metrics::gauge!(SYNC_LOG_RETAINED, &labels).set(*bytes as f64);
+                }
             }
             metrics::gauge!(SYNCS_SCHEDULED).set(syncs.len() as f64);
             metrics::gauge!(SYNCS_STALE).set(syncs.iter().filter(|f| f.stale).count() as f64);

@@ -270,6 +270,7 @@ impl Extractor {
                 rows,
                 bytes,
                 duration,
+                log_retained_bytes,
             }) => {
                 info!(%message_id, %job_id, rows, bytes, ms = duration.as_millis() as u64, "job completed");
                 self.metrics(&[
@@ -278,6 +279,11 @@ impl Extractor {
                     ("Bytes", "Bytes", bytes as f64),
                     ("DurationMs", "Milliseconds", duration.as_millis() as f64),
                 ]);
+                if let Some(retained) = log_retained_bytes {
+                    // What the job's replication slots kept of the log when it began: the
+                    // LogRetainedBytes alarm's metric (docs/operations.md).
+                    self.metrics(&[("LogRetainedBytes", "Bytes", retained as f64)]);
+                }
                 true
             }
             Ok(Outcome::Failed { job_id, error }) => {

@@ -202,7 +202,20 @@ pub async fn ensure_publication(
         (&mut *conn)
             .execute(sql.as_str())
             .await
-            .map_err(query_failed)?;
+            .map_err(|e| match &e {
+                // PostgreSQL lets only the table's owner add it to a publication.
+                sqlx::Error::Database(d) if d.code().as_deref() == Some("42501") => {
+                    EngineError::new(
+                        Category::Validation,
+                        format!(
+                            "the connection's user may not create the publication of table '{schema}.{table}': it must own the table (or an owner creates the publication '{}' for it)",
+                            names.publication
+                        ),
+                    )
+                    .final_answer()
+                }
+                _ => query_failed(e),
+            })?;
     }
     Ok(())
 }
@@ -331,21 +344,22 @@ pub async fn bound(conn: &mut PgConnection) -> Result<Lsn> {
 }
 
 /// Moves the slot to `to` (a bound a completed job stored): the server may then recycle
-/// the log before it. A slot already past `to` stays where it is.
-pub async fn advance(conn: &mut PgConnection, names: &LogSlot, to: Lsn) -> Result<()> {
-    match slot_state(conn, names).await? {
+/// the log before it. A slot already past `to` stays where it is. Returns the bytes of
+/// log the slot retained before it moved.
+pub async fn advance(conn: &mut PgConnection, names: &LogSlot, to: Lsn) -> Result<u64> {
+    let retained = match slot_state(conn, names).await? {
         None => return Err(slot_lost()),
         Some(s) if s.lost => return Err(slot_lost()),
-        Some(s) if s.confirmed >= to => return Ok(()),
-        Some(_) => {}
-    }
+        Some(s) if s.confirmed >= to => return Ok(s.retained_bytes),
+        Some(s) => s.retained_bytes,
+    };
     sqlx::query("SELECT 1 FROM pg_replication_slot_advance($1, $2::text::pg_lsn)")
         .bind(&names.slot)
         .bind(to.to_string())
         .execute(conn)
         .await
         .map_err(query_failed)?;
-    Ok(())
+    Ok(retained)
 }
 
 /// Drops the slot and the publication, whichever exist.

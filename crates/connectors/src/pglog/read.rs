@@ -171,6 +171,9 @@ async fn snapshot(
     }
     super::ensure_publication(conn, slot, &log.schema, &log.name).await?;
     let start = super::ensure_slot(conn, slot).await?;
+    let retained = super::slot_state(conn, slot)
+        .await?
+        .map(|s| s.retained_bytes);
     let seen = super::begin_snapshot(conn).await?;
     let mut plan = plan.clone();
     plan.suffix = vec![
@@ -187,6 +190,8 @@ async fn snapshot(
                 seen: seen.text(),
                 taken_at: seen.taken_at.to_string(),
             }),
+            slot: Some(slot.slot.clone()),
+            retained_bytes: retained,
         },
     ));
     let mut out = Out::Engine {
@@ -226,7 +231,7 @@ async fn changes(
         }
         None => None,
     };
-    super::advance(conn, slot, from).await?;
+    let retained = super::advance(conn, slot, from).await?;
     let upto = super::bound(conn).await?;
     let mut plan = plan.clone();
     plan.watermark = Some(Watermark::at_log(
@@ -238,6 +243,8 @@ async fn changes(
                 .snapshot
                 .clone()
                 .filter(|_| snapshot.as_ref().is_some_and(|s| upto < s.taken_at)),
+            slot: Some(slot.slot.clone()),
+            retained_bytes: Some(retained),
         },
     ));
     let read = ChangeRead {

@@ -399,7 +399,7 @@ impl Engine {
                             break;
                         }
                         if let Some(w) = &batch.watermark {
-                            reached.insert(batch.table.to_string(), w.clone());
+                            reached.insert(batch.table.to_string(), (**w).clone());
                         } else if let Some(read) = step.incremental.get(&*batch.table)
                             && !read.spec.is_log()
                             && let Some(last) = batch.rows.last()

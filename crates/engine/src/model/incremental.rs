@@ -213,6 +213,13 @@ pub struct LogPosition {
     pub lsn: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<LogSnapshot>,
+    /// The replication slot the sync reads (for an operator: `pg_replication_slots`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+    /// Bytes of log the slot kept from being recycled when the job began (what an idle
+    /// or failing sync costs the server's disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retained_bytes: Option<u64>,
 }
 
 /// The first job's snapshot: PostgreSQL's `xmin:xmax:xip,…` text, and the log position
@@ -581,7 +588,7 @@ mod tests {
                 &s,
                 LogPosition {
                     lsn: lsn.into(),
-                    snapshot: None,
+                    ..Default::default()
                 },
             )
         };

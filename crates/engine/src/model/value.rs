@@ -366,8 +366,8 @@ pub struct RowBatch {
     pub position: Option<Vec<serde_json::Value>>,
     /// Where the table's incremental read stands after this batch, when that is not its
     /// last row's `(cursor, key)`: a log read's position (the job's bound, on its last
-    /// batch). The engine takes it as the table's watermark.
-    pub watermark: Option<crate::Watermark>,
+    /// batch). The engine takes it as the table's watermark. (Boxed: most batches have none.)
+    pub watermark: Option<Box<crate::Watermark>>,
 }
 
 impl RowBatch {

@@ -75,6 +75,12 @@ impl Pipeline {
             rows: result.row_count,
             bytes: result.size_bytes,
             duration: elapsed,
+            log_retained_bytes: result
+                .watermarks
+                .values()
+                .flat_map(|t| t.values())
+                .filter_map(|span| span.to_watermark.as_ref()?.log.as_ref()?.retained_bytes)
+                .max(),
         }
     }
 

@@ -131,6 +131,9 @@ pub enum Outcome {
         rows: u64,
         bytes: u64,
         duration: Duration,
+        /// The most log a replication slot of the job's log reads retained when it began
+        /// (docs/operations.md, "Logical decoding"); `None` without log reads.
+        log_retained_bytes: Option<u64>,
     },
     /// The job failed for good (delete the message).
     Failed { job_id: JobId, error: String },
