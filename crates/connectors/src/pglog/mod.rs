@@ -318,14 +318,17 @@ async fn insert_position(conn: &mut PgConnection) -> Result<Lsn> {
 /// How long [`bound`] waits for the log to be flushed up to the job's start.
 pub const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The upper bound of a change read starting now: the log written so far, once flushed.
-/// Every transaction committed (visible) before the job started commits below it; the
+/// The upper bound of a change read starting now: the log written so far, made durable.
+/// Every transaction committed (visible) before the job started commits below it. The
 /// log decodes only what is flushed, and a transaction committed with
-/// `synchronous_commit = off` is visible before it is, so this waits (at most
-/// [`FLUSH_WAIT`]) for the flush to reach the bound rather than skip such a transaction.
+/// `synchronous_commit = off` is visible before it is: then an empty transaction
+/// committed synchronously flushes the log through the bound (it takes a transaction id
+/// and writes only its commit record), and at worst this waits [`FLUSH_WAIT`] for the
+/// server's own flush, rather than skip such a transaction.
 pub async fn bound(conn: &mut PgConnection) -> Result<Lsn> {
     let upto = insert_position(conn).await?;
     let started = std::time::Instant::now();
+    let mut forced = false;
     loop {
         let flushed: String = sqlx::query_scalar("SELECT pg_current_wal_flush_lsn()::text")
             .fetch_one(&mut *conn)
@@ -334,6 +337,15 @@ pub async fn bound(conn: &mut PgConnection) -> Result<Lsn> {
         let flushed: Lsn = flushed.parse().map_err(|_| malformed())?;
         if flushed >= upto {
             return Ok(upto);
+        }
+        if !forced {
+            forced = true;
+            conn.execute(
+                "BEGIN; SET LOCAL synchronous_commit = on; SELECT pg_current_xact_id(); COMMIT",
+            )
+            .await
+            .map_err(query_failed)?;
+            continue;
         }
         if started.elapsed() > FLUSH_WAIT {
             // The server is not flushing: the bound is what is durable.

@@ -284,11 +284,11 @@ fn change_rows(
     // Where each selected column is in the relation as the log describes it (a column
     // added or dropped since the plan: absent from the log's rows, then `null`).
     // (The relations are kept, so a pointer compared is never one reused.)
-    let at = match columns
+    let known = columns
         .iter()
-        .find(|(r, _)| Arc::ptr_eq(r, &change.relation))
-    {
-        Some((_, at)) => at.clone(),
+        .position(|(r, _)| Arc::ptr_eq(r, &change.relation));
+    let at = match known {
+        Some(i) => &columns[i].1,
         None => {
             let at: Vec<Option<usize>> = plan
                 .selected
@@ -301,8 +301,8 @@ fn change_rows(
                         .position(|r| r.name == c.name)
                 })
                 .collect();
-            columns.push((change.relation.clone(), at.clone()));
-            at
+            columns.push((change.relation.clone(), at));
+            &columns[columns.len() - 1].1
         }
     };
     let key_changed = change.op == Op::Update

@@ -3,6 +3,8 @@
 //! in-memory ports.
 #![allow(dead_code)]
 
+pub mod logical;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

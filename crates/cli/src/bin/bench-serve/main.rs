@@ -52,6 +52,11 @@
 //! client of this driver can do, no command event handler on the read path), run as a
 //! child process so its CPU is measured the same way.
 //!
+//! `--log` (PostgreSQL, `log.rs`) reads a table from the write-ahead log on the private
+//! `wal_level=logical` cluster of `scripts/pg-logical`: a sync's snapshot, then per pair
+//! a scattered 1% of the rows updated and, alternating, a full job of the table and the
+//! sync's next log job: wall and CPU (serve's, and the database cluster's) of both.
+//!
 //! `--incremental` (PostgreSQL) indexes the cursor (`ts, id`), runs a sync's first
 //! (full) incremental job, then per pair moves 1% of the rows past the watermark (a fresh
 //! 1% each pair, `ts` bumped) and runs, in alternating order, a full job of the table and
@@ -66,6 +71,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod log;
 mod mongo;
 
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -125,6 +131,17 @@ fn mysql(db: &str, sql: &str) -> Vec<u8> {
     out.stdout
 }
 
+/// The PostgreSQL `bench` table of `rows` rows, as SQL.
+fn pg_bench_table(rows: u64) -> String {
+    format!(
+        "CREATE TABLE bench (id bigint PRIMARY KEY, u uuid NOT NULL, t text NOT NULL, n numeric(18,4) NOT NULL, \
+         i int NOT NULL, b bool NOT NULL, ts timestamptz NOT NULL, nt text); \
+         INSERT INTO bench SELECT g, md5(g::text)::uuid, 'name-' || g, (g * 1.2345)::numeric(18,4), (g % 100000)::int, \
+           g % 2 = 0, '2024-01-01T00:00:00Z'::timestamptz + g * interval '1 second', \
+           CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || g END FROM generate_series(1, {rows}) g"
+    )
+}
+
 /// Which database the bench runs against.
 #[derive(Clone, Copy, PartialEq)]
 enum Db {
@@ -139,16 +156,7 @@ impl Db {
             Db::Mongo => mongo::create(db, rows),
             Db::Postgres => {
                 psql("postgres", &format!("CREATE DATABASE {db}"));
-                psql(
-                    db,
-                    &format!(
-                        "CREATE TABLE bench (id bigint PRIMARY KEY, u uuid NOT NULL, t text NOT NULL, n numeric(18,4) NOT NULL, \
-                         i int NOT NULL, b bool NOT NULL, ts timestamptz NOT NULL, nt text); \
-                         INSERT INTO bench SELECT g, md5(g::text)::uuid, 'name-' || g, (g * 1.2345)::numeric(18,4), (g % 100000)::int, \
-                           g % 2 = 0, '2024-01-01T00:00:00Z'::timestamptz + g * interval '1 second', \
-                           CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || g END FROM generate_series(1, {rows}) g"
-                    ),
-                );
+                psql(db, &pg_bench_table(rows));
                 psql(db, "VACUUM ANALYZE bench");
             }
             Db::Maria => {
@@ -410,6 +418,9 @@ fn main() {
     } else {
         Db::Postgres
     };
+    if std::env::args().any(|a| a == "--log") {
+        return log::run(&fetcher, rows, pairs);
+    }
     let db = format!("bench_serve_{}", std::process::id());
     let load = Instant::now();
     kind.create(&db, rows);
