@@ -7,8 +7,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::logical::*;
@@ -130,58 +128,7 @@ async fn snapshot_and_changes_under_churn_give_the_final_state_exactly_once() {
     )
     .await;
     let names = LogSlot::for_sync("t1", &common::unique("churn"), "pg", "t");
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut writers = Vec::new();
-    for w in 0..3i64 {
-        let mut conn = db.conn().await;
-        let stop = stop.clone();
-        writers.push(tokio::spawn(async move {
-            let mut next_id = 1_000_000 * (w + 1);
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                let mut tx = conn.begin().await.unwrap();
-                // Several statements per transaction; some hold it open a while.
-                for k in 0..3 {
-                    let pick = (n * 7 + k * 13 + w as u64 * 31) % 10;
-                    let target = ((n * 37 + k * 11) % 260 + 1) as i64;
-                    let r = match pick {
-                        0..=3 => {
-                            next_id += 1;
-                            sqlx::query("INSERT INTO t VALUES ($1, 1, 'new')")
-                                .bind(next_id)
-                                .execute(&mut *tx)
-                                .await
-                        }
-                        4..=7 => {
-                            sqlx::query("UPDATE t SET version = version + 1 WHERE id = $1")
-                                .bind(target)
-                                .execute(&mut *tx)
-                                .await
-                        }
-                        _ => {
-                            sqlx::query(
-                                "DELETE FROM t WHERE id = (SELECT id FROM t WHERE id >= $1 \
-                                 ORDER BY id LIMIT 1)",
-                            )
-                            .bind(target * 1000)
-                            .execute(&mut *tx)
-                            .await
-                        }
-                    };
-                    if r.is_err() {
-                        break;
-                    }
-                }
-                if n.is_multiple_of(5) {
-                    tokio::time::sleep(Duration::from_millis(30)).await;
-                }
-                // A lost update race (two writers on one row) aborts: then nothing commits.
-                let _ = tx.commit().await;
-            }
-            n
-        }));
-    }
+    let mut churn = Churn::start(&db, 3, 260).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     // The first job: publication, slot, snapshot.
@@ -203,10 +150,7 @@ async fn snapshot_and_changes_under_churn_give_the_final_state_exactly_once() {
     for job in 0..20 {
         tokio::time::sleep(Duration::from_millis(60)).await;
         if job == 19 {
-            stop.store(true, Ordering::Relaxed);
-            for w in writers.drain(..) {
-                w.await.unwrap();
-            }
+            churn.stop().await;
         }
         // The snapshot's filter stays until a job's range starts at or past its position.
         let snap = (from < snapshot.taken_at).then_some(&snapshot);

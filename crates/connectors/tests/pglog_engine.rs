@@ -6,14 +6,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::logical::*;
 use fetcher_connectors::pglog;
 use fetcher_engine::LogSlot;
-use sqlx::{Connection, Executor};
+use sqlx::Executor;
 
 fn descriptor(db: &LogDb) -> fetcher_engine::ConnectionDescriptor {
     fetcher_engine::ConnectionDescriptor {
@@ -364,52 +362,7 @@ async fn twenty_log_jobs_under_churn_through_the_engine_apply_to_the_final_state
     .await;
     let h = common::harness(&[descriptor(&db)]).await;
     let slot = LogSlot::for_sync("t1", &common::unique("churn_engine"), "src", "t");
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut writers = Vec::new();
-    for w in 0..3i64 {
-        let mut conn = db.conn().await;
-        let stop = stop.clone();
-        writers.push(tokio::spawn(async move {
-            let mut next_id = 1_000_000 * (w + 1);
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                let mut tx = conn.begin().await.unwrap();
-                for k in 0..3u64 {
-                    let pick = (n * 7 + k * 13 + w as u64 * 31) % 10;
-                    let target = ((n * 37 + k * 11) % 360 + 1) as i64;
-                    let r = match pick {
-                        0..=3 => {
-                            next_id += 1;
-                            sqlx::query("INSERT INTO t VALUES ($1, 1, 'new')")
-                                .bind(next_id)
-                                .execute(&mut *tx)
-                                .await
-                        }
-                        4..=7 => {
-                            sqlx::query("UPDATE t SET version = version + 1 WHERE id = $1")
-                                .bind(target)
-                                .execute(&mut *tx)
-                                .await
-                        }
-                        _ => {
-                            sqlx::query("DELETE FROM t WHERE id = $1")
-                                .bind(target)
-                                .execute(&mut *tx)
-                                .await
-                        }
-                    };
-                    if r.is_err() {
-                        break;
-                    }
-                }
-                if n.is_multiple_of(4) {
-                    tokio::time::sleep(Duration::from_millis(40)).await;
-                }
-                let _ = tx.commit().await;
-            }
-        }));
-    }
+    let mut churn = Churn::start(&db, 3, 360).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (snapshot, mut at) = log_job(&h, &slot, &["id", "version"], None).await;
     let mut model: BTreeMap<i64, i64> = snapshot
@@ -420,10 +373,7 @@ async fn twenty_log_jobs_under_churn_through_the_engine_apply_to_the_final_state
     for job in 0..20 {
         tokio::time::sleep(Duration::from_millis(50)).await;
         if job == 19 {
-            stop.store(true, Ordering::Relaxed);
-            for w in writers.drain(..) {
-                w.await.unwrap();
-            }
+            churn.stop().await;
         }
         if job % 4 == 1 {
             // A run that fails after reading: nothing of it is kept.

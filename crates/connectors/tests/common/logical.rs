@@ -86,3 +86,77 @@ impl LogDb {
             .unwrap();
     }
 }
+
+/// Writers that insert, update and delete rows of `t (id bigint PRIMARY KEY, version
+/// bigint, pad text)` at random, three statements a transaction, every fifth transaction
+/// held open a while before it commits (a lost race aborts it: nothing commits). Updates
+/// bump `version` by one, so a consumer can check that each change applies exactly once.
+pub struct Churn {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    writers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Churn {
+    /// `writers` writers on `db`, updating and deleting among ids `1..=keys` (and the
+    /// rows they insert, ids from 1,000,000 per writer).
+    pub async fn start(db: &LogDb, writers: i64, keys: u64) -> Churn {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut handles = Vec::new();
+        for w in 0..writers {
+            let mut conn = db.conn().await;
+            let stop = stop.clone();
+            handles.push(tokio::spawn(async move {
+                let mut next_id = 1_000_000 * (w + 1);
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let mut tx = conn.begin().await.unwrap();
+                    for k in 0..3u64 {
+                        let pick = (n * 7 + k * 13 + w as u64 * 31) % 10;
+                        let target = ((n * 37 + k * 11) % keys + 1) as i64;
+                        let r = match pick {
+                            0..=3 => {
+                                next_id += 1;
+                                sqlx::query("INSERT INTO t VALUES ($1, 1, 'new')")
+                                    .bind(next_id)
+                                    .execute(&mut *tx)
+                                    .await
+                            }
+                            4..=7 => {
+                                sqlx::query("UPDATE t SET version = version + 1 WHERE id = $1")
+                                    .bind(target)
+                                    .execute(&mut *tx)
+                                    .await
+                            }
+                            _ => {
+                                sqlx::query("DELETE FROM t WHERE id = $1")
+                                    .bind(target)
+                                    .execute(&mut *tx)
+                                    .await
+                            }
+                        };
+                        if r.is_err() {
+                            break;
+                        }
+                    }
+                    if n.is_multiple_of(5) {
+                        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+                    }
+                    let _ = tx.commit().await;
+                }
+            }));
+        }
+        Churn {
+            stop,
+            writers: handles,
+        }
+    }
+
+    /// Stops the writers and waits for their last transactions.
+    pub async fn stop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for w in self.writers.drain(..) {
+            w.await.unwrap();
+        }
+    }
+}
