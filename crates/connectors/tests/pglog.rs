@@ -138,7 +138,10 @@ async fn snapshot_and_changes_under_churn_give_the_final_state_exactly_once() {
     pglog::ensure_publication(&mut conn, &names, "public", "t")
         .await
         .unwrap();
-    let start = pglog::ensure_slot(&mut conn, &names).await.unwrap();
+    let start = pglog::ensure_slot(&mut conn, &names)
+        .await
+        .unwrap()
+        .confirmed;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let snapshot = pglog::begin_snapshot(&mut conn).await.unwrap();
     let mut model = Model::of_table(&mut conn).await;
@@ -188,7 +191,10 @@ async fn unchanged_toast_deletes_and_truncates_are_told_apart() {
     pglog::ensure_publication(&mut conn, &names, "public", "t")
         .await
         .unwrap();
-    let start = pglog::ensure_slot(&mut conn, &names).await.unwrap();
+    let start = pglog::ensure_slot(&mut conn, &names)
+        .await
+        .unwrap()
+        .confirmed;
     conn.execute(
         "INSERT INTO t SELECT 1, 1, string_agg(md5(g::text), '') FROM generate_series(1, 2000) g; \
          UPDATE t SET version = 2, note = 'n' WHERE id = 1; \
@@ -240,7 +246,10 @@ async fn unchanged_toast_deletes_and_truncates_are_told_apart() {
     pglog::ensure_publication(&mut conn, &full, "public", "f")
         .await
         .unwrap();
-    let start = pglog::ensure_slot(&mut conn, &full).await.unwrap();
+    let start = pglog::ensure_slot(&mut conn, &full)
+        .await
+        .unwrap()
+        .confirmed;
     conn.execute("DELETE FROM f WHERE id = 1").await.unwrap();
     let upto = pglog::bound(&mut conn).await.unwrap();
     let read = ChangeRead {
@@ -270,11 +279,20 @@ async fn a_dropped_slot_has_its_own_error_and_drop_log_removes_both() {
     pglog::ensure_publication(&mut conn, &names, "public", "t")
         .await
         .unwrap();
-    let start = pglog::ensure_slot(&mut conn, &names).await.unwrap();
+    let start = pglog::ensure_slot(&mut conn, &names)
+        .await
+        .unwrap()
+        .confirmed;
     pglog::ensure_publication(&mut conn, &names, "public", "t")
         .await
         .unwrap();
-    assert_eq!(pglog::ensure_slot(&mut conn, &names).await.unwrap(), start);
+    assert_eq!(
+        pglog::ensure_slot(&mut conn, &names)
+            .await
+            .unwrap()
+            .confirmed,
+        start
+    );
     let state = pglog::slot_state(&mut conn, &names).await.unwrap().unwrap();
     assert!(!state.lost);
 

@@ -54,15 +54,9 @@ impl fmt::Display for Lsn {
 
 impl FromStr for Lsn {
     type Err = InvalidLsn;
+    /// The engine's reading of a stored position ([`fetcher_engine::lsn_value`]).
     fn from_str(s: &str) -> std::result::Result<Lsn, InvalidLsn> {
-        let (hi, lo) = s.split_once('/').ok_or(InvalidLsn)?;
-        let part = |p: &str| {
-            if p.is_empty() || p.len() > 8 {
-                return Err(InvalidLsn);
-            }
-            u64::from_str_radix(p, 16).map_err(|_| InvalidLsn)
-        };
-        Ok(Lsn(part(hi)? << 32 | part(lo)?))
+        fetcher_engine::lsn_value(s).map(Lsn).ok_or(InvalidLsn)
     }
 }
 
@@ -111,8 +105,9 @@ impl Snapshot {
             parts.next().and_then(|p| p.parse().ok()).ok_or(InvalidLsn)
         };
         let (xmin, xmax) = (num()?, num()?);
-        let rest = text.splitn(3, ':').nth(2).ok_or(InvalidLsn)?;
-        let in_progress = rest
+        let in_progress = parts
+            .next()
+            .ok_or(InvalidLsn)?
             .split(',')
             .filter(|p| !p.is_empty())
             .map(|p| p.parse().map_err(|_| InvalidLsn))
@@ -250,13 +245,13 @@ pub async fn slot_state(conn: &mut PgConnection, names: &LogSlot) -> Result<Opti
     }))
 }
 
-/// Creates the slot unless it exists; returns where its changes start (the creation's
-/// consistent point, or an existing slot's confirmed position: a snapshot taken after
-/// either is consistent with it, the change reads skipping what it saw). A slot the
-/// server invalidated is dropped and made again (the caller is about to take a new
-/// snapshot). Creating a slot waits for the transactions running at that moment to end
-/// (the session's statement timeout bounds the wait).
-pub async fn ensure_slot(conn: &mut PgConnection, names: &LogSlot) -> Result<Lsn> {
+/// Creates the slot unless it exists; returns its state, `confirmed` being where its
+/// changes start (the creation's consistent point, or an existing slot's confirmed
+/// position: a snapshot taken after either is consistent with it, the change reads
+/// skipping what it saw). A slot the server invalidated is dropped and made again (the
+/// caller is about to take a new snapshot). Creating a slot waits for the transactions
+/// running at that moment to end (the session's statement timeout bounds the wait).
+pub async fn ensure_slot(conn: &mut PgConnection, names: &LogSlot) -> Result<SlotState> {
     match slot_state(conn, names).await? {
         Some(s) if s.lost => {
             sqlx::query("SELECT pg_drop_replication_slot($1)")
@@ -265,7 +260,7 @@ pub async fn ensure_slot(conn: &mut PgConnection, names: &LogSlot) -> Result<Lsn
                 .await
                 .map_err(query_failed)?;
         }
-        Some(s) => return Ok(s.confirmed),
+        Some(s) => return Ok(s),
         None => {}
     }
     let lsn: String = sqlx::query_scalar(
@@ -275,7 +270,12 @@ pub async fn ensure_slot(conn: &mut PgConnection, names: &LogSlot) -> Result<Lsn
     .fetch_one(conn)
     .await
     .map_err(query_failed)?;
-    lsn.parse().map_err(|_| malformed())
+    Ok(SlotState {
+        confirmed: lsn.parse().map_err(|_| malformed())?,
+        // A new slot holds the log from its own start only.
+        retained_bytes: 0,
+        lost: false,
+    })
 }
 
 /// The slot cannot be read any more: the server removed log it needed

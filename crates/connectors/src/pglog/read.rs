@@ -170,10 +170,8 @@ async fn snapshot(
         ));
     }
     super::ensure_publication(conn, slot, &log.schema, &log.name).await?;
-    let start = super::ensure_slot(conn, slot).await?;
-    let retained = super::slot_state(conn, slot)
-        .await?
-        .map(|s| s.retained_bytes);
+    let held = super::ensure_slot(conn, slot).await?;
+    let (start, retained) = (held.confirmed, Some(held.retained_bytes));
     let seen = super::begin_snapshot(conn).await?;
     let mut plan = plan.clone();
     plan.suffix = vec![

@@ -1,4 +1,5 @@
 //! (One file over 800 lines: each mode is a pair loop over the shared harness above it;
+//! the log mode, whose database is a private cluster of its own, is `log.rs`;
 //! MongoDB, whose datasource setup is its own, is `mongo.rs`.)
 //!
 //! End-to-end extraction bench: a real `fetcher serve` (POST a job, poll it to
