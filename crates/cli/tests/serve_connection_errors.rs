@@ -156,3 +156,76 @@ fn connection_failures_say_what_to_fix() {
     let _ = lock.wait();
     mysql(None, &format!("DROP USER IF EXISTS '{user}'@'%'"));
 }
+
+/// #53 item 7: a server with trust authentication asks for no password, and a connection
+/// to it says so with an empty one (a password left out is still a missing field).
+#[test]
+fn a_server_that_asks_for_no_password_takes_an_empty_one() {
+    let db = PgDb::create("fetcher_nopass");
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let pg = json!({"configName": "pg-trust", "type": "POSTGRESQL", "host": "127.0.0.1", "port": 5432,
+        "databaseName": db.0, "userName": "postgres", "password": ""});
+    let my = json!({"configName": "my-nopass", "type": "MYSQL", "host": "127.0.0.1", "port": 3306,
+        "databaseName": "mysql", "userName": "root", "password": ""});
+    for body in [&pg, &my] {
+        let id = register(&server, body);
+        let (status, answer) = server.request(
+            "POST",
+            &format!("/v1/management/connections/{id}/test"),
+            None,
+            &[("X-Product-Name", "reporter")],
+        );
+        assert_eq!(status, 200, "{body}: {answer}");
+    }
+    // A type the deployment stores but cannot read says so, and which it reads.
+    let oracle = json!({"configName": "ora", "type": "ORACLE", "host": "127.0.0.1", "port": 1521,
+        "databaseName": "orcl", "userName": "scott", "password": "tiger"});
+    let id = register(&server, &oracle);
+    let expected = "Connection 'ora' is of type ORACLE, which this deployment stores but cannot read: tests, discovery and jobs work on POSTGRESQL, MONGODB, MYSQL, SQLITE.";
+    for (method, path, body) in [
+        (
+            "POST",
+            format!("/v1/management/connections/{id}/test"),
+            None,
+        ),
+        (
+            "GET",
+            format!("/v1/management/connections/{id}/schema"),
+            None,
+        ),
+        (
+            "POST",
+            "/v1/fetcher".to_owned(),
+            Some(
+                json!({"dataRequest": {"mappedFields": {"ora": {"t": ["id"]}}}, "metadata": {"source": "reporter"}}),
+            ),
+        ),
+    ] {
+        let (status, answer) = server.request(
+            method,
+            &path,
+            body.as_ref(),
+            &[("X-Product-Name", "reporter")],
+        );
+        assert_eq!(
+            (status, answer["code"].as_str(), answer["message"].as_str()),
+            (422, Some("FET-0421"), Some(expected)),
+            "{path}"
+        );
+    }
+    let mut forgot = pg.clone();
+    forgot["configName"] = json!("pg-forgot");
+    forgot.as_object_mut().unwrap().remove("password");
+    let (status, answer) = server.request(
+        "POST",
+        "/v1/management/connections",
+        Some(&forgot),
+        &[("X-Product-Name", "reporter")],
+    );
+    assert_eq!((status, answer["code"].as_str()), (400, Some("FET-0402")));
+    assert_eq!(
+        answer["fields"]["password"],
+        r#"password is a required field (send "" for a server that asks for none)"#
+    );
+}

@@ -152,6 +152,15 @@ impl Engine {
         &self.inner.limits
     }
 
+    /// The datasource types this host can read (test, discover, extract): those its
+    /// registry serves. Others may be stored, but every read of them is refused.
+    pub fn readable_types(&self) -> Vec<crate::DatasourceType> {
+        crate::DatasourceType::ALL
+            .into_iter()
+            .filter(|t| self.inner.registry.connector(*t).is_some())
+            .collect()
+    }
+
     // --- shared helpers ------------------------------------------------------------------
 
     /// Runs `op` inside a span named `name` (when observability is configured).

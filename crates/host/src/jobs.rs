@@ -337,9 +337,11 @@ impl JobService {
                 return Err(JobError::NotAssigned(d.config_name.clone()));
             }
             if product != source {
+                let told = req.product.is_none() || product.eq_ignore_ascii_case(source.trim());
                 return Err(JobError::ProductMismatch {
                     config_name: d.config_name.clone(),
                     source,
+                    owner: told.then(|| product.to_owned()),
                 });
             }
         }
@@ -365,6 +367,13 @@ impl JobService {
                     Ok(Ok(_)) => Ok(()),
                     Ok(Err(e)) if fetcher_connectors::is_forbidden_host(&e) => {
                         Err(JobError::ForbiddenHost)
+                    }
+                    Ok(Err(e)) if e.reason() == Some(fetcher_engine::Reason::NoConnector) => {
+                        Err(JobError::TypeNotReadable {
+                            config_name: d.config_name.clone(),
+                            datasource_type: d.datasource_type,
+                            readable: self.engine.readable_types(),
+                        })
                     }
                     Ok(Err(e))
                         if e.reason().is_some()

@@ -50,6 +50,7 @@ pub mod code {
     pub const NOT_LISTENING: &str = "FET-0418";
     pub const CONNECT_TIMED_OUT: &str = "FET-0419";
     pub const TLS_REFUSED: &str = "FET-0420";
+    pub const TYPE_NOT_READABLE: &str = "FET-0421";
     pub const ENTITY_NOT_FOUND: &str = "FET-1001";
     pub const DUPLICATE: &str = "FET-1002";
     pub const NOT_ASSIGNED: &str = "FET-1014";
@@ -385,6 +386,20 @@ impl ApiError {
         )
     }
 
+    /// FET-1002 naming the connection that holds `config_name` (#53 item 8): the
+    /// reference's text, then which connection to rename or delete. Both connections are
+    /// the same tenant's.
+    pub fn config_name_taken(config_name: &str, holder_id: &str) -> Self {
+        let mut e = Self::duplicate_connection();
+        if let Some(m) = e.body.get_mut("message") {
+            *m = json!(format!(
+                "{} configName '{config_name}' is taken by connection {holder_id}: choose another name, or rename or delete that connection.",
+                m.as_str().unwrap_or_default()
+            ));
+        }
+        e
+    }
+
     pub fn already_assigned() -> Self {
         Self::business(
             StatusCode::CONFLICT,
@@ -458,6 +473,25 @@ impl ApiError {
     /// Why a connection test or discovery of `d` failed, when the engine says
     /// (docs/api.md, "Why a connection failed"): what to fix, in our words, naming only
     /// what the caller gave (host, port, database, user, TLS mode). `None`: no reason.
+    /// 422 `FET-0421`: a stored connection of a type this deployment has no connector
+    /// for (#53 item 7): which types it reads instead.
+    pub fn type_not_readable(
+        config_name: &str,
+        datasource_type: fetcher_engine::DatasourceType,
+        readable: &[fetcher_engine::DatasourceType],
+    ) -> Self {
+        let readable: Vec<&str> = readable.iter().map(|t| t.as_str()).collect();
+        Self::business(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code::TYPE_NOT_READABLE,
+            "Type Not Readable",
+            format!(
+                "Connection '{config_name}' is of type {datasource_type}, which this deployment stores but cannot read: tests, discovery and jobs work on {}.",
+                readable.join(", ")
+            ),
+        )
+    }
+
     pub fn connection_reason(
         reason: Option<fetcher_engine::Reason>,
         d: &fetcher_engine::ConnectionDescriptor,

@@ -380,6 +380,22 @@ pub fn job_response(job: &Job) -> JobResponse {
     }
 }
 
+/// What `metadata.source` must be, after a product mismatch (#53 item 8): the product
+/// the job's connections belong to, compared exactly as stored (trimmed, lower-cased,
+/// as `X-Product-Name` is stored), so a source differing only in case is told the stored
+/// form.
+fn source_hint(source: &str, owner: Option<&str>) -> String {
+    match owner {
+        Some(owner) if source.trim().eq_ignore_ascii_case(owner) => format!(
+            ": product names are stored trimmed and lower-cased and compared exactly; send '{owner}'"
+        ),
+        Some(owner) => format!(
+            ": metadata.source must be the product the connection was created or assigned under, here '{owner}'"
+        ),
+        None => ": metadata.source must be the product the connection was created or assigned under (its X-Product-Name)".to_owned(),
+    }
+}
+
 pub(crate) fn error_of(e: JobError) -> ApiError {
     let bad = StatusCode::BAD_REQUEST;
     match e {
@@ -436,15 +452,22 @@ pub(crate) fn error_of(e: JobError) -> ApiError {
         JobError::ProductMismatch {
             config_name,
             source,
+            owner,
         } => ApiError::business(
             bad,
             code::PRODUCT_MISMATCH,
             "Product Mismatch",
             format!(
-                "Connection '{config_name}' does not belong to the product identified by source '{source}'"
+                "Connection '{config_name}' does not belong to the product identified by source '{source}'{}",
+                source_hint(&source, owner.as_deref())
             ),
         ),
         JobError::ForbiddenHost => ApiError::forbidden_host(),
+        JobError::TypeNotReadable {
+            config_name,
+            datasource_type,
+            readable,
+        } => ApiError::type_not_readable(&config_name, datasource_type, &readable),
         JobError::ConnectionDown(n, why) => ApiError::business(
             bad,
             code::CONNECTION_DOWN,
@@ -507,7 +530,12 @@ pub(crate) fn error_of(e: JobError) -> ApiError {
             code::PRODUCT_MISMATCH,
             "Product Mismatch",
             format!(
-                "metadata.source '{source}' is not the product named by X-Product-Name ('{product}')"
+                "metadata.source '{source}' is not the product named by X-Product-Name ('{product}'){}",
+                if source.trim().eq_ignore_ascii_case(&product) {
+                    source_hint(&source, Some(&product))
+                } else {
+                    String::new()
+                }
             ),
         ),
         JobError::SyncBusy { sync_id, job_id } => ApiError::business(

@@ -115,7 +115,9 @@ async fn create_validation_matrix() {
         (StatusCode::BAD_REQUEST, json!("FET-0001"))
     );
     assert_eq!(r.json()["title"], "Bad Request");
-    // Model rules: bad characters in the name, SSL rules (entityType present).
+    // Model rules: bad characters in the name, SSL rules (entityType present). A name
+    // that breaks its rule is invalid and says the rule (#53 item 3; the reference filed
+    // it under missing fields).
     let r = h
         .call(
             Method::POST,
@@ -126,7 +128,11 @@ async fn create_validation_matrix() {
         .await;
     assert_eq!(
         (r.code(), r.json()["entityType"].clone()),
-        (json!("FET-0402"), json!("connection"))
+        (json!("FET-0001"), json!("connection"))
+    );
+    assert_eq!(
+        r.json()["fields"]["config_name"],
+        "config name must be 3 to 100 characters of letters, digits, '_' and '-'; it contains ' '"
     );
     // A TLS mode needs no CA of its own (#53 item 7): verification uses the bundled
     // Mozilla roots, `require` encrypts without verifying.

@@ -95,6 +95,23 @@ async fn a_product_reads_and_cancels_only_its_own_jobs() {
         "{}",
         r.text
     );
+    assert_eq!(
+        r.json()["message"],
+        "metadata.source 'reporter' is not the product named by X-Product-Name ('other')"
+    );
+    // A caller naming a product is not told another product's name.
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/fetcher",
+            &other,
+            Some(job("core-pg", "other")),
+        )
+        .await;
+    assert_eq!(
+        r.json()["message"],
+        "Connection 'core-pg' does not belong to the product identified by source 'other': metadata.source must be the product the connection was created or assigned under (its X-Product-Name)"
+    );
     assert!(h.queue.sent().is_empty(), "a refused job is not queued");
     let r = h
         .call(

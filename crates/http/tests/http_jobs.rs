@@ -426,13 +426,16 @@ async fn validation_errors_in_order() {
             json!({"dataRequest": {"mappedFields": {"core-pg": {"t": ["f"]}}}, "metadata": {"source": "billing"}}),
             "FET-1016",
             Some(
-                "Connection 'core-pg' does not belong to the product identified by source 'billing'",
+                "Connection 'core-pg' does not belong to the product identified by source 'billing': metadata.source must be the product the connection was created or assigned under, here 'reporter'",
             ),
         ),
         (
+            // Said what to send (#53 item 8): products compare as stored.
             json!({"dataRequest": {"mappedFields": {"core-pg": {"t": ["f"]}}}, "metadata": {"source": "Reporter"}}),
             "FET-1016",
-            None,
+            Some(
+                "Connection 'core-pg' does not belong to the product identified by source 'Reporter': product names are stored trimmed and lower-cased and compared exactly; send 'reporter'",
+            ),
         ),
         (
             json!({"dataRequest": {"mappedFields": {"core-pg": "nope"}}, "metadata": {"source": "reporter"}}),

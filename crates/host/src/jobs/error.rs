@@ -24,10 +24,23 @@ pub enum JobError {
     MissingDataSource(String, Vec<String>),
     /// 400 `FET-1014`.
     NotAssigned(String),
-    /// 400 `FET-1016`.
-    ProductMismatch { config_name: String, source: String },
+    /// 400 `FET-1016`. `owner` is the connection's product where the caller may be told
+    /// it: when it names no product (it sees every product's records then), or when it
+    /// differs from `source` only in case (the caller wrote it).
+    ProductMismatch {
+        config_name: String,
+        source: String,
+        owner: Option<String>,
+    },
     /// 400 `FET-0414`.
     ForbiddenHost,
+    /// 422 `FET-0421`: a connection of a type this host stores but cannot read, with the
+    /// types it reads.
+    TypeNotReadable {
+        config_name: String,
+        datasource_type: fetcher_engine::DatasourceType,
+        readable: Vec<fetcher_engine::DatasourceType>,
+    },
     /// 400 `FET-1040`, with why when the connector said (the engine's fixed text of a
     /// connect reason: a refused login, an unknown database, …).
     ConnectionDown(String, Option<String>),

@@ -195,12 +195,29 @@ pub(super) async fn create(
         id: d.id.clone(),
         password: Secret::from(b.password.clone().unwrap_or_default().into_bytes()),
     };
-    let created = st
-        .engine()
-        .create_connection(&ctx(), tenant, &input)
-        .await
-        .map_err(|e| ApiError::from_engine(&e))?;
+    let created = st.engine().create_connection(&ctx(), tenant, &input).await;
+    let created = match created {
+        Err(e) if e.category() == Category::Conflict => {
+            return Err(taken(st, tenant, &d.config_name).await);
+        }
+        other => other.map_err(|e| ApiError::from_engine(&e))?,
+    };
     Ok(response(&ConnectionRecord::from_descriptor(&created)))
+}
+
+/// The 409 for a taken config name, naming the connection that holds it when it can be
+/// read (a name taken by a create racing this one may be gone again).
+async fn taken(st: &AppState, tenant: &TenantContext, config_name: &str) -> ApiError {
+    match st
+        .engine()
+        .get_connection(&ctx(), tenant, config_name)
+        .await
+    {
+        Ok(holder) => {
+            ApiError::config_name_taken(config_name, &ConnectionRecord::from_descriptor(&holder).id)
+        }
+        Err(_) => ApiError::duplicate_connection(),
+    }
 }
 
 pub(super) async fn load(
@@ -355,7 +372,8 @@ pub async fn update_connection(
             .await
         {
             Ok(other) if ConnectionRecord::from_descriptor(&other).id != id => {
-                return Err(ApiError::duplicate_connection());
+                let holder = ConnectionRecord::from_descriptor(&other).id;
+                return Err(ApiError::config_name_taken(&r.config_name, &holder));
             }
             Ok(_) => {}
             Err(e) if e.category() == Category::NotFound => {}

@@ -57,6 +57,11 @@ pub async fn test_connection(
         Ok(Err(e)) if e.reason() == Some(Reason::ConnectionNotFound) => {
             Err(ApiError::not_found("connection"))
         }
+        Ok(Err(e)) if e.reason() == Some(Reason::NoConnector) => Err(ApiError::type_not_readable(
+            &d.config_name,
+            d.datasource_type,
+            &st.engine().readable_types(),
+        )),
         Ok(Err(e)) => {
             tracing::info!(error = %e, cause = %cause_chain(&e), "connection test failed");
             Err(ApiError::connection_reason(e.reason(), &d)
@@ -94,6 +99,13 @@ pub async fn get_schema(
     .await
     {
         Ok(Ok(s)) => s,
+        Ok(Err(e)) if e.reason() == Some(Reason::NoConnector) => {
+            return Err(ApiError::type_not_readable(
+                &d.config_name,
+                d.datasource_type,
+                &st.engine().readable_types(),
+            ));
+        }
         Ok(Err(e)) => return Err(schema_error(&e, &d)),
         Err(_) => return Err(ApiError::schema_failed()),
     };

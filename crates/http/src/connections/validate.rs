@@ -30,10 +30,20 @@ pub(super) fn request_rules_create(b: &ConnectionBody, cfg: &ApiConfig) -> Resul
     let mongo = b.datasource_type.as_deref().and_then(DatasourceType::parse)
         == Some(DatasourceType::MongoDb);
     require("userName", !mongo && blank(&b.user_name));
-    require(
-        "password",
-        (!mongo || !blank(&b.user_name)) && blank(&b.password),
-    );
+    // A password may be empty, said on purpose: a server with trust authentication
+    // asks for none (#53 item 7). Left out, it is still missing: a forgotten password
+    // is caught here, not by a refused login later.
+    let password_missing = if mongo {
+        !blank(&b.user_name) && blank(&b.password)
+    } else {
+        b.password.is_none()
+    };
+    if password_missing {
+        missing.insert(
+            "password".into(),
+            r#"password is a required field (send "" for a server that asks for none)"#.into(),
+        );
+    }
     shape_rules(b, &mut invalid);
     ApiError::field_buckets(missing, invalid, false).map_or(Ok(()), Err)
 }
@@ -41,7 +51,7 @@ pub(super) fn request_rules_create(b: &ConnectionBody, cfg: &ApiConfig) -> Resul
 /// Layer 1 on PATCH: only present keys are checked.
 pub(super) fn request_rules_patch(b: &ConnectionBody, cfg: &ApiConfig) -> Result<(), ApiError> {
     ssrf_literal(b, cfg)?;
-    let (mut missing, mut invalid) = (Fields::new(), Fields::new());
+    let (missing, mut invalid) = (Fields::new(), Fields::new());
     if let Some(n) = &b.config_name {
         let len = n.chars().count();
         if len < 3 {
@@ -61,10 +71,6 @@ pub(super) fn request_rules_patch(b: &ConnectionBody, cfg: &ApiConfig) -> Result
     }
     if b.port == Some(0) {
         invalid.insert("port".into(), "port must be 1 or greater".into());
-    }
-    // Beyond the reference (docs/api.md, "Differences from the reference"): an empty new password is rejected.
-    if b.password.as_deref() == Some("") {
-        missing.insert("password".into(), "password is a required field".into());
     }
     shape_rules(b, &mut invalid);
     ApiError::field_buckets(missing, invalid, false).map_or(Ok(()), Err)
@@ -180,23 +186,12 @@ pub(super) fn model_rules(r: &mut ConnectionRecord, text: TypedText<'_>) -> Resu
     if r.product.is_empty() {
         missing.insert("product_name".into(), "product name is required".into());
     }
-    let name_len = r.config_name.chars().count();
+    // The rule is said whole, and a name that breaks it is invalid, not "missing" (the
+    // reference filed a bad character under missing fields; #53 item 3).
     if r.config_name.is_empty() {
         missing.insert("config_name".into(), "config name is required".into());
-    } else if !r
-        .config_name
-        .bytes()
-        .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
-    {
-        missing.insert(
-            "config_name".into(),
-            "config name can only contain alphanumeric characters, underscores, and hyphens".into(),
-        );
-    } else if !(3..=100).contains(&name_len) {
-        invalid.insert(
-            "config_name".into(),
-            "config name must be between 3 and 100 characters".into(),
-        );
+    } else if let Some(why) = config_name_breaks_rule(&r.config_name) {
+        invalid.insert("config_name".into(), why);
     }
     if r.port == 0 {
         missing.insert("port".into(), "port must be a positive integer".into());
@@ -252,6 +247,19 @@ pub(super) fn model_rules(r: &mut ConnectionRecord, text: TypedText<'_>) -> Resu
         }
     }
     ApiError::field_buckets(missing, invalid, true).map_or(Ok(()), Err)
+}
+
+/// What is wrong with a non-empty config name, if anything: the rule, and what breaks it.
+fn config_name_breaks_rule(name: &str) -> Option<String> {
+    const RULE: &str = "config name must be 3 to 100 characters of letters, digits, '_' and '-'";
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Some(format!("{RULE}; it contains {c:?}"));
+    }
+    let len = name.chars().count();
+    (!(3..=100).contains(&len)).then(|| format!("{RULE}; it has {len}"))
 }
 
 pub(super) fn now_text() -> String {
@@ -437,7 +445,18 @@ mod tests {
         r.config_name = "ab".into();
         assert_eq!(
             model_rules(&mut r, none).unwrap_err().body["fields"]["config_name"],
-            "config name must be between 3 and 100 characters"
+            "config name must be 3 to 100 characters of letters, digits, '_' and '-'; it has 2"
+        );
+        r.config_name = "my shop".into();
+        let e = model_rules(&mut r, none).unwrap_err();
+        assert_eq!(
+            e.body["code"], "FET-0001",
+            "invalid, not missing: {}",
+            e.body
+        );
+        assert_eq!(
+            e.body["fields"]["config_name"],
+            "config name must be 3 to 100 characters of letters, digits, '_' and '-'; it contains ' '"
         );
         r.product.clear();
         assert_eq!(
