@@ -98,6 +98,8 @@ pub struct TableInfo {
     /// The catalog's row estimate (PostgreSQL `reltuples` once analysed, InnoDB's
     /// `table_rows`); `None` when it keeps none.
     pub row_estimate: Option<i64>,
+    /// A view or materialised view (read with a `SELECT` like a table).
+    pub view: bool,
 }
 
 /// An index and the column order it returns rows in: its own full ascending columns, and
@@ -168,6 +170,7 @@ impl Catalog {
                         })
                         .collect(),
                     row_estimate: t.row_estimate,
+                    view: t.view,
                 })
                 .collect(),
             captured_at: None,
@@ -291,6 +294,7 @@ mod tests {
             columns: vec![],
             primary_key: vec!["id".into()],
             row_estimate: None,
+            view: false,
             ordered_indexes: vec![
                 index("wide", &["ts", "id", "v"]),
                 index("PRIMARY", &["id"]),

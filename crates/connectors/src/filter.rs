@@ -516,6 +516,7 @@ mod tests {
             primary_key: vec![],
             ordered_indexes: vec![],
             row_estimate: None,
+            view: false,
         }
     }
 

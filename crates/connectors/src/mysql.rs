@@ -120,11 +120,12 @@ fn kind_of(data_type: &str, column_type: &str) -> Kind {
     }
 }
 
-/// Base tables of `DATABASE()`; names always bare.
+/// Base tables and views of `DATABASE()`; names always bare.
 pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
-    let tables: Vec<(String, Option<i64>)> = sqlx::query_as(
-        "SELECT CAST(table_name AS CHAR), CAST(table_rows AS SIGNED) FROM information_schema.tables \
-         WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' ORDER BY table_name",
+    let tables: Vec<(String, Option<i64>, i64)> = sqlx::query_as(
+        "SELECT CAST(table_name AS CHAR), CAST(table_rows AS SIGNED), CAST(table_type = 'VIEW' AS SIGNED) \
+         FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_type IN ('BASE TABLE', 'VIEW') ORDER BY table_name",
     )
     .fetch_all(&mut *conn)
     .await
@@ -175,7 +176,7 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
 
     let mut by_table: BTreeMap<String, TableInfo> = tables
         .into_iter()
-        .map(|(t, rows)| {
+        .map(|(t, rows, view)| {
             (
                 t.clone(),
                 TableInfo {
@@ -186,6 +187,7 @@ pub async fn discover(conn: &mut MySqlConnection) -> Result<Catalog> {
                     primary_key: Vec::new(),
                     ordered_indexes: Vec::new(),
                     row_estimate: rows,
+                    view: view != 0,
                 },
             )
         })

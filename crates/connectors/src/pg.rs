@@ -70,7 +70,7 @@ SELECT n.nspname::text, c.relname::text, a.attname::text, \
        ELSE format_type(a.atttypid, a.atttypmod) END, \
   COALESCE((SELECT k.n FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
             WHERE i.indrelid = c.oid AND i.indisprimary AND k.attnum = a.attnum), 0)::int8, \
-  NOT a.attnotnull, c.reltuples::int8 \
+  NOT a.attnotnull, c.reltuples::int8, c.relkind IN ('v', 'm') \
 FROM pg_class c \
 JOIN pg_namespace n ON n.oid = c.relnamespace \
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
@@ -82,7 +82,7 @@ LEFT JOIN LATERAL ( \
     SELECT b.typbasetype, CASE WHEN d.typmod <> -1 THEN d.typmod ELSE b.typtypmod END, d.depth + 1 \
     FROM d JOIN pg_type b ON b.oid = d.base WHERE b.typtype = 'd' AND d.depth < 64) \
   SELECT d.base, d.typmod FROM d ORDER BY d.depth DESC LIMIT 1) dom ON true \
-WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't' \
+WHERE c.relkind IN ('r', 'p', 'v', 'm') AND c.relpersistence <> 't' \
   AND n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema' \
   AND has_table_privilege(c.oid, 'SELECT') \
 ORDER BY n.nspname, c.relname, a.attnum";
@@ -140,7 +140,8 @@ fn column_type(effective: u32, kind: Kind, type_name: &str, array: bool, raw: bo
 }
 
 /// Every table of every non-system schema the user may `SELECT` from (regular and
-/// partitioned tables, partitions included, temporary tables excluded).
+/// partitioned tables, partitions included, views and materialised views; temporary
+/// tables excluded).
 pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
     // A `SQL_ASCII` database stores bytes it never checked: its text is read as bytes.
     let encoding: String = sqlx::query_scalar("SHOW server_encoding")
@@ -173,6 +174,7 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
         let nullable = r.try_get::<bool, _>(9).map_err(discover_failed)?;
         // `-1` until the table is first analysed (PostgreSQL 14+), `0` before that too.
         let estimate = r.try_get::<i64, _>(10).map_err(discover_failed)?;
+        let view = r.try_get::<bool, _>(11).map_err(discover_failed)?;
         let effective = if typtype == "d" { base } else { typid };
         let supported = pgbin::pg_supported(effective)
             || (category == "A" && pgbin::array_element(effective).is_some());
@@ -233,7 +235,9 @@ pub async fn discover(conn: &mut PgConnection) -> Result<Catalog> {
                     columns: Vec::new(),
                     primary_key: Vec::new(),
                     ordered_indexes: Vec::new(),
-                    row_estimate: (estimate >= 0).then_some(estimate),
+                    // A view keeps no estimate (its reltuples is 0 or -1).
+                    row_estimate: (estimate >= 0 && !view).then_some(estimate),
+                    view,
                 },
                 Vec::new(),
             ));

@@ -79,14 +79,14 @@ pub fn column_type(kind: Kind) -> ColumnType {
 }
 
 pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
+    let tables: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT name, type = 'view' FROM sqlite_schema WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
     )
     .fetch_all(&mut *conn)
     .await
     .map_err(discover_failed)?;
     let mut catalog = Catalog::default();
-    for t in tables {
+    for (t, view) in tables {
         let cols: Vec<(String, String, i64, i64)> = sqlx::query_as(
             "SELECT name, type, pk, \"notnull\" FROM pragma_table_info(?) ORDER BY cid",
         )
@@ -125,6 +125,7 @@ pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
                 primary_key: pk.into_iter().map(|(_, n)| n).collect(),
                 ordered_indexes: Vec::new(),
                 row_estimate: None,
+                view,
             },
         );
     }

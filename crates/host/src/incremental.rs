@@ -161,8 +161,13 @@ pub fn resolve(
         if let Some(t) = found {
             if spec.key.is_empty() {
                 if t.primary_key.is_empty() {
+                    let what = if t.view {
+                        "is a view, which has no primary key"
+                    } else {
+                        "has no primary key"
+                    };
                     return Err(invalid(format!(
-                        "table '{config}.{table}' has no primary key: name the columns that make the cursor unique in incremental.key"
+                        "table '{config}.{table}' {what}: name the columns that make the cursor unique in incremental.key"
                     )));
                 }
                 // The primary key without the cursor: unique together with it (a
@@ -236,6 +241,9 @@ fn resolve_log(
         )));
     }
     match found {
+        Some(t) if t.view => Err(invalid(format!(
+            "'{config}.{table}' is a view: the log holds the changes of tables, not of views (read the view with a cursor, or read its tables from the log)"
+        ))),
         Some(t) if t.primary_key.is_empty() => Err(invalid(format!(
             "table '{config}.{table}' has no primary key: a log read needs one to identify deleted rows (add a primary key, or read the table with a cursor)"
         ))),

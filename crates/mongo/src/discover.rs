@@ -117,6 +117,7 @@ impl Shape {
             primary_key: vec!["_id".into()],
             types,
             row_estimate: estimate,
+            view: false,
         }
     }
 

@@ -28,6 +28,10 @@ pub struct TableSnapshot {
     /// table never analysed has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_estimate: Option<i64>,
+    /// A view (or materialised view): read like a table, but it has no primary key, so
+    /// no key ranges and no reads from the log.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub view: bool,
 }
 
 /// A field's catalog type, and whether it can order an incremental read.

@@ -128,6 +128,10 @@ pub struct TableSchema {
     /// Beyond the reference: the catalog's row estimate, when it keeps one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub row_estimate: Option<i64>,
+    /// Beyond the reference (which listed base tables only): `true` for a view or
+    /// materialised view, read like a table but without key ranges or log reads.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub view: bool,
 }
 
 /// A discovered column.

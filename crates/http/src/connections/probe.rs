@@ -134,6 +134,7 @@ pub async fn get_schema(
                 fields,
                 columns,
                 row_estimate: t.row_estimate,
+                view: t.view,
             }
         })
         .collect();

@@ -83,6 +83,7 @@ pub fn schema() -> SchemaSnapshot {
                 })
                 .collect(),
                 row_estimate: Some(42),
+                view: false,
             },
             TableSnapshot {
                 name: "accounting.invoices".into(),
