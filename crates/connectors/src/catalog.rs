@@ -145,7 +145,7 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn snapshot(&self, config_name: &str) -> SchemaSnapshot {
+    pub fn snapshot(&self, dialect: Dialect, config_name: &str) -> SchemaSnapshot {
         SchemaSnapshot {
             config_name: config_name.to_owned(),
             tables: self
@@ -165,6 +165,7 @@ impl Catalog {
                                 key: crate::incremental::can_be_key(c),
                                 lookback: crate::incremental::lookback_kind(c),
                                 nullable: Some(c.nullable),
+                                filter: crate::filter::filter_kind(dialect, c),
                             };
                             (c.name.clone(), ty)
                         })

@@ -429,7 +429,7 @@ impl Connector for SqlConnector {
                 .catalog
                 .as_ref()
                 .expect("loaded")
-                .snapshot(&self.descriptor.config_name))
+                .snapshot(self.dialect, &self.descriptor.config_name))
         })
     }
 

@@ -21,7 +21,7 @@
 //! as `1`/`0`. `between [a, b]` on a date/timestamp column whose end `b` is a
 //! bare date (`2024-01-31`) includes that whole day (`f < b + 1 day`).
 
-use fetcher_engine::{Operator, Result, TableFilters};
+use fetcher_engine::{FilterKind, Operator, Result, TableFilters};
 use serde_json::Value as J;
 
 use crate::Dialect;
@@ -250,10 +250,54 @@ fn is_bool_like(dialect: Dialect, column: &crate::catalog::ColumnInfo) -> bool {
     dialect == Dialect::MySql && column.type_name.eq_ignore_ascii_case("tinyint(1)")
 }
 
+/// The kind of filter value `column` takes, for checking a job's filters when it is
+/// created (`None` for MySQL's boolean `TINYINT(1)`, which takes numbers and booleans).
+pub fn filter_kind(dialect: Dialect, column: &crate::catalog::ColumnInfo) -> Option<FilterKind> {
+    if is_bool_like(dialect, column) {
+        return None;
+    }
+    Some(kind_class(column.kind))
+}
+
+fn kind_class(kind: Kind) -> FilterKind {
+    match kind {
+        Kind::Int | Kind::UInt | Kind::Decimal | Kind::Float => FilterKind::Number,
+        Kind::Bool => FilterKind::Bool,
+        Kind::Text => FilterKind::Text,
+        Kind::Uuid => FilterKind::Uuid,
+        Kind::Date | Kind::Timestamp | Kind::TimestampTz => FilterKind::DateTime,
+        Kind::Time => FilterKind::Time,
+        Kind::Json | Kind::Bytes | Kind::Other => FilterKind::None,
+    }
+}
+
+/// Whether `v` is a value of `kind`: the one rule both a job's creation and the query
+/// that binds it ([`typed`]) apply (docs/filters.md, "Values"). `null` is the caller's
+/// to allow (only `eq`, `ne`, `in`, `nin` take it).
+pub fn value_fits(kind: FilterKind, v: &J) -> bool {
+    match (kind, v) {
+        (FilterKind::Number, J::Number(_)) => true,
+        (FilterKind::Number, J::String(s)) => is_decimal(s),
+        (FilterKind::Bool, J::Bool(_)) => true,
+        (FilterKind::Text, J::String(_)) => true,
+        (FilterKind::Uuid, J::String(s)) => crate::values::parse_uuid(s).is_some(),
+        (FilterKind::DateTime, J::String(s)) => parse_datetime(s).is_some(),
+        (FilterKind::Time, J::String(s)) => parse_time(s).is_some(),
+        _ => false,
+    }
+}
+
 /// One value, typed from the column's catalog type.
 pub(crate) fn typed(b: &mut Builder<'_>, kind: Kind, v: &J) -> Result<String> {
     let bad = || validation(msg::FILTER_VALUE_TYPE);
     let dialect = b.dialect;
+    let class = kind_class(kind);
+    if class != FilterKind::None
+        && !value_fits(class, v)
+        && !(b.bool_like && matches!(v, J::Bool(_)))
+    {
+        return Err(bad());
+    }
     Ok(match kind {
         Kind::Int | Kind::UInt => match v {
             J::Bool(x) if b.bool_like => b.param(Bind::I64(i64::from(*x)), None),

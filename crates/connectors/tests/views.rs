@@ -9,7 +9,8 @@ use fetcher_engine::Context;
 use fetcher_engine::ports::Connector as _;
 use serde_json::json;
 
-const ROWS: &str = "INSERT INTO orders VALUES (3, 'BR', 30), (1, 'US', 10), (2, 'BR', 20), (4, 'DE', 40)";
+const ROWS: &str =
+    "INSERT INTO orders VALUES (3, 'BR', 30), (1, 'US', 10), (2, 'BR', 20), (4, 'DE', 40)";
 
 /// Discovers `d` and checks which of `tables` are views; then reads `view` with a
 /// filter through the engine and returns its rows.
@@ -62,7 +63,11 @@ async fn postgres_views_and_materialised_views_are_listed_and_read() {
     ))
     .await;
     let d = db.descriptor("pgv");
-    let tables = [("orders", false), ("big_orders", true), ("order_snapshot", true)];
+    let tables = [
+        ("orders", false),
+        ("big_orders", true),
+        ("order_snapshot", true),
+    ];
     let rows = discover_and_read(&d, &tables, "big_orders").await;
     assert_eq!(ids(&rows), [2, 3]);
     let rows = discover_and_read(&d, &tables, "order_snapshot").await;
@@ -79,7 +84,8 @@ async fn mariadb_views_are_listed_and_read() {
     ])
     .await;
     let d = db.descriptor("myv");
-    let rows = discover_and_read(&d, &[("orders", false), ("big_orders", true)], "big_orders").await;
+    let rows =
+        discover_and_read(&d, &[("orders", false), ("big_orders", true)], "big_orders").await;
     assert_eq!(ids(&rows), [2, 3]);
     db.drop_db().await;
 }
@@ -104,7 +110,8 @@ async fn sqlite_views_are_listed_and_read() {
     let snap = c.discover_schema(&ctx).await.unwrap();
     c.close(&ctx).await.unwrap();
     assert_eq!(snap.table_names(), ["big_orders", "orders"]);
-    let rows = discover_and_read(&d, &[("orders", false), ("big_orders", true)], "big_orders").await;
+    let rows =
+        discover_and_read(&d, &[("orders", false), ("big_orders", true)], "big_orders").await;
     assert_eq!(ids(&rows), [2, 3]);
     db.remove();
 }

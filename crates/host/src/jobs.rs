@@ -35,6 +35,7 @@ use crate::model::{Job, JobId, JobRequest, JobStatus, PendingEvent, ResultFormat
 use crate::ports::{InsertOutcome, JobQueue, JobStore, KeyProvider};
 
 mod error;
+mod filter_values;
 
 /// `metadata.error` of a job whose message could not be enqueued.
 pub const PUBLISH_FAILED: &str = "process failed: unable to publish";
@@ -399,7 +400,8 @@ impl JobService {
             .collect::<Result<Vec<()>, JobError>>()?;
 
         // A mapping the cached schema refutes (confirmed by a fresh discovery, so a stale
-        // cache refuses nothing) is refused now, with validate-schema's 422, instead of
+        // cache refuses nothing) is refused now, with validate-schema's 422, and so is a
+        // filter value of the wrong kind for its column (400 `FET-0401`), instead of
         // queueing a job that must fail.
         let mut unknown = Vec::new();
         for d in &resolved {
@@ -423,17 +425,37 @@ impl JobService {
                 }
             }
             let selection = &selection;
-            if cached.missing(d.datasource_type, selection).is_empty() {
+            // The filter values against their columns' types, where the schema knows them.
+            let values = |schema: &fetcher_engine::SchemaSnapshot| {
+                let filters = req.filters.get(&d.config_name).into_iter().flatten();
+                filters
+                    .filter_map(|(table, conditions)| {
+                        let t = schema.find_table(d.datasource_type, table)?;
+                        Some(filter_values::check(&d.config_name, table, t, conditions))
+                    })
+                    .collect::<Result<Vec<()>, JobError>>()
+            };
+            let refused = values(&cached).err();
+            if refused.is_none() && cached.missing(d.datasource_type, selection).is_empty() {
                 continue;
             }
             let ctx = Context::background().with_timeout(self.settings.test_timeout);
-            if let Ok(fresh) = self
+            match self
                 .engine
                 .discover_schema_fresh(&ctx, tenant, &d.config_name)
                 .await
             {
-                for (table, field) in fresh.missing(d.datasource_type, selection) {
-                    unknown.push((d.config_name.clone(), table, field));
+                Ok(fresh) => {
+                    values(&fresh)?;
+                    for (table, field) in fresh.missing(d.datasource_type, selection) {
+                        unknown.push((d.config_name.clone(), table, field));
+                    }
+                }
+                // Without a fresh schema, the cached one's refusal stands.
+                Err(_) => {
+                    if let Some(e) = refused {
+                        return Err(e);
+                    }
                 }
             }
         }

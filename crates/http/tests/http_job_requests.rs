@@ -315,6 +315,34 @@ async fn filters_are_checked_at_creation() {
         r.json()["errors"],
         json!([{"type": "FIELD_NOT_FOUND", "dataSourceId": "core-pg", "table": "users", "field": "ghost_column"}])
     );
+    // With the schema cached, a value of the wrong kind for its column is refused, named
+    // with the column's type and what it takes (the value itself is not repeated).
+    for (n, (filter, message)) in [
+        (
+            json!({"id": {"eq": ["abc"]}}),
+            "filter on 'core-pg.users.id' (bigint): 'eq' takes a number (or a decimal string), got a string that is not a number",
+        ),
+        (
+            json!({"name": {"in": ["a", 2]}}),
+            "filter on 'core-pg.users.name' (text): 'in' takes a string, got a number",
+        ),
+        (
+            json!({"id": {"like": ["1%"]}}),
+            "filter on 'core-pg.users.id' (bigint): 'like' applies to text columns; use eq, in, gt, lt or between",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = h
+            .call(Method::POST, "/v1/fetcher", &[], Some(with_filter(filter.clone(), 200 + n as u32)))
+            .await;
+        assert_eq!(
+            (r.status, r.code(), r.json()["message"].clone()),
+            (StatusCode::BAD_REQUEST, json!("FET-0401"), json!(message)),
+            "{filter}"
+        );
+    }
     // A known column with a good filter is accepted.
     let r = h
         .call(

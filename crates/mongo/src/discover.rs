@@ -146,6 +146,9 @@ impl Shape {
             key: cursor,
             lookback,
             nullable: Some(path != "_id" && self.nullable(path)),
+            // MongoDB filters convert their values per field (docs/datasources.md):
+            // nothing to check against a sampled type at creation.
+            filter: None,
         }
     }
 }

@@ -52,6 +52,46 @@ pub struct FieldType {
     /// Whether the column may hold NULL (`None`: the connector does not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nullable: Option<bool>,
+    /// What a filter value on this column must be, so a job's filters are checked when
+    /// it is created (`None`: the connector does not say; nothing is checked early).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<FilterKind>,
+}
+
+/// The kind of value a filter on a column takes (docs/filters.md, "Values"), as a SQL
+/// connector classifies the column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FilterKind {
+    /// A JSON number or a decimal string (integers, decimals, floats).
+    Number,
+    Bool,
+    Text,
+    /// A UUID string.
+    Uuid,
+    /// A date or date-time string (`YYYY-MM-DD`, `YYYY-MM-DDTHH:MM[:SS[.f]][Z|±HH:MM]`).
+    DateTime,
+    /// A time string (`HH:MM[:SS[.f]]`).
+    Time,
+    /// No filter applies (JSON, bytes, arrays, …).
+    None,
+}
+
+impl FilterKind {
+    /// How a caller should write a value of this kind, for error messages.
+    pub fn expected(self) -> &'static str {
+        match self {
+            FilterKind::Number => "a number (or a decimal string)",
+            FilterKind::Bool => "true or false",
+            FilterKind::Text => "a string",
+            FilterKind::Uuid => "a UUID string",
+            FilterKind::DateTime => {
+                "a date or date-time string ('YYYY-MM-DD', 'YYYY-MM-DDTHH:MM:SS[.f][Z|±HH:MM]')"
+            }
+            FilterKind::Time => "a time string ('HH:MM[:SS[.f]]')",
+            FilterKind::None => "nothing: the column cannot be filtered",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

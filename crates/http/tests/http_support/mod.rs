@@ -78,6 +78,11 @@ pub fn schema() -> SchemaSnapshot {
                         key: ok,
                         lookback: (t == "bigint").then_some(fetcher_engine::LookbackKind::Amount),
                         nullable: Some(n != "id"),
+                        filter: Some(match t {
+                            "bigint" => fetcher_engine::FilterKind::Number,
+                            "text" => fetcher_engine::FilterKind::Text,
+                            _ => fetcher_engine::FilterKind::None,
+                        }),
                     };
                     (n.to_string(), ty)
                 })
