@@ -258,4 +258,26 @@ fn a_schedule_is_set_and_changed_from_the_command_line() {
     let gone = fetcher(&server, &["syncs", "schedule", "orders"]);
     assert_eq!(gone.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&gone.stderr).contains("FET-1001"));
+
+    // The sync list: a job of the sync makes it one; listed as JSON and as a table.
+    let (status, job) = server.request(
+        "POST",
+        "/v1/fetcher",
+        Some(&serde_json::json!({
+            "dataRequest": {"mappedFields": {"ledger": {"orders": ["id"]}}},
+            "incremental": {"ledger": {"orders": {"cursor": "updated_at"}}},
+            "syncId": "orders",
+            "metadata": {"source": "reporter"}
+        })),
+        &[],
+    );
+    assert_eq!(status, 202, "{job}");
+    let listed = json(&fetcher(&server, &["syncs", "list", "-o", "json"]));
+    assert_eq!(listed["items"][0]["syncId"], "orders", "{listed}");
+    let table = ok(&fetcher(&server, &["syncs", "list", "--limit", "1"]));
+    assert!(
+        table.contains("SYNC") && table.contains("orders"),
+        "{table}"
+    );
+    assert!(table.contains("(more: --after orders)"), "{table}");
 }

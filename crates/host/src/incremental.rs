@@ -316,6 +316,21 @@ impl JobService {
             .ok_or(JobError::NotFound)
     }
 
+    /// The tenant's syncs in id order after `after`, at most `limit` (docs/api.md,
+    /// "Syncs"). An `after` that is no sync id is refused as not found would be: 400 by
+    /// the caller.
+    pub async fn list_syncs(
+        &self,
+        tenant: &TenantContext,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SyncState>, JobError> {
+        self.store
+            .list_syncs(&tenant.tenant_id, after, limit)
+            .await
+            .map_err(JobError::JobStore)
+    }
+
     /// Forgets watermarks of a sync (`tables` empty: all), so its next job reads them
     /// from the start. Refused (409) while a job of the sync is pending or processing.
     pub async fn reset_sync(

@@ -270,6 +270,26 @@ impl JobStore for MemoryJobStore {
         ready(out)
     }
 
+    fn list_syncs<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<SyncState>>> {
+        let out = self.check().map(|()| {
+            let state = self.state.lock().unwrap();
+            state
+                .syncs
+                .range((tenant.to_owned(), after.unwrap_or_default().to_owned())..)
+                .take_while(|((t, _), _)| t == tenant)
+                .filter(|((_, id), _)| Some(id.as_str()) != after)
+                .take(limit)
+                .map(|(_, s)| s.clone())
+                .collect()
+        });
+        ready(out)
+    }
+
     fn reset_sync<'a>(
         &'a self,
         tenant: &'a str,

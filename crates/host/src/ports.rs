@@ -197,6 +197,15 @@ pub trait JobStore: Send + Sync {
     fn sync<'a>(&'a self, tenant: &'a str, id: &'a str)
     -> BoxFuture<'a, Result<Option<SyncState>>>;
 
+    /// The tenant's syncs in order of id, those after `after` (all when `None`), at most
+    /// `limit`: what a sync list pages through (docs/api.md, "Syncs").
+    fn list_syncs<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<SyncState>>>;
+
     /// Forgets watermarks of a sync ([`SyncState::reset`]; `tables` empty: all) and
     /// returns it. `NotFound` without the sync; `Conflict` while a job of it is active (a
     /// running job would write its watermark back).

@@ -19,8 +19,7 @@
 //! | [`paging`] | page/limit/sort/date-window query parameters and the list envelope |
 //! | [`connections`] | routes 3–12: DTOs, request and model validation, the connection record |
 //! | [`fetcher`] | routes 1–2 (create, get and cancel jobs) over [`fetcher_host::jobs`] |
-//! | [`syncs`] | a sync's watermarks and its reset, over [`fetcher_host::incremental`] |
-//! | [`syncs`] | a sync's watermarks and its reset, over [`fetcher_host::incremental`] |
+//! | [`syncs`] | the sync list, a sync's watermarks and its reset, over [`fetcher_host::incremental`] |
 //! | [`probes`] | `/health`, `/readyz`, `/readyz/tenant/{id}`, `/metrics`, `/version`, `/openapi.json`, [`ReadinessProbe`], [`probes::Metrics`] |
 //!
 //! ## Request pipeline
@@ -358,6 +357,7 @@ fn business_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(fetcher::create_job, jobs_list::list_jobs))
         .routes(routes!(fetcher::get_job))
         .routes(routes!(fetcher::cancel_job))
+        .routes(routes!(syncs::list_syncs))
         .routes(routes!(syncs::get_sync))
         .routes(routes!(syncs::reset_sync))
         .routes(routes!(

@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fetcher_engine::Timestamp;
+use fetcher_host::incremental::valid_sync_id;
 use fetcher_host::jobs::JobError;
 use fetcher_host::model::{Schedule, ScheduleState, SyncState};
 use serde::{Deserialize, Serialize};
@@ -79,6 +80,77 @@ fn response(s: &SyncState, schedule: Option<&Schedule>) -> SyncResponse {
             .filter(|sch| sch.state == ScheduleState::Active)
             .map(|sch| sch.stale_since.is_some() || sch.stale_by(Some(s), now).is_some()),
     }
+}
+
+/// Most syncs one page of `GET /v1/syncs` holds, and the default.
+const MAX_SYNCS_PAGE: usize = 100;
+const DEFAULT_SYNCS_PAGE: usize = 20;
+
+/// A page of `GET /v1/syncs`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncPage {
+    /// The syncs in order of id (each as `GET /v1/syncs/{id}` shows it, without `stale`,
+    /// which needs the schedule: read the sync for it).
+    pub items: Vec<SyncResponse>,
+    pub limit: usize,
+    /// The `after` of the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// List the caller's syncs, in order of id.
+#[utoipa::path(get, path = "/v1/syncs", tag = "fetcher",
+    params(("X-Product-Name" = Option<String>, Header, description = "The caller's product: only its syncs are listed; required where the deployment requires it (docs/api.md, Products)"),
+        ("limit" = Option<usize>, Query, description = "1-100, default 20"), ("after" = Option<String>, Query, description = "the nextAfter of the previous page")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT"), (status = 200, body = SyncPage), (status = 400, body = ErrorBody, description = "FET-0403, FET-0405 (after or limit malformed), FET-0406 (limit over 100)"), (status = 500, body = ErrorBody, description = "FET-0002")))]
+pub async fn list_syncs(
+    State(st): State<AppState>,
+    scope: Scope,
+    headers: HeaderMap,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let product = caller_product(&st, &headers)?;
+    let mut limit = DEFAULT_SYNCS_PAGE;
+    let mut after = None;
+    for (k, v) in &q {
+        match k.as_str() {
+            "limit" => {
+                limit = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| ApiError::invalid_query("limit"))?;
+                if limit > MAX_SYNCS_PAGE {
+                    return Err(ApiError::page_limit(MAX_SYNCS_PAGE as u32));
+                }
+            }
+            "after" if !valid_sync_id(v) => return Err(ApiError::invalid_query("after")),
+            "after" => after = Some(v.as_str()),
+            _ => {}
+        }
+    }
+    let syncs = st
+        .jobs()
+        .list_syncs(&scope.tenant, after, limit)
+        .await
+        .map_err(error_of)?;
+    // A full page may have more after it; another product's syncs are read past, not
+    // shown, so a page may hold fewer than `limit` and still have a next.
+    let next_after = (syncs.len() == limit)
+        .then(|| syncs.last().map(|s| s.id.clone()))
+        .flatten();
+    let items = syncs
+        .iter()
+        .filter(|s| s.answers_to(product.as_deref()))
+        .map(|s| response(s, None))
+        .collect();
+    Ok(Json(SyncPage {
+        items,
+        limit,
+        next_after,
+    })
+    .into_response())
 }
 
 /// Body of `POST /v1/syncs/{id}/reset` (optional).

@@ -490,3 +490,94 @@ async fn a_sync_answers_only_to_its_product() {
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
 }
+
+/// #53 item 5: `GET /v1/syncs` lists the caller's syncs in order of id, paged with
+/// `after`, each product seeing its own; bad paging parameters are named.
+#[tokio::test]
+async fn syncs_are_listed_in_pages_by_product() {
+    let h = setup().await;
+    h.create("other", connection("other-pg")).await;
+    let other = [("x-product-name", "other")];
+    let reporter = [("x-product-name", "reporter")];
+    for sync in ["b-sync", "a-sync", "c-sync"] {
+        let mut body = incremental_job(json!({"cursor": "id"}), Some(sync));
+        body["metadata"]["n"] = json!(sync);
+        let r = create(&h, body).await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    }
+    let mut theirs = job("other-pg", "other");
+    theirs["incremental"] = json!({"other-pg": {"users": {"cursor": "id"}}});
+    theirs["syncId"] = json!("b-theirs");
+    let r = h
+        .call(Method::POST, "/v1/fetcher", &other, Some(theirs))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+
+    let ids = |v: &Value| -> Vec<String> {
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["syncId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Naming no product: every product's, in order of id; the active job is shown.
+    let all = h.get("/v1/syncs").await.json();
+    assert_eq!(ids(&all), ["a-sync", "b-sync", "b-theirs", "c-sync"]);
+    assert!(all["items"][0]["activeJob"].is_string(), "{all}");
+    assert_eq!(all.get("nextAfter"), None, "one page");
+    // Pages of two, as the reporter: another product's syncs are read past, not shown.
+    let p1 = h
+        .call(Method::GET, "/v1/syncs?limit=2", &reporter, None)
+        .await
+        .json();
+    assert_eq!(
+        (ids(&p1), p1["nextAfter"].clone()),
+        (
+            vec!["a-sync".to_owned(), "b-sync".to_owned()],
+            json!("b-sync")
+        )
+    );
+    let p2 = h
+        .call(
+            Method::GET,
+            "/v1/syncs?limit=2&after=b-sync",
+            &reporter,
+            None,
+        )
+        .await
+        .json();
+    assert_eq!(
+        (ids(&p2), p2["nextAfter"].clone()),
+        (vec!["c-sync".to_owned()], json!("c-sync"))
+    );
+    let p3 = h
+        .call(
+            Method::GET,
+            "/v1/syncs?limit=2&after=c-sync",
+            &reporter,
+            None,
+        )
+        .await
+        .json();
+    assert_eq!(
+        (ids(&p3), p3.get("nextAfter")),
+        (Vec::<String>::new(), None)
+    );
+    let mine = h.call(Method::GET, "/v1/syncs", &other, None).await.json();
+    assert_eq!(ids(&mine), ["b-theirs"]);
+    for (query, code) in [
+        ("limit=0", "FET-0405"),
+        ("limit=x", "FET-0405"),
+        ("limit=101", "FET-0406"),
+        ("after=no%20spaces", "FET-0405"),
+    ] {
+        let r = h.get(&format!("/v1/syncs?{query}")).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, json!(code)),
+            "{query}: {}",
+            r.text
+        );
+    }
+}

@@ -594,6 +594,15 @@ impl JobStore for DynamoStore {
         Box::pin(self.load_sync(tenant, id))
     }
 
+    fn list_syncs<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<SyncState>>> {
+        Box::pin(self.syncs_after(tenant, after, limit))
+    }
+
     fn reset_sync<'a>(
         &'a self,
         tenant: &'a str,

@@ -141,6 +141,15 @@ pub enum JobsCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum SyncsCommand {
+    /// The syncs of the tenant (and product), in order of id.
+    List {
+        /// Syncs per page (1-100).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// Start after this sync id (the `nextAfter` the previous page printed).
+        #[arg(long)]
+        after: Option<String>,
+    },
     /// A sync: its watermarks and active job.
     Get { id: String },
     /// Forget a sync's watermarks (all, or one table's): its next job reads from the start.
@@ -191,6 +200,14 @@ const CONNECTION_COLUMNS: &[Column] = &[
     ("DATABASE", "/databaseName"),
     ("PRODUCT", "/productName"),
     ("CREATED", "/createdAt"),
+];
+
+const SYNC_COLUMNS: &[Column] = &[
+    ("SYNC", "/syncId"),
+    ("ACTIVE JOB", "/activeJob"),
+    ("LAST COMPLETED JOB", "/lastCompletedJob"),
+    ("COMPLETED AT", "/lastCompletedAt"),
+    ("AGE S", "/ageSeconds"),
 ];
 
 const JOB_COLUMNS: &[Column] = &[
@@ -307,6 +324,21 @@ pub async fn jobs(cmd: JobsCommand, args: &ClientArgs) -> Result<()> {
 pub async fn syncs(cmd: SyncsCommand, args: &ClientArgs) -> Result<()> {
     let api = args.api()?;
     let v = match cmd {
+        SyncsCommand::List { limit, after } => {
+            let mut path = format!("/v1/syncs?limit={limit}");
+            if let Some(after) = after {
+                path.push_str(&format!("&after={}", segment(&after)));
+            }
+            let v = api.get(&path).await?;
+            if args.output == Output::Table {
+                print(&v["items"], Output::Table, Some(SYNC_COLUMNS))?;
+                if let Some(next) = v["nextAfter"].as_str() {
+                    println!("(more: --after {next})");
+                }
+                return Ok(());
+            }
+            v
+        }
         SyncsCommand::Get { id } => api.get(&format!("/v1/syncs/{}", segment(&id))).await?,
         SyncsCommand::Reset { id, table } => {
             let body = match table.as_deref().map(|t| t.split_once('.')) {

@@ -259,6 +259,27 @@ impl JobStore for SqliteStore {
         })
     }
 
+    fn list_syncs<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<SyncState>>> {
+        Box::pin(async move {
+            // The primary key (tenant, sync_id) orders and bounds the scan.
+            let rows = sqlx::query(
+                "SELECT doc, active_job FROM syncs WHERE tenant = ? AND sync_id > ? ORDER BY sync_id LIMIT ?",
+            )
+            .bind(tenant)
+            .bind(after.unwrap_or_default())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.read)
+            .await
+            .map_err(db_error)?;
+            rows.iter().map(|r| sync_from(r.get(0), r.get(1))).collect()
+        })
+    }
+
     fn reset_sync<'a>(
         &'a self,
         tenant: &'a str,

@@ -122,6 +122,14 @@ impl JobStore for CutOff {
     ) -> BoxFuture<'a, crate::Result<Option<SyncState>>> {
         self.inner.sync(tenant, id)
     }
+    fn list_syncs<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, crate::Result<Vec<SyncState>>> {
+        self.inner.list_syncs(tenant, after, limit)
+    }
     fn reset_sync<'a>(
         &'a self,
         tenant: &'a str,

@@ -169,4 +169,28 @@ pub(super) async fn syncs(store: &Arc<dyn JobStore>, t: &str) {
         }
     }
     assert_eq!(created, 1, "one of 8 concurrent jobs of a sync is created");
+    // The list: a tenant's syncs in id order, paged after an id, never another's.
+    let ids = |v: Vec<crate::model::SyncState>| v.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_syncs(t, None, 10).await.unwrap()),
+        ["race", "s1"]
+    );
+    assert_eq!(ids(store.list_syncs(t, None, 1).await.unwrap()), ["race"]);
+    assert_eq!(
+        ids(store.list_syncs(t, Some("race"), 10).await.unwrap()),
+        ["s1"]
+    );
+    assert!(
+        store
+            .list_syncs(t, Some("s1"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let listed = store.list_syncs(&other, None, 10).await.unwrap();
+    assert_eq!(
+        (ids(listed.clone()), listed[0].active_job),
+        (vec!["s1".to_owned()], Some(theirs.id)),
+        "the active job is listed with the sync"
+    );
 }
