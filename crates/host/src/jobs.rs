@@ -75,6 +75,9 @@ pub struct CheckedRequest {
     /// `metadata.source`: the product whose job it is.
     pub source: String,
     pub request: JobRequest,
+    /// The rows the job will read, from the catalogs' estimates, when it reads whole
+    /// tables whose estimates are known ([`rows_estimate`]).
+    pub rows_estimate: Option<u64>,
 }
 
 /// A request past the shape checks, before any datasource is looked up.
@@ -404,6 +407,8 @@ impl JobService {
         // filter value of the wrong kind for its column (400 `FET-0401`), instead of
         // queueing a job that must fail.
         let mut unknown = Vec::new();
+        // The schemas read here, for the job's row estimate.
+        let mut schemas = BTreeMap::new();
         for d in &resolved {
             let Some(cached) = self
                 .engine
@@ -437,6 +442,7 @@ impl JobService {
             };
             let refused = values(&cached).err();
             if refused.is_none() && cached.missing(d.datasource_type, selection).is_empty() {
+                schemas.insert(d.config_name.clone(), (d.datasource_type, cached));
                 continue;
             }
             let ctx = Context::background().with_timeout(self.settings.test_timeout);
@@ -450,6 +456,7 @@ impl JobService {
                     for (table, field) in fresh.missing(d.datasource_type, selection) {
                         unknown.push((d.config_name.clone(), table, field));
                     }
+                    schemas.insert(d.config_name.clone(), (d.datasource_type, fresh));
                 }
                 // Without a fresh schema, the cached one's refusal stands.
                 Err(_) => {
@@ -477,7 +484,9 @@ impl JobService {
             }
             crate::incremental::check_against(&sync, &incremental)?;
         }
+        let rows_estimate = rows_estimate(&mapped, &req.filters, &incremental, &schemas);
         Ok(CheckedRequest {
+            rows_estimate,
             hash,
             source,
             request: JobRequest {
@@ -510,6 +519,7 @@ impl JobService {
         }
         // Insert (atomic per hash), then enqueue.
         let mut job = Job::new(&tenant.tenant_id, checked.request, checked.hash);
+        job.rows_estimate = checked.rows_estimate;
         // The creating request's trace: the job's worker and its event continue it.
         job.trace = fetcher_telemetry::TraceParent::current();
         let mut retried = false;
@@ -663,6 +673,43 @@ impl JobService {
             .map_err(JobError::JobStore)?
             .ok_or(JobError::NotFound)
     }
+}
+
+/// The rows a job will read, from its datasources' catalog estimates (docs/api.md,
+/// "Progress"): the sum over its tables when every one is read whole (no filter, no
+/// incremental read) and its schema, cached or just discovered, has an estimate; else
+/// `None`, since a filtered or incremental read's share of a table is unknown.
+fn rows_estimate(
+    mapped: &MappedFields,
+    filters: &Filters,
+    incremental: &crate::incremental::Incremental,
+    schemas: &BTreeMap<
+        String,
+        (
+            fetcher_engine::DatasourceType,
+            fetcher_engine::SchemaSnapshot,
+        ),
+    >,
+) -> Option<u64> {
+    let mut total = 0u64;
+    for (config, tables) in mapped {
+        let (datasource_type, schema) = schemas.get(config)?;
+        for table in tables.keys() {
+            let filtered = filters
+                .get(config)
+                .and_then(|f| f.get(table))
+                .is_some_and(|f| !f.is_empty());
+            let incremental = incremental
+                .get(config)
+                .is_some_and(|i| i.contains_key(table));
+            if filtered || incremental {
+                return None;
+            }
+            let estimate = schema.find_table(*datasource_type, table)?.row_estimate?;
+            total = total.saturating_add(u64::try_from(estimate).ok()?);
+        }
+    }
+    Some(total)
 }
 
 fn validate_structure(mapped: &MappedFields) -> Result<(), JobError> {

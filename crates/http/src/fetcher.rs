@@ -250,6 +250,11 @@ pub struct ProgressBody {
     pub rows: u64,
     /// Bytes of the plaintext NDJSON written so far.
     pub bytes: u64,
+    /// The rows the job reads, as its datasources' catalogs estimated them when it was
+    /// created: present when every table is read whole and its schema was known (an
+    /// estimate, not a count: `rows` may end above or below it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_estimate: Option<u64>,
     pub tables: TablesProgress,
     #[schema(format = DateTime)]
     pub updated_at: String,
@@ -360,6 +365,7 @@ pub fn job_response(job: &Job) -> JobResponse {
             .map(|p| ProgressBody {
                 rows: p.rows,
                 bytes: p.bytes,
+                rows_estimate: job.rows_estimate,
                 tables: TablesProgress {
                     done: p.tables_done,
                     total: p.tables_total,

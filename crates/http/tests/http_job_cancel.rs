@@ -207,3 +207,77 @@ async fn connection_id(h: &Harness, name: &str) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// #53 item 5: with the schema known at creation, `progress` carries the catalogs' row
+/// estimate of a job that reads whole tables (what `jobs watch` shows a share of); a
+/// filtered job has none.
+#[tokio::test]
+async fn progress_carries_the_row_estimate_of_whole_tables() {
+    let h = setup().await;
+    // validate-schema caches the schema (users: 42 rows by its catalog).
+    let r = h
+        .call(
+            Method::POST,
+            "/v1/management/connections/validate-schema",
+            &[("x-product-name", "reporter")],
+            Some(json!({"mappedFields": {"core-pg": {"users": ["id"]}}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let whole = submit(&h).await;
+    assert_eq!(
+        h.jobs
+            .get("default", whole)
+            .await
+            .unwrap()
+            .unwrap()
+            .rows_estimate,
+        Some(42)
+    );
+    let now = fetcher_engine::Timestamp::now();
+    let fetcher_host::ports::ClaimOutcome::Claimed { token, .. } = h
+        .jobs
+        .claim("default", whole, now, std::time::Duration::from_secs(60))
+        .await
+        .unwrap()
+    else {
+        panic!("claimed")
+    };
+    let progress = fetcher_host::model::Progress {
+        rows: 21,
+        bytes: 400,
+        tables_done: 0,
+        tables_total: 1,
+        updated_at: now,
+    };
+    let until = fetcher_engine::Timestamp::from_unix_nanos(now.unix_nanos() + 60_000_000_000);
+    h.jobs
+        .renew("default", whole, token, until, Some(progress))
+        .await
+        .unwrap();
+    let v = h.get(&format!("/v1/fetcher/{whole}")).await.json();
+    assert_eq!(
+        (
+            v["progress"]["rows"].clone(),
+            v["progress"]["rowsEstimate"].clone()
+        ),
+        (json!(21), json!(42)),
+        "{v}"
+    );
+    let mut filtered = job("core-pg", "reporter");
+    filtered["dataRequest"]["filters"] = json!({"core-pg": {"users": {"id": {"gt": [1]}}}});
+    let r = h
+        .call(Method::POST, "/v1/fetcher", &[], Some(filtered))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    let id = job_id(&r.json());
+    assert_eq!(
+        h.jobs
+            .get("default", id)
+            .await
+            .unwrap()
+            .unwrap()
+            .rows_estimate,
+        None
+    );
+}

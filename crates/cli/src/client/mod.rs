@@ -430,7 +430,17 @@ fn progress_line(job: &Value, elapsed: Duration) -> String {
     let mut line = format!("{status:<10}");
     if let Some(rows) = p["rows"].as_u64() {
         let bytes = p["bytes"].as_u64().unwrap_or(0);
-        line.push_str(&format!("  rows {}  bytes {}", grouped(rows), size(bytes)));
+        line.push_str(&format!("  rows {}", grouped(rows)));
+        // A share of the catalogs' estimate, below 100 % until the job ends (an estimate
+        // is not a count).
+        if let Some(estimate) = p["rowsEstimate"].as_u64().filter(|e| *e > 0) {
+            let mut pct = (rows as f64 / estimate as f64 * 100.0).min(100.0);
+            if status == "processing" {
+                pct = pct.min(99.0);
+            }
+            line.push_str(&format!(" (~{pct:.0}% of ~{})", grouped(estimate)));
+        }
+        line.push_str(&format!("  bytes {}", size(bytes)));
         if secs >= 1.0 {
             line.push_str(&format!(
                 "  {} rows/s",
@@ -538,6 +548,12 @@ mod tests {
         assert_eq!(
             progress_line(&job, Duration::from_secs(10)),
             "processing  rows 1,204,000  bytes 283.1 MB  120,400 rows/s  tables 1/3  10s"
+        );
+        let estimated = json!({"status": "processing",
+            "progress": {"rows": 250, "bytes": 1000, "rowsEstimate": 1000, "tables": {"done": 0, "total": 1}}});
+        assert_eq!(
+            progress_line(&estimated, Duration::from_secs(1)),
+            "processing  rows 250 (~25% of ~1,000)  bytes 1.0 kB  250 rows/s  tables 0/1  1s"
         );
         assert_eq!(
             progress_line(&json!({"status": "pending"}), Duration::ZERO),

@@ -303,6 +303,11 @@ pub struct Job {
     /// Live figures of the running extraction, written with the lease heartbeat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+    /// The rows the job reads, as its datasources' catalogs estimate them, when known at
+    /// creation ([`crate::jobs::CheckedRequest::rows_estimate`]): what `progress` is a
+    /// share of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_estimate: Option<u64>,
     /// When a cancel was asked for while the job was `processing`: its worker sees it at
     /// the next heartbeat and stops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -389,6 +394,7 @@ impl Job {
             first_error: None,
             quarantined_event: None,
             progress: None,
+            rows_estimate: None,
             cancel_requested_at: None,
             enqueued_at: None,
             message_dropped_at: None,
