@@ -300,6 +300,35 @@ impl Host {
     }
 }
 
+impl Host {
+    /// The cold start's key check (#53 item 2; docs/operations.md, "Master key"): loads
+    /// the master keys and checks them against those the table's data was sealed with,
+    /// recording the current version's the first time. A function whose keys cannot be
+    /// read, or are not the data's, must not start (its errors alarm then fires), rather
+    /// than start and fail every job on credentials it cannot open.
+    pub async fn verify_master_key(&self) -> Result<(), String> {
+        verify_master_key(&self.store, self.ports.keys.as_ref()).await
+    }
+}
+
+/// [`Host::verify_master_key`] over a store and a key provider: the message says what to
+/// do, or what could not be read (never a key).
+pub async fn verify_master_key(store: &DynamoStore, keys: &dyn KeyProvider) -> Result<(), String> {
+    let ring = keys
+        .key_ring()
+        .await
+        .map_err(|e| format!("loading the master key: {}", e.log_detail()))?;
+    store.verify_key_check(&ring).await.map_err(|e| match &e {
+        crate::dynamo::KeyCheckError::AnotherKey(_) => e.to_string(),
+        _ => format!(
+            "{e}: {}",
+            std::error::Error::source(&e)
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        ),
+    })
+}
+
 /// `/readyz` probes over the AWS services.
 pub enum Probe {
     Dynamo(DynamoStore),

@@ -717,3 +717,44 @@ async fn a_heartbeat_writes_only_the_lease_item() {
 async fn dynamodb_schedule_store_conforms() {
     service_suites::schedule_store(&(Arc::new(store().await) as Arc<dyn ScheduleStore>)).await;
 }
+
+/// #53 item 2: the key check a Lambda verifies at its cold start. The first start
+/// records its key; the same key starts again; another key for the recorded version is
+/// refused with what to do; a rotation (a new current version beside the old) is
+/// recorded; a retired version is only logged. A table of its own, so the deployment's
+/// table (and the Lambdas the other tests start on it) keep their key.
+#[tokio::test]
+async fn the_key_check_refuses_another_master_key() {
+    let table = format!("fetcher-keycheck-{}", uuid::Uuid::new_v4().simple());
+    let store = DynamoStore::new(clients().await.dynamodb, &table);
+    store.create_table().await.unwrap();
+    let ring = |b64: &str, version: &str| KeyRing::from_base64(b64, version).unwrap();
+    let a = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    let b = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
+    store.verify_key_check(&ring(a, "1")).await.unwrap();
+    store.verify_key_check(&ring(a, "1")).await.unwrap();
+    let err = store.verify_key_check(&ring(b, "1")).await.unwrap_err();
+    assert!(
+        matches!(&err, fetcher_aws::dynamo::KeyCheckError::AnotherKey(v) if v == "1"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("sealed with another master key (version 1 differs)")
+    );
+    // A rotation: version 2 current, version 1 kept as the previous key.
+    let versioned = |b64: &str, version: &str| {
+        let key = fetcher_crypto::MasterKey::from_base64(b64).unwrap();
+        fetcher_crypto::VersionedMasterKey::new(version, key).unwrap()
+    };
+    let rotated = KeyRing::new(fetcher_crypto::MasterKeys {
+        current: versioned(b, "2"),
+        previous: vec![versioned(a, "1")],
+    })
+    .unwrap();
+    store.verify_key_check(&rotated).await.unwrap();
+    // Version 2 is now recorded: another key for it is refused; version 1 retired is not.
+    let err = store.verify_key_check(&ring(a, "2")).await.unwrap_err();
+    assert!(err.to_string().contains("version 2 differs"), "{err}");
+    store.verify_key_check(&ring(b, "2")).await.unwrap();
+}

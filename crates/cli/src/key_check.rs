@@ -11,25 +11,13 @@
 use std::path::Path;
 
 use anyhow::{Context as _, Result, bail};
-use aws_lc_rs::hmac;
-use fetcher_crypto::{KeyPurpose, KeyRing};
+use fetcher_crypto::KeyRing;
 
 /// The file's name in the data directory.
 pub const FILE: &str = "key-check";
-const LABEL: &[u8] = b"fetcher data directory key check v1";
-
 /// The check value of key `version` of `ring`.
 fn check_value(ring: &KeyRing, version: &str) -> Result<String> {
-    let keys = ring.get(version)?;
-    let key = hmac::Key::new(
-        hmac::HMAC_SHA256,
-        keys.key(KeyPurpose::InternalHmac).expose_secret(),
-    );
-    Ok(hmac::sign(&key, LABEL)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(ring.check_value(version)?)
 }
 
 /// Verifies `ring` against the data directory's check (every version it names must be in

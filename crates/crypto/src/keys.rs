@@ -362,6 +362,21 @@ impl KeyRing {
     pub fn iter(&self) -> impl Iterator<Item = &Arc<DerivedKeys>> {
         self.inner.order.iter()
     }
+
+    /// The key check of `version` (lowercase hex): an HMAC of a fixed label under the
+    /// version's internal HMAC key. A store records it beside what the version sealed,
+    /// so a host started with another key for that version can tell and refuse to start
+    /// (docs/operations.md, "Master key"). It says whether a key is the one, and nothing
+    /// about the key.
+    pub fn check_value(&self, version: &str) -> Result<String> {
+        const LABEL: &[u8] = b"fetcher data directory key check v1";
+        let keys = self.get(version)?;
+        let key = aws_lc_rs::hmac::Key::new(
+            aws_lc_rs::hmac::HMAC_SHA256,
+            keys.key(KeyPurpose::InternalHmac).expose_secret(),
+        );
+        Ok(hex_lower(aws_lc_rs::hmac::sign(&key, LABEL).as_ref()))
+    }
 }
 
 pub(crate) fn internal_version_error() -> Error {

@@ -136,12 +136,9 @@ pub async fn state_from_config(
             source,
         )) as Arc<dyn fetcher_host::ports::EventPublisher>
     });
-    // Loaded now: a function whose master key cannot be read must fail its cold start.
-    host.ports
-        .keys
-        .key_ring()
-        .await
-        .map_err(|e| format!("loading the master key: {}", e.log_detail()))?;
+    // Checked now: a function whose master key cannot be read, or is not the one the
+    // table's data was sealed with, must fail its cold start.
+    host.verify_master_key().await?;
     let queue = SqsJobQueue::new(host.clients.sqs.clone(), queue_url);
     let mut probes = host.probes.clone();
     probes.push(Arc::new(Probe::Sqs(queue.clone())));

@@ -88,6 +88,17 @@ pub struct Extractor {
     pub stranded: StrandedRules,
     /// The `Stack` dimension of the metrics.
     pub stack: String,
+    /// The pipeline's master keys, for the cold start's key check.
+    pub keys: Arc<dyn fetcher_host::ports::KeyProvider>,
+}
+
+impl Extractor {
+    /// The cold start's key check ([`fetcher_aws::host::verify_master_key`]): a worker
+    /// whose master key cannot be read or is not the data's fails its cold start (the
+    /// errors alarm fires) instead of failing every job on credentials it cannot open.
+    pub async fn verify_master_key(&self) -> Result<(), String> {
+        fetcher_aws::host::verify_master_key(&self.store, self.keys.as_ref()).await
+    }
 }
 
 /// The back-off of a message received `receives` times: `base · 2^(receives-1)`, at most
@@ -125,6 +136,7 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
     let secret = config.master_key_secret.clone();
     let (per_tenant, tenant_defer) = (config.max_jobs_per_tenant, config.tenant_defer);
     let host = Host::build(config, sdk)?;
+    let keys = host.ports.keys.clone();
     let key_source = fetcher_aws::SecretsManagerKeySource::new(
         host.clients.secrets.clone(),
         host.clients.kms.clone(),
@@ -174,6 +186,7 @@ pub fn from_config(config: HostConfig, sdk: &fetcher_aws::SdkConfig) -> Result<E
         key_source,
         stranded: StrandedRules::with_retention(max_message_age),
         stack,
+        keys,
     })
 }
 

@@ -35,10 +35,15 @@ async fn run() -> Result<(), Error> {
     })?;
     let config = HostConfig::from_env().map_err(Error::from)?;
     let sdk = fetcher_aws::sdk_config().await;
-    let extractor = Arc::new(fetcher_fn_extract::from_config(config, &sdk).map_err(|e| {
+    let extractor = fetcher_fn_extract::from_config(config, &sdk).map_err(|e| {
         tracing::error!(error = %e, "refusing to start");
         Error::from(e)
-    })?);
+    })?;
+    extractor.verify_master_key().await.map_err(|e| {
+        tracing::error!(error = %e, "refusing to start");
+        Error::from(e)
+    })?;
+    let extractor = Arc::new(extractor);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let extractor = extractor.clone();
         let deadline = fetcher_fn_extract::run_deadline(event.context.deadline);

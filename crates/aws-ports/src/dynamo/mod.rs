@@ -14,6 +14,7 @@
 //! | `tenant_slots` | `TenantSlots`: one item per tenant with its live holds' ends, version-conditioned writes |
 //! | `schedules` | `ScheduleStore`: a version-conditional item per sync's schedule; due ones in the `work` index under the partition `due` |
 //! | `syncs` | a sync's item: its watermarks and its one active job, written in its jobs' transactions |
+//! | `key_check` | the deployment's key check item, verified at each Lambda's cold start ([`KeyCheckError`]) |
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -59,6 +60,7 @@ mod executions;
 mod item;
 mod job_lease;
 mod jobs;
+mod key_check;
 mod rate_limit;
 mod schedules;
 mod schema_cache;
@@ -67,6 +69,7 @@ mod tenant_slots;
 
 pub use connections::ReencryptReport;
 use item::*;
+pub use key_check::KeyCheckError;
 pub use schema_cache::DynamoSchemaCache;
 
 /// Every DynamoDB-backed port over one table. Cheap to clone.
