@@ -452,7 +452,13 @@ impl Connector for SqlConnector {
                 (Conn::Pg(c), _) => ChannelCursor::spawn(move |tx| pg::produce(c, plans, tx)),
                 (Conn::My(c), _) => ChannelCursor::spawn(move |tx| mysql::produce(c, plans, tx)),
                 #[cfg(feature = "sqlite")]
-                (Conn::Lite(c), _) => ChannelCursor::spawn(move |tx| sqlite::produce(c, plans, tx)),
+                (Conn::Lite(c), _) => {
+                    // The rows are read with a connection of the reader's own; the path is
+                    // the one the host policy resolved for this connection.
+                    let path = self.policy.sqlite_path(&self.descriptor)?;
+                    drop(c);
+                    ChannelCursor::spawn(move |tx| sqlite::produce(path, plans, tx))
+                }
             };
             Ok(Box::new(cursor) as Box<dyn RowCursor + 'a>)
         })

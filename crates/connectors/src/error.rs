@@ -165,6 +165,25 @@ pub fn discover_failed(cause: sqlx::Error) -> EngineError {
     }
 }
 
+/// A failed read through rusqlite (SQLite's rows, `sqlite::produce`), classified as
+/// [`query_failed`] classifies sqlx's SQLite errors: busy, locked, out of memory, I/O,
+/// full or unopenable is `unavailable`; anything else the statement's own.
+#[cfg(feature = "sqlite")]
+pub fn sqlite_read_failed(cause: rusqlite::Error) -> EngineError {
+    // SQLITE_BUSY, _LOCKED, _NOMEM, _IOERR, _FULL, _CANTOPEN.
+    let transient = match &cause {
+        rusqlite::Error::SqliteFailure(e, _) => {
+            matches!(e.extended_code & 0xff, 5 | 6 | 7 | 10 | 13 | 14)
+        }
+        _ => false,
+    };
+    if transient {
+        EngineError::wrap(Category::Unavailable, msg::QUERY_FAILED, cause)
+    } else {
+        EngineError::wrap(Category::Validation, msg::QUERY_REFUSED, cause)
+    }
+}
+
 pub fn decode_failed() -> EngineError {
     EngineError::new(Category::Internal, msg::DECODE_FAILED)
 }

@@ -4,18 +4,17 @@
 //! bool, `JSON` → nested value, `DECIMAL`/`NUMERIC` → exact string of what is stored,
 //! `UUID` 16-byte blobs → canonical text).
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
-use sqlx::{ConnectOptions, Row, TypeInfo, ValueRef};
+use sqlx::ConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use tokio::sync::mpsc;
 
 use fetcher_engine::{ColumnType, Result, Value};
 
 use crate::Dialect;
 use crate::catalog::{Catalog, ColumnInfo, Kind, TableInfo};
-use crate::error::{decode_failed, discover_failed, query_failed};
+use crate::error::{decode_failed, discover_failed, sqlite_read_failed};
 use crate::filter::Bind;
 use crate::query::{Msg, TablePlan};
-use crate::stream::stream_statement;
 use crate::values;
 
 /// Options for the file the host policy resolved ([`crate::HostPolicy::sqlite_path`]).
@@ -132,72 +131,149 @@ pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
     Ok(catalog)
 }
 
-fn bind<'q>(
-    q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
-    b: &Bind,
-) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
-    match b {
-        Bind::I64(v) => q.bind(*v),
-        Bind::U64(v) => match i64::try_from(*v) {
-            Ok(i) => q.bind(i),
-            Err(_) => q.bind(*v as f64),
+/// A stored value as SQLite hands it over (its storage class).
+enum Cell<'a> {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(&'a [u8]),
+    Blob(&'a [u8]),
+}
+
+impl<'a> From<rusqlite::types::ValueRef<'a>> for Cell<'a> {
+    fn from(v: rusqlite::types::ValueRef<'a>) -> Self {
+        use rusqlite::types::ValueRef as V;
+        match v {
+            V::Null => Cell::Null,
+            V::Integer(i) => Cell::Integer(i),
+            V::Real(f) => Cell::Real(f),
+            V::Text(t) => Cell::Text(t),
+            V::Blob(b) => Cell::Blob(b),
+        }
+    }
+}
+
+fn decode_value(cell: Cell<'_>, c: &ColumnInfo) -> Value {
+    match cell {
+        Cell::Null => Value::Null,
+        Cell::Integer(v) => match c.kind {
+            // SQLite has no boolean: a BOOLEAN column holds integers (2, -1, … too), so
+            // it stays the integer it holds, like MySQL's TINYINT(1) (docs/encodings.md).
+            Kind::Decimal => Value::String(v.to_string()),
+            _ => Value::Int(v),
         },
-        Bind::F64(v) => q.bind(*v),
-        Bind::Bool(v) => q.bind(*v),
-        Bind::Text(v) => q.bind(v.clone()),
+        Cell::Real(v) => match c.kind {
+            Kind::Decimal if v.is_finite() => Value::String(v.to_string()),
+            _ => values::float(v),
+        },
+        // Read as bytes: SQLite does not check that TEXT is UTF-8, and one value that is
+        // not must not make the table unextractable (kept as bytes).
+        Cell::Text(b) => match c.kind {
+            Kind::Json => values::json_bytes(b),
+            _ => values::text(b),
+        },
+        Cell::Blob(b) => match (c.kind, <[u8; 16]>::try_from(b)) {
+            (Kind::Uuid, Ok(u)) => Value::String(values::uuid(&u)),
+            // A BLOB is no JSON text: tagged, so it cannot read as a string document.
+            (Kind::Json, _) => values::json_blob(b.to_vec()),
+            _ => Value::Bytes(b.to_vec()),
+        },
     }
 }
 
-fn decode_value(row: &SqliteRow, i: usize, c: &ColumnInfo) -> Result<Value> {
-    let raw = row.try_get_raw(i).map_err(query_failed)?;
-    if raw.is_null() {
-        return Ok(Value::Null);
+fn bind_value(b: &Bind) -> rusqlite::types::Value {
+    use rusqlite::types::Value as V;
+    match b {
+        Bind::I64(v) => V::Integer(*v),
+        Bind::U64(v) => match i64::try_from(*v) {
+            Ok(i) => V::Integer(i),
+            Err(_) => V::Real(*v as f64),
+        },
+        Bind::F64(v) => V::Real(*v),
+        Bind::Bool(v) => V::Integer(i64::from(*v)),
+        Bind::Text(v) => V::Text(v.clone()),
     }
-    let class = raw.type_info().name().to_owned();
-    let bad = |_| decode_failed();
-    Ok(match class.as_str() {
-        "INTEGER" => {
-            let v = row.try_get_unchecked::<i64, _>(i).map_err(bad)?;
-            match c.kind {
-                // SQLite has no boolean: a BOOLEAN column holds integers (2, -1, …
-                // too), so it stays the integer it holds, like MySQL's TINYINT(1)
-                // (docs/encodings.md).
-                Kind::Decimal => Value::String(v.to_string()),
-                _ => Value::Int(v),
-            }
-        }
-        "REAL" => {
-            let v = row.try_get_unchecked::<f64, _>(i).map_err(bad)?;
-            match c.kind {
-                Kind::Decimal if v.is_finite() => Value::String(v.to_string()),
-                _ => values::float(v),
-            }
-        }
-        "TEXT" => {
-            // Read as bytes: SQLite does not check that TEXT is UTF-8, and one value
-            // that is not must not make the table unextractable (kept as bytes).
-            let b = row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?;
-            match c.kind {
-                Kind::Json => values::json_bytes(b),
-                _ => values::text(b),
-            }
-        }
-        _ => {
-            let b = row.try_get_unchecked::<Vec<u8>, _>(i).map_err(bad)?;
-            match (c.kind, <[u8; 16]>::try_from(b.as_slice())) {
-                (Kind::Uuid, Ok(u)) => Value::String(values::uuid(&u)),
-                // A BLOB is no JSON text: tagged, so it cannot read as a string document.
-                (Kind::Json, _) => values::json_blob(b),
-                _ => Value::Bytes(b),
-            }
-        }
-    })
 }
 
-/// The producer: each table's statement, its rows decoded and batched.
-pub async fn produce(conn: SqliteConnection, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
-    crate::stream::produce(conn, plans, tx, |c, plan, tx| {
-        stream_statement::<sqlx::Sqlite>(c, plan, tx, bind, decode_value)
-    })
-    .await
+/// Rows read ahead per hand-over from the reading thread.
+const CHUNK_ROWS: usize = 1024;
+
+/// Reads `plan`'s statement on the calling (blocking) thread, sending its decoded rows in
+/// chunks; stops when the receiver is gone.
+fn read_table(
+    path: &std::path::Path,
+    plan: &TablePlan,
+    tx: &mpsc::Sender<Result<Vec<Vec<Value>>>>,
+) {
+    let run = || -> Result<()> {
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+        let conn =
+            rusqlite::Connection::open_with_flags(path, flags).map_err(sqlite_read_failed)?;
+        let mut stmt = conn.prepare(&plan.sql()).map_err(sqlite_read_failed)?;
+        let params: Vec<rusqlite::types::Value> = plan.binds.iter().map(bind_value).collect();
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(params))
+            .map_err(sqlite_read_failed)?;
+        let mut chunk = Vec::with_capacity(CHUNK_ROWS);
+        while let Some(row) = rows.next().map_err(sqlite_read_failed)? {
+            let mut values = Vec::with_capacity(plan.selected.len());
+            for (i, c) in plan.selected.iter().enumerate() {
+                let cell = row.get_ref(i).map_err(|_| decode_failed())?;
+                values.push(decode_value(cell.into(), c));
+            }
+            chunk.push(values);
+            if chunk.len() >= CHUNK_ROWS
+                && tx
+                    .blocking_send(Ok(std::mem::replace(
+                        &mut chunk,
+                        Vec::with_capacity(CHUNK_ROWS),
+                    )))
+                    .is_err()
+            {
+                return Ok(());
+            }
+        }
+        if !chunk.is_empty() {
+            let _ = tx.blocking_send(Ok(chunk));
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        let _ = tx.blocking_send(Err(e));
+    }
+}
+
+/// The producer: each table's statement read on a blocking thread of its own (the file
+/// opened read-only again there), its rows decoded and batched.
+pub async fn produce(path: std::path::PathBuf, plans: Vec<TablePlan>, tx: mpsc::Sender<Msg>) {
+    use futures_util::StreamExt;
+    for plan in &plans {
+        let (rows_tx, rows_rx) = mpsc::channel(2);
+        let (path, table) = (path.clone(), plan.clone());
+        let reader = tokio::task::spawn_blocking(move || read_table(&path, &table, &rows_tx));
+        let chunks = futures_util::stream::unfold(rows_rx, |mut rx| async move {
+            rx.recv().await.map(|chunk| (chunk, rx))
+        });
+        let rows = chunks.flat_map(|chunk| {
+            let rows: Vec<Result<Vec<Value>>> = match chunk {
+                Ok(rows) => rows.into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            };
+            futures_util::stream::iter(rows)
+        });
+        let sent = crate::stream::send_batches(plan, rows, &tx).await;
+        // The reader ends once its receiver is dropped (a cursor gone) or it is done.
+        let _ = reader.await;
+        match sent {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                let _ = tx.send(Msg::Failed(e)).await;
+                return;
+            }
+        }
+    }
+    let _ = tx.send(Msg::End).await;
 }

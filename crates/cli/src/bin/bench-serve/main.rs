@@ -4,8 +4,11 @@
 //!
 //! End-to-end extraction bench: a real `fetcher serve` (POST a job, poll it to
 //! `completed`; the result is sealed v2 NDJSON in the local result directory) against
-//! the database's own export of the same table to a file (`psql \copy`, or `mysql -B`
-//! with `--mysql`), run in alternating turns in one run.
+//! the database's own export of the same table to a file (`psql \copy`, `mysql -B` with
+//! `--mysql`, or the `sqlite3` shell's `-csv` with `--sqlite`, on a file under serve's
+//! `--sqlite-dir`), run in alternating turns in one run. The summary gives wall and CPU
+//! ratios to that peer, and serve's CPU-seconds per job, per 1M rows and per GB of the
+//! plaintext NDJSON (#54's table in the README).
 //!
 //! ```text
 //! cargo build --profile bench -p fetcher --bin fetcher --bin bench-serve
@@ -149,12 +152,45 @@ enum Db {
     Postgres,
     Maria,
     Mongo,
+    /// `--sqlite`: a file under serve's `--sqlite-dir`, against the `sqlite3` shell's CSV.
+    Sqlite,
+}
+
+/// `--sqlite`: where the bench's SQLite files live (serve's `--sqlite-dir`).
+fn sqlite_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("bench_serve_sqlite_{}", std::process::id()))
+}
+
+fn sqlite(db: &str, sql: &str) -> Vec<u8> {
+    let file = sqlite_dir().join(format!("{db}.db"));
+    let out = Command::new("sqlite3")
+        .args(["-csv", "-bail"])
+        .arg(&file)
+        .arg(sql)
+        .output()
+        .expect("sqlite3");
+    assert!(out.status.success(), "sqlite3 failed: {sql}");
+    out.stdout
 }
 
 impl Db {
     fn create(self, db: &str, rows: u64) {
         match self {
             Db::Mongo => mongo::create(db, rows),
+            Db::Sqlite => {
+                std::fs::create_dir_all(sqlite_dir()).unwrap();
+                sqlite(
+                    db,
+                    &format!(
+                        "CREATE TABLE bench (id INTEGER PRIMARY KEY, u TEXT NOT NULL, t TEXT NOT NULL, \
+                         n DECIMAL(18,4) NOT NULL, i INT NOT NULL, b BOOLEAN NOT NULL, ts TEXT NOT NULL, nt TEXT); \
+                         INSERT INTO bench WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < {rows}) \
+                         SELECT x, lower(hex(randomblob(16))), 'name-' || x, round(x * 1.2345, 4), x % 100000, x % 2 = 0, \
+                         strftime('%Y-%m-%dT%H:%M:%SZ', 1704067200 + x, 'unixepoch'), \
+                         CASE WHEN x % 3 = 0 THEN NULL ELSE 'note ' || x END FROM g"
+                    ),
+                );
+            }
             Db::Postgres => {
                 psql("postgres", &format!("CREATE DATABASE {db}"));
                 psql(db, &pg_bench_table(rows));
@@ -187,6 +223,9 @@ impl Db {
     fn drop(self, db: &str) {
         match self {
             Db::Mongo => mongo::drop(db),
+            Db::Sqlite => {
+                let _ = std::fs::remove_dir_all(sqlite_dir());
+            }
             Db::Postgres => psql("postgres", &format!("DROP DATABASE {db} WITH (FORCE)")),
             Db::Maria => {
                 mysql("", &format!("DROP DATABASE {db}"));
@@ -198,8 +237,14 @@ impl Db {
         if let Db::Mongo = self {
             return mongo::connection(db);
         }
+        if let Db::Sqlite = self {
+            // A file under serve's --sqlite-dir: no server, so the server fields are
+            // placeholders the API requires.
+            return json!({"configName": "bench", "type": "SQLITE", "host": "localhost", "port": 1,
+                "databaseName": format!("{db}.db"), "userName": "bench", "password": ""});
+        }
         let (kind, port, user) = match self {
-            Db::Mongo => unreachable!(),
+            Db::Mongo | Db::Sqlite => unreachable!(),
             Db::Postgres => ("POSTGRESQL", 5432, "postgres"),
             Db::Maria => ("MYSQL", 3306, "fetcher_bench"),
         };
@@ -217,6 +262,7 @@ impl Db {
             Db::Postgres => psql(db, &format!("\\copy ({select}) TO '{}'", out.display())),
             Db::Maria => std::fs::write(out, mysql(db, &select)).unwrap(),
             Db::Mongo => mongo::export(db, out),
+            Db::Sqlite => std::fs::write(out, sqlite(db, &select)).unwrap(),
         }
         (started.elapsed(), children_cpu_seconds() - cpu0)
     }
@@ -226,6 +272,7 @@ impl Db {
             Db::Postgres => "psql",
             Db::Maria => "mysql",
             Db::Mongo => "driver",
+            Db::Sqlite => "sqlite3",
         }
     }
 }
@@ -293,6 +340,12 @@ fn start_serve(fetcher: &Path, data_dir: &Path, partitions: usize, env: &[(&str,
         .arg(format!("127.0.0.1:{port}"))
         .arg("--data-dir")
         .arg(data_dir)
+        .arg("--sqlite-dir")
+        .arg({
+            let dir = sqlite_dir();
+            std::fs::create_dir_all(&dir).unwrap();
+            dir
+        })
         .env("FETCHER_MASTER_KEY", KEY)
         .env("FETCHER_LOG", "warn")
         // One job at a time, read whole: the modes below set otherwise.
@@ -320,6 +373,8 @@ struct OursRun {
     hmac: String,
     /// Rows the job read.
     rows: u64,
+    /// Bytes of the plaintext NDJSON (the job's progress figure).
+    plain_bytes: u64,
     /// Parts of the result (0: one object).
     parts: usize,
 }
@@ -388,6 +443,7 @@ fn run_body(serve: &Serve, data_dir: &Path, body: &Value) -> OursRun {
     }
     OursRun {
         rows: job["progress"]["rows"].as_u64().unwrap_or(0),
+        plain_bytes: job["progress"]["bytes"].as_u64().unwrap_or(0),
         parts: job["resultParts"].as_array().map_or(0, Vec::len),
         wall,
         cpu,
@@ -416,6 +472,8 @@ fn main() {
         Db::Mongo
     } else if std::env::args().any(|a| a == "--mysql") {
         Db::Maria
+    } else if std::env::args().any(|a| a == "--sqlite") {
+        Db::Sqlite
     } else {
         Db::Postgres
     };
@@ -437,7 +495,7 @@ fn main() {
                     "ALTER TABLE bench ADD KEY bench_ts (ts); ANALYZE TABLE bench",
                 );
             }
-            Db::Mongo => panic!("--cursor runs on PostgreSQL or MariaDB"),
+            Db::Mongo | Db::Sqlite => panic!("--cursor runs on PostgreSQL or MariaDB"),
         }
     }
     println!("loaded {rows} rows in {:.1?}", load.elapsed());
@@ -596,14 +654,21 @@ fn main() {
         }
     }
     let per_m = 1_000_000.0 / rows as f64;
+    let peer_cpu = median(psql_cpu.clone());
     for (i, (p, _, _)) in serves.iter().enumerate() {
         let r = &runs[i];
         let peaks: Vec<f64> = r.iter().map(|o| o.peak_mib).collect();
+        let cpu = median(r.iter().map(|o| o.cpu).collect());
+        let gb = r[0].plain_bytes as f64 / 1e9;
         println!(
-            "median over {pairs} pairs, P={p}: ratio fetcher/{peer} wall {:.2}; fetcher {:.2} s wall, {:.2} CPU-s per 1M rows, peak RSS {:.0} MiB (max {:.0}); speed-up over P={} {:.2}",
+            "median over {pairs} pairs, P={p}: ratio fetcher/{peer} wall {:.2}, CPU {:.2}; fetcher {:.2} s wall, {:.2} CPU-s per job, {:.2} CPU-s per 1M rows, {:.2} CPU-s per GB of NDJSON ({:.3} GB), peak RSS {:.0} MiB (max {:.0}); speed-up over P={} {:.2}",
             median(ratios[i].clone()),
+            cpu / peer_cpu,
             median(r.iter().map(|o| o.wall.as_secs_f64()).collect()),
-            median(r.iter().map(|o| o.cpu).collect()) * per_m,
+            cpu,
+            cpu * per_m,
+            cpu / gb,
+            gb,
             median(peaks.clone()),
             peaks.iter().copied().fold(0.0, f64::max),
             serves[0].0,
