@@ -215,15 +215,7 @@ async fn connection_id(h: &Harness, name: &str) -> String {
 async fn progress_carries_the_row_estimate_of_whole_tables() {
     let h = setup().await;
     // validate-schema caches the schema (users: 42 rows by its catalog).
-    let r = h
-        .call(
-            Method::POST,
-            "/v1/management/connections/validate-schema",
-            &[("x-product-name", "reporter")],
-            Some(json!({"mappedFields": {"core-pg": {"users": ["id"]}}})),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    h.cache_schema().await;
     let whole = submit(&h).await;
     assert_eq!(
         h.jobs
@@ -234,27 +226,14 @@ async fn progress_carries_the_row_estimate_of_whole_tables() {
             .rows_estimate,
         Some(42)
     );
-    let now = fetcher_engine::Timestamp::now();
-    let fetcher_host::ports::ClaimOutcome::Claimed { token, .. } = h
-        .jobs
-        .claim("default", whole, now, std::time::Duration::from_secs(60))
-        .await
-        .unwrap()
-    else {
-        panic!("claimed")
-    };
     let progress = fetcher_host::model::Progress {
         rows: 21,
         bytes: 400,
         tables_done: 0,
         tables_total: 1,
-        updated_at: now,
+        updated_at: fetcher_engine::Timestamp::now(),
     };
-    let until = fetcher_engine::Timestamp::from_unix_nanos(now.unix_nanos() + 60_000_000_000);
-    h.jobs
-        .renew("default", whole, token, until, Some(progress))
-        .await
-        .unwrap();
+    h.report_progress(whole, progress).await;
     let v = h.get(&format!("/v1/fetcher/{whole}")).await.json();
     assert_eq!(
         (

@@ -270,6 +270,45 @@ impl Harness {
             .await
     }
 
+    /// Caches the schema of `core-pg` (as product `reporter`) through validate-schema, as
+    /// a caller's discovery would: job creation then checks against it.
+    pub async fn cache_schema(&self) {
+        let r = self
+            .call(
+                Method::POST,
+                "/v1/management/connections/validate-schema",
+                &[("x-product-name", "reporter")],
+                Some(json!({"mappedFields": {"core-pg": {"users": ["id"]}}})),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    }
+
+    /// Claims job `id` as a worker would and reports `progress` with its heartbeat;
+    /// returns the claim's token.
+    pub async fn report_progress(
+        &self,
+        id: fetcher_host::model::JobId,
+        progress: fetcher_host::model::Progress,
+    ) -> u32 {
+        use fetcher_host::ports::{ClaimOutcome, JobStore as _};
+        let now = progress.updated_at;
+        let ClaimOutcome::Claimed { token, .. } = self
+            .jobs
+            .claim("default", id, now, std::time::Duration::from_secs(60))
+            .await
+            .unwrap()
+        else {
+            panic!("claimed")
+        };
+        let until = fetcher_engine::Timestamp::from_unix_nanos(now.unix_nanos() + 60_000_000_000);
+        self.jobs
+            .renew("default", id, token, until, Some(progress))
+            .await
+            .unwrap();
+        token
+    }
+
     /// Creates a connection for `product`; asserts 201; returns the body.
     pub async fn create(&self, product: &str, body: Value) -> Value {
         let r = self
