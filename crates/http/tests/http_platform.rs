@@ -318,6 +318,7 @@ async fn openapi_matches_the_router() {
         ("GET", "/v1/fetcher"),
         ("GET", "/v1/fetcher/{id}"),
         ("POST", "/v1/fetcher/{id}/cancel"),
+        ("GET", "/v1/syncs"),
         ("GET", "/v1/syncs/{id}"),
         ("POST", "/v1/syncs/{id}/reset"),
         ("PUT", "/v1/syncs/{id}/schedule"),
