@@ -15,11 +15,6 @@ use fetcher_crypto::KeyRing;
 
 /// The file's name in the data directory.
 pub const FILE: &str = "key-check";
-/// The check value of key `version` of `ring`.
-fn check_value(ring: &KeyRing, version: &str) -> Result<String> {
-    Ok(ring.check_value(version)?)
-}
-
 /// Verifies `ring` against the data directory's check (every version it names must be in
 /// the ring, with the same key) and records the current version's when it is new. Stops
 /// the start, saying what to do, when the key is not the directory's.
@@ -43,7 +38,7 @@ pub fn verify(data_dir: &Path, ring: &KeyRing) -> Result<()> {
                 "this data directory's credentials and results were sealed with master key version {version}, which the configured keys do not hold: set FETCHER_MASTER_KEY (or FETCHER_MASTER_KEY_PREVIOUS) to hold the key this directory was created with, or use another --data-dir"
             );
         }
-        if check_value(ring, version)? != value.trim() {
+        if ring.check_value(version)? != value.trim() {
             bail!(
                 "this data directory's credentials and results were sealed with another master key (version {version} differs): set FETCHER_MASTER_KEY to the key this directory was created with, or use another --data-dir"
             );
@@ -52,7 +47,7 @@ pub fn verify(data_dir: &Path, ring: &KeyRing) -> Result<()> {
     }
     let current = ring.current_version();
     if !known.iter().any(|v| v == current) {
-        let line = format!("{current} {}\n", check_value(ring, current)?);
+        let line = format!("{current} {}\n", ring.check_value(current)?);
         use std::io::Write as _;
         let mut f = std::fs::OpenOptions::new()
             .create(true)

@@ -131,29 +131,9 @@ pub async fn discover(conn: &mut SqliteConnection) -> Result<Catalog> {
     Ok(catalog)
 }
 
-/// A stored value as SQLite hands it over (its storage class).
-enum Cell<'a> {
-    Null,
-    Integer(i64),
-    Real(f64),
-    Text(&'a [u8]),
-    Blob(&'a [u8]),
-}
-
-impl<'a> From<rusqlite::types::ValueRef<'a>> for Cell<'a> {
-    fn from(v: rusqlite::types::ValueRef<'a>) -> Self {
-        use rusqlite::types::ValueRef as V;
-        match v {
-            V::Null => Cell::Null,
-            V::Integer(i) => Cell::Integer(i),
-            V::Real(f) => Cell::Real(f),
-            V::Text(t) => Cell::Text(t),
-            V::Blob(b) => Cell::Blob(b),
-        }
-    }
-}
-
-fn decode_value(cell: Cell<'_>, c: &ColumnInfo) -> Value {
+/// A stored value, by its storage class, refined by the column's declared type.
+fn decode_value(cell: rusqlite::types::ValueRef<'_>, c: &ColumnInfo) -> Value {
+    use rusqlite::types::ValueRef as Cell;
     match cell {
         Cell::Null => Value::Null,
         Cell::Integer(v) => match c.kind {
@@ -221,7 +201,7 @@ fn read_table(
             let mut values = Vec::with_capacity(plan.selected.len());
             for (i, c) in plan.selected.iter().enumerate() {
                 let cell = row.get_ref(i).map_err(|_| decode_failed())?;
-                values.push(decode_value(cell.into(), c));
+                values.push(decode_value(cell, c));
             }
             chunk.push(values);
             if chunk.len() >= CHUNK_ROWS

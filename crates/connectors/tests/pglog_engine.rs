@@ -41,29 +41,32 @@ async fn log_job(
         "mappedFields": {"src": {"t": fields}},
         "incremental": {"src": {"t": read}},
     });
+    let (out, rows) = run(h, request).await;
+    (rows, out.watermarks["src"]["t"].clone())
+}
+
+/// Runs `request` in store mode: the engine's result and the rows of `t` it stored.
+async fn run(
+    h: &common::Harness,
+    request: serde_json::Value,
+) -> (fetcher_engine::ExtractionResult, Vec<serde_json::Value>) {
     let plan = common::store_plan(h, request).await;
     let out = h
         .engine
         .execute_extraction(&fetcher_engine::Context::background(), &plan)
         .await
         .unwrap();
-    let path = out.reference.expect("store mode").path;
+    let path = out.reference.clone().expect("store mode").path;
     let rows = common::rows_of(&h.sink.get(&path).expect("stored object"), "t");
-    let reached = out.watermarks["src"]["t"].clone();
-    (rows, reached)
+    (out, rows)
 }
 
 /// The ordinary read of `t` (every column), by id.
 async fn ordinary(h: &common::Harness) -> BTreeMap<i64, serde_json::Value> {
     let request = serde_json::json!({"mappedFields": {"src": {"t": []}}});
-    let plan = common::store_plan(h, request).await;
-    let out = h
-        .engine
-        .execute_extraction(&fetcher_engine::Context::background(), &plan)
+    run(h, request)
         .await
-        .unwrap();
-    let path = out.reference.expect("store mode").path;
-    common::rows_of(&h.sink.get(&path).unwrap(), "t")
+        .1
         .into_iter()
         .map(|r| (r["id"].as_i64().unwrap(), r))
         .collect()

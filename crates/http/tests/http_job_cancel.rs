@@ -115,14 +115,6 @@ async fn a_processing_job_shows_progress_and_is_asked_to_stop() {
     let id = submit(&h).await;
     // A worker claims it and reports progress with its heartbeat.
     let now = fetcher_engine::Timestamp::now();
-    let fetcher_host::ports::ClaimOutcome::Claimed { token, .. } = h
-        .jobs
-        .claim("default", id, now, std::time::Duration::from_secs(60))
-        .await
-        .unwrap()
-    else {
-        panic!("claimed")
-    };
     let until = fetcher_engine::Timestamp::from_unix_nanos(now.unix_nanos() + 60_000_000_000);
     let progress = fetcher_host::model::Progress {
         rows: 512,
@@ -131,12 +123,8 @@ async fn a_processing_job_shows_progress_and_is_asked_to_stop() {
         tables_total: 3,
         updated_at: now,
     };
-    assert!(
-        !h.jobs
-            .renew("default", id, token, until, Some(progress))
-            .await
-            .unwrap()
-    );
+    let (token, stop) = h.report_progress(id, progress).await;
+    assert!(!stop);
     let v = h.get(&format!("/v1/fetcher/{id}")).await.json();
     assert_eq!(v["status"], "processing");
     assert_eq!(

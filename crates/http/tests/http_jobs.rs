@@ -617,15 +617,7 @@ async fn a_mapping_the_cached_schema_refutes_is_refused_at_creation() {
     // A cache-first discovery (validate-schema; a job's planning does the same) caches
     // the schema; now the same mapping is refused at once, with validate-schema's body,
     // and nothing is stored or queued.
-    let r = h
-        .call(
-            Method::POST,
-            "/v1/management/connections/validate-schema",
-            &[("x-product-name", "reporter")],
-            Some(json!({"mappedFields": {"core-pg": {"users": ["id"]}}})),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    h.cache_schema().await;
     let mut bad2 = bad.clone();
     bad2["metadata"]["n"] = json!(2); // not a duplicate of the first
     let r = h.call(Method::POST, "/v1/fetcher", &[], Some(bad2)).await;

@@ -285,12 +285,12 @@ impl Harness {
     }
 
     /// Claims job `id` as a worker would and reports `progress` with its heartbeat;
-    /// returns the claim's token.
+    /// returns the claim's token and whether the heartbeat was asked to stop.
     pub async fn report_progress(
         &self,
         id: fetcher_host::model::JobId,
         progress: fetcher_host::model::Progress,
-    ) -> u32 {
+    ) -> (u32, bool) {
         use fetcher_host::ports::{ClaimOutcome, JobStore as _};
         let now = progress.updated_at;
         let ClaimOutcome::Claimed { token, .. } = self
@@ -302,11 +302,12 @@ impl Harness {
             panic!("claimed")
         };
         let until = fetcher_engine::Timestamp::from_unix_nanos(now.unix_nanos() + 60_000_000_000);
-        self.jobs
+        let stop = self
+            .jobs
             .renew("default", id, token, until, Some(progress))
             .await
             .unwrap();
-        token
+        (token, stop)
     }
 
     /// Creates a connection for `product`; asserts 201; returns the body.
