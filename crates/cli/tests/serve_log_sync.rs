@@ -303,3 +303,149 @@ fn a_log_read_of_another_database_type_is_refused_naming_the_table() {
         "{text}"
     );
 }
+
+fn create_ledger(server: &Server, db: &str) -> String {
+    let (status, created) = server.request(
+        "POST",
+        "/v1/management/connections",
+        Some(
+            &json!({"configName": "ledger", "type": "POSTGRESQL", "host": "127.0.0.1",
+            "port": port(), "databaseName": db, "userName": "postgres", "password": "unused"}),
+        ),
+        &[("X-Product-Name", "reporter")],
+    );
+    assert_eq!(status, 201, "{created}");
+    created["id"].as_str().unwrap().to_owned()
+}
+
+/// `(slots, publications)` named `fetcher_…` in `db`.
+fn held(db: &str) -> (String, String) {
+    (
+        lpsql(
+            db,
+            "SELECT string_agg(slot_name, ',') FROM pg_replication_slots WHERE database = current_database()",
+        ),
+        lpsql(
+            db,
+            "SELECT string_agg(pubname, ',') FROM pg_publication WHERE pubname LIKE 'fetcher\\_%'",
+        ),
+    )
+}
+
+/// A job of sync `orders-gone` (slot names are the cluster's: not the other test's sync).
+fn gone_job(run: u32) -> Value {
+    let mut body = job(run, None);
+    body["syncId"] = json!("orders-gone");
+    body
+}
+
+/// Deleting a log sync drops its slot and publication (kept through a reset), with its
+/// schedule; while its connection is gone the sync is kept and the answer names the
+/// slot; `keepLog=true` deletes the record alone; a job of the id then starts over.
+#[test]
+fn deleting_a_log_sync_drops_its_slot_and_publication() {
+    let db = LogDb::create();
+    lpsql(
+        &db.0,
+        "CREATE TABLE orders (id bigint PRIMARY KEY, status text NOT NULL); \
+         INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 5) g;",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let connection = create_ledger(&server, &db.0);
+    let first = submit(&server, &gone_job(1));
+    let done = server.wait_job(&first, Duration::from_secs(30));
+    assert_eq!(done["status"], "completed", "{done}");
+    let (slot, publication) = held(&db.0);
+    assert!(
+        slot.starts_with("fetcher_") && !slot.contains(','),
+        "{slot}"
+    );
+    assert_eq!(publication, slot);
+
+    // A reset keeps the slot (the next job reuses it); a schedule is deleted with the sync.
+    let (status, body) = server.request("POST", "/v1/syncs/orders-gone/reset", None, &[]);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(held(&db.0).0, slot, "a reset keeps the slot");
+    let mut scheduled = gone_job(0);
+    scheduled.as_object_mut().unwrap().remove("syncId");
+    let (status, body) = server.request(
+        "PUT",
+        "/v1/syncs/orders-gone/schedule",
+        Some(&json!({"request": scheduled, "rate": "PT1H"})),
+        &[],
+    );
+    assert_eq!(status, 200, "{body}");
+
+    let (status, body) = server.request("DELETE", "/v1/syncs/orders-gone?keepLog=yes", None, &[]);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("FET-0405")),
+        "{body}"
+    );
+    let (status, body) = server.request("DELETE", "/v1/syncs/no-such-sync", None, &[]);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("FET-1001")),
+        "{body}"
+    );
+
+    // Without its connection the slot cannot be dropped: the sync stays, the answer
+    // names the slot and how to drop it.
+    let (status, body) = server.request(
+        "DELETE",
+        &format!("/v1/management/connections/{connection}"),
+        None,
+        &[("X-Product-Name", "reporter")],
+    );
+    assert!(status == 200 || status == 204, "{status} {body}");
+    let (status, body) = server.request("DELETE", "/v1/syncs/orders-gone", None, &[]);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("FET-1028")),
+        "{body}"
+    );
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains(&slot) && message.contains("keepLog=true"),
+        "{message}"
+    );
+    let (status, _) = server.request("GET", "/v1/syncs/orders-gone", None, &[]);
+    assert_eq!(status, 200, "the sync is kept");
+    assert_eq!(held(&db.0).0, slot);
+
+    // With the connection back, the delete drops both and the record.
+    create_ledger(&server, &db.0);
+    let (status, body) = server.request("DELETE", "/v1/syncs/orders-gone", None, &[]);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["scheduleDeleted"], true, "{body}");
+    assert_eq!(
+        body["droppedLog"][0]["slot"].as_str(),
+        Some(slot.as_str()),
+        "{body}"
+    );
+    assert_eq!(
+        held(&db.0),
+        (String::new(), String::new()),
+        "slot and publication dropped"
+    );
+    let (status, _) = server.request("GET", "/v1/syncs/orders-gone", None, &[]);
+    assert_eq!(status, 404);
+    let (status, _) = server.request("GET", "/v1/syncs/orders-gone/schedule", None, &[]);
+    assert_eq!(status, 404, "the schedule went with the sync");
+    let (status, _) = server.request("DELETE", "/v1/syncs/orders-gone", None, &[]);
+    assert_eq!(status, 404);
+
+    // A job of the same id starts over: a snapshot, and a new slot; keepLog=true then
+    // deletes the record and leaves the slot (the drop guard removes it).
+    let again = submit(&server, &gone_job(2));
+    let done = server.wait_job(&again, Duration::from_secs(30));
+    assert_eq!(done["status"], "completed", "{done}");
+    let rows = changes(dir.path(), &again);
+    assert_eq!(rows.len(), 5);
+    assert!(rows.iter().all(|(op, _, _)| op == "snapshot"), "{rows:?}");
+    let (status, body) = server.request("DELETE", "/v1/syncs/orders-gone?keepLog=true", None, &[]);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["droppedLog"], json!([]), "{body}");
+    assert_eq!(held(&db.0).0, slot, "kept, as asked");
+}

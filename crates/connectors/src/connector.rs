@@ -488,6 +488,25 @@ impl Connector for SqlConnector {
         })
     }
 
+    /// PostgreSQL: drops the slot and the publication ([`crate::pglog::drop_log`]),
+    /// bounded like a discovery. Other dialects keep nothing.
+    fn release_log<'a>(
+        &'a mut self,
+        ctx: &'a Context,
+        slot: &'a fetcher_engine::LogSlot,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if self.dialect != Dialect::Postgres {
+                return Ok(());
+            }
+            let Conn::Pg(conn) = self.connect(ctx).await? else {
+                return Ok(());
+            };
+            let fut = crate::pglog::drop_log(conn, slot);
+            bounded(ctx, DISCOVER_TIMEOUT, fut, discover_timed_out).await
+        })
+    }
+
     fn close<'a>(&'a mut self, _ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             if let Some(c) = self.conn.take() {

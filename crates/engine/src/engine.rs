@@ -544,6 +544,45 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Drops the log positions `slots` keep on connection `config_name` (a deleted
+    /// sync's replication slots and publications, PostgreSQL): each is gone when this
+    /// answers `Ok`. A connection that cannot be reached keeps its reason, as a test of it
+    /// would; any other failure is `unavailable` with the connector's text hidden.
+    pub async fn release_log(
+        &self,
+        ctx: &Context,
+        tenant: &TenantContext,
+        config_name: &str,
+        slots: &[LogSlot],
+    ) -> Result<()> {
+        self.traced("engine.log.release", async {
+            let store = self.scoped_store(tenant)?;
+            let descriptor = self
+                .require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+                .await?;
+            let mut connector = self.build_connector(ctx, tenant, &descriptor).await?;
+            let mut released = Ok(());
+            for slot in slots {
+                released = connector.release_log(ctx, slot).await;
+                if released.is_err() {
+                    break;
+                }
+            }
+            let _ = connector.close(ctx).await;
+            released.map_err(|e| match e.category() {
+                Category::Connect | Category::Timeout => e,
+                _ => {
+                    let retry = e.retry();
+                    EngineError::wrap(Category::Unavailable, msg::LOG_RELEASE_FAILED, e)
+                        .with_retry(retry)
+                }
+            })
+        })
+        .await
+    }
+}
+
 /// Runs `op` with `span` entered around each of its polls, so what starts a span inside
 /// it (the engine, or a port it calls) starts a child; then ends `span` with the outcome.
 pub(crate) async fn within<T>(

@@ -299,6 +299,8 @@ pub mod msg {
     pub const TLS_REFUSED: &str = "the TLS handshake with the datasource failed";
     pub const HOST_FORBIDDEN: &str = "host is not a valid external database endpoint";
     pub const LOG_SLOT_LOST: &str = "the sync's replication slot was invalidated or dropped: the changes since its last job are gone from the log; reset the sync (POST /v1/syncs/{id}/reset) to start over with a new snapshot";
+    pub const LOG_RELEASE_FAILED: &str =
+        "failed to drop the sync's replication slot and publication on the datasource";
     pub const TLS_MODE_INVALID: &str = "the TLS mode is not one of the connection type's";
     pub const DISCOVER_FAILED: &str = "failed to discover datasource schema";
     pub const VALIDATE_NO_DATASOURCES: &str = "schema validation request has no datasources";

@@ -103,6 +103,18 @@ pub trait Connector: Send {
         Box::pin(async { Ok(None) })
     }
 
+    /// Drops what a sync's log reads keep on the datasource (PostgreSQL: the replication
+    /// slot and publication `slot` names), when the sync is deleted; what is already gone
+    /// is no error. The default does nothing: a datasource without log reads keeps
+    /// nothing.
+    fn release_log<'a>(
+        &'a mut self,
+        _ctx: &'a Context,
+        _slot: &'a LogSlot,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// Releases the connection. Idempotent.
     fn close<'a>(&'a mut self, ctx: &'a Context) -> BoxFuture<'a, Result<()>>;
 }

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use fetcher_engine::{Context, IncrementalSpec, SchemaSnapshot, TenantContext};
+use fetcher_engine::{Context, IncrementalSpec, LogSlot, SchemaSnapshot, TenantContext};
 use sha2::{Digest, Sha256};
 
 use crate::dedup::{Filters, MappedFields};
@@ -361,6 +361,67 @@ impl JobService {
                 Err(JobError::SyncBusy {
                     sync_id: id.to_owned(),
                     job_id: busy,
+                })
+            }
+            Err(e) => Err(JobError::JobStore(e)),
+        }
+    }
+
+    /// Drops the replication slot and publication of each table `sync` reads from the
+    /// log (docs/api.md, "Deleting a sync"), before its record is deleted. Refused (409)
+    /// while a job of the sync is pending or processing. When a slot cannot be dropped
+    /// (its connection is gone or does not answer) the error names every slot still
+    /// held, so nothing is left holding the log unseen. Returns the slots dropped.
+    pub async fn release_sync_log(
+        &self,
+        tenant: &TenantContext,
+        sync: &SyncState,
+    ) -> Result<Vec<LogSlot>, JobError> {
+        if let Some(job) = sync.active_job {
+            return Err(JobError::SyncBusy {
+                sync_id: sync.id.clone(),
+                job_id: job,
+            });
+        }
+        let by_config: Vec<(&String, Vec<LogSlot>)> = sync
+            .log_tables
+            .iter()
+            .map(|(config, tables)| {
+                let slots = tables
+                    .iter()
+                    .map(|table| LogSlot::for_sync(&tenant.tenant_id, &sync.id, config, table))
+                    .collect();
+                (config, slots)
+            })
+            .collect();
+        for (i, (config, slots)) in by_config.iter().enumerate() {
+            let ctx = Context::background().with_timeout(self.settings.test_timeout);
+            if let Err(e) = self.engine.release_log(&ctx, tenant, config, slots).await {
+                return Err(JobError::LogNotReleased {
+                    config_name: (*config).clone(),
+                    // This connection's and those not tried yet: still on their servers.
+                    slots: by_config[i..]
+                        .iter()
+                        .flat_map(|(_, s)| s.iter().cloned())
+                        .collect(),
+                    why: e.message().to_owned(),
+                });
+            }
+        }
+        Ok(by_config.into_iter().flat_map(|(_, s)| s).collect())
+    }
+
+    /// Deletes a sync's record (its jobs stay; a later job of the id starts a new sync).
+    /// Refused (409) while a job of the sync is pending or processing.
+    pub async fn delete_sync(&self, tenant: &TenantContext, id: &str) -> Result<(), JobError> {
+        match self.store.delete_sync(&tenant.tenant_id, id).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == crate::ErrorKind::NotFound => Err(JobError::NotFound),
+            Err(e) if e.kind() == crate::ErrorKind::Conflict => {
+                let busy = self.sync(tenant, id).await.ok().and_then(|s| s.active_job);
+                Err(JobError::SyncBusy {
+                    sync_id: id.to_owned(),
+                    job_id: busy.unwrap_or_default(),
                 })
             }
             Err(e) => Err(JobError::JobStore(e)),

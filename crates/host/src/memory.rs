@@ -310,6 +310,24 @@ impl JobStore for MemoryJobStore {
         });
         ready(out)
     }
+
+    fn delete_sync<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<()>> {
+        let out = self.check().and_then(|()| {
+            let mut state = self.state.lock().unwrap();
+            let key = (tenant.to_owned(), id.to_owned());
+            match state.syncs.get(&key) {
+                None => Err(ServiceError::not_found("sync not found")),
+                Some(s) if s.active_job.is_some() => {
+                    Err(ServiceError::conflict("a job of the sync is active"))
+                }
+                Some(_) => {
+                    state.syncs.remove(&key);
+                    Ok(())
+                }
+            }
+        });
+        ready(out)
+    }
 }
 
 /// A queue backed by a channel; [`MemoryJobQueue::receiver`] hands out the consumer side.

@@ -215,6 +215,11 @@ pub trait JobStore: Send + Sync {
         id: &'a str,
         tables: &'a [(String, String)],
     ) -> BoxFuture<'a, Result<SyncState>>;
+
+    /// Removes a sync's record (its jobs stay; a later job of the same id starts a new
+    /// sync). `NotFound` without the sync; `Conflict` while a job of it is active, decided
+    /// in the write that removes it.
+    fn delete_sync<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<()>>;
 }
 
 /// Outcome of [`ScheduleStore::save_schedule`].

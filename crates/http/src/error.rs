@@ -70,6 +70,8 @@ pub mod code {
     pub const SYNC_OF_ANOTHER_PRODUCT: &str = "FET-1026";
     /// The tenant has its maximum number of jobs waiting for a worker.
     pub const TOO_MANY_WAITING: &str = "FET-1027";
+    /// A sync's deletion could not drop the replication slots its log reads hold.
+    pub const LOG_NOT_RELEASED: &str = "FET-1028";
     /// A schedule's rate, cron expression or time zone is not one.
     pub const INVALID_SCHEDULE: &str = "FET-1030";
     /// A schedule's request reads nothing incrementally, or runs another sync.

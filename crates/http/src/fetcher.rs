@@ -544,6 +544,32 @@ pub(crate) fn error_of(e: JobError) -> ApiError {
                 }
             ),
         ),
+        JobError::LogNotReleased {
+            config_name,
+            slots,
+            why,
+        } => {
+            let names: Vec<&str> = slots.iter().map(|s| s.slot.as_str()).collect();
+            let drops: Vec<String> = slots
+                .iter()
+                .map(|s| {
+                    format!(
+                        "SELECT pg_drop_replication_slot('{}'); DROP PUBLICATION {};",
+                        s.slot, s.publication
+                    )
+                })
+                .collect();
+            ApiError::business(
+                StatusCode::CONFLICT,
+                code::LOG_NOT_RELEASED,
+                "Log Not Released",
+                format!(
+                    "the sync's replication slots on connection '{config_name}' could not be dropped ({why}); nothing was deleted, and {} still hold the log on the database: make the connection work and delete again, or delete with ?keepLog=true and drop them there yourself: {}",
+                    names.join(", "),
+                    drops.join(" ")
+                ),
+            )
+        }
         JobError::SyncBusy { sync_id, job_id } => ApiError::business(
             StatusCode::CONFLICT,
             code::SYNC_BUSY,

@@ -358,7 +358,7 @@ fn business_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(fetcher::get_job))
         .routes(routes!(fetcher::cancel_job))
         .routes(routes!(syncs::list_syncs))
-        .routes(routes!(syncs::get_sync))
+        .routes(routes!(syncs::get_sync, syncs::delete_sync))
         .routes(routes!(syncs::reset_sync))
         .routes(routes!(
             schedules::put_schedule,

@@ -187,6 +187,67 @@ pub async fn get_sync(
     Ok(Json(response(&sync, schedule.as_ref())).into_response())
 }
 
+/// What `DELETE /v1/syncs/{id}` did.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletedSync {
+    pub sync_id: String,
+    /// Whether the sync had a schedule (deleted with it).
+    pub schedule_deleted: bool,
+    /// The replication slots and publications (PostgreSQL, log reads) dropped on the
+    /// sync's databases: each `{slot, publication}`.
+    #[schema(value_type = Vec<Object>)]
+    pub dropped_log: Vec<fetcher_engine::LogSlot>,
+}
+
+/// Delete a sync: its schedule, its log reads' replication slots and publications, and
+/// its record (its jobs and results stay; a later job of the same syncId starts over).
+#[utoipa::path(delete, path = "/v1/syncs/{id}", tag = "fetcher", params(("id" = String, Path), ("keepLog" = Option<bool>, Query, description = "true: keep the replication slots (drop them yourself)"), ("X-Product-Name" = Option<String>, Header, description = "The caller's product: another product's record answers 404; required where the deployment requires it (docs/api.md, Products)")),
+    responses((status = 401, body = ErrorBody, description = "MISSING_TOKEN, INVALID_TOKEN, MISSING_TENANT, INVALID_TENANT"), (status = 200, body = DeletedSync), (status = 400, body = ErrorBody, description = "FET-0405: a query that is not keepLog=true|false"), (status = 404, body = ErrorBody, description = "FET-1001"), (status = 409, body = ErrorBody, description = "FET-1024: a job of the sync is pending or processing; FET-1028: a replication slot could not be dropped (nothing deleted)"), (status = 500, body = ErrorBody, description = "FET-0002")))]
+pub async fn delete_sync(
+    State(st): State<AppState>,
+    scope: Scope,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let mut keep_log = false;
+    for (k, v) in &q {
+        match (k.as_str(), v.as_str()) {
+            ("keepLog", "true") => keep_log = true,
+            ("keepLog", "false") => keep_log = false,
+            (other, _) => return Err(ApiError::invalid_query(other)),
+        }
+    }
+    let sync = owned_sync(&st, &scope, &headers, &id).await?;
+    let dropped_log = if keep_log {
+        Vec::new()
+    } else {
+        st.jobs()
+            .release_sync_log(&scope.tenant, &sync)
+            .await
+            .map_err(sync_error)?
+    };
+    // The schedule before the record: a run it started in between makes the sync busy
+    // (409), and a retried delete finds the rest to do.
+    let schedule_deleted = st
+        .schedules()
+        .store
+        .delete_schedule(&scope.tenant.tenant_id, &id)
+        .await
+        .map_err(|e| ApiError::internal_with(&e))?;
+    st.jobs()
+        .delete_sync(&scope.tenant, &id)
+        .await
+        .map_err(sync_error)?;
+    Ok(Json(DeletedSync {
+        sync_id: id,
+        schedule_deleted,
+        dropped_log,
+    })
+    .into_response())
+}
+
 /// A sync of the tenant that answers to the caller's product (docs/api.md, "Products"):
 /// another product's sync is 404, as if it did not exist.
 async fn owned_sync(

@@ -321,6 +321,7 @@ async fn openapi_matches_the_router() {
         ("GET", "/v1/syncs"),
         ("GET", "/v1/syncs/{id}"),
         ("POST", "/v1/syncs/{id}/reset"),
+        ("DELETE", "/v1/syncs/{id}"),
         ("PUT", "/v1/syncs/{id}/schedule"),
         ("GET", "/v1/syncs/{id}/schedule"),
         ("DELETE", "/v1/syncs/{id}/schedule"),

@@ -611,4 +611,8 @@ impl JobStore for DynamoStore {
     ) -> BoxFuture<'a, Result<SyncState>> {
         Box::pin(self.reset(tenant, id, tables))
     }
+
+    fn delete_sync<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.delete(tenant, id))
+    }
 }

@@ -209,4 +209,24 @@ impl DynamoStore {
             Err(e) => Err(unavailable(e)),
         }
     }
+
+    /// Deletes the sync's item where it exists and has no `active` job.
+    pub(super) async fn delete(&self, tenant: &str, id: &str) -> Result<()> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key(sync_pk(tenant, id), SYNC_SK)))
+            .condition_expression("attribute_exists(pk) AND attribute_not_exists(active)")
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(()),
+            Err(e) if is_conditional(&e) => match self.load_sync(tenant, id).await? {
+                None => Err(ServiceError::not_found("sync not found")),
+                Some(_) => Err(ServiceError::conflict("a job of the sync is active")),
+            },
+            Err(e) => Err(unavailable(e)),
+        }
+    }
 }

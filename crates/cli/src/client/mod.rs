@@ -159,6 +159,14 @@ pub enum SyncsCommand {
         #[arg(long)]
         table: Option<String>,
     },
+    /// Delete a sync: its schedule, the replication slots of its log reads, its record
+    /// (its jobs and results stay).
+    Delete {
+        id: String,
+        /// Keep the replication slots (their connection is gone): drop them yourself.
+        #[arg(long)]
+        keep_log: bool,
+    },
     /// A sync's schedule (docs/api.md, "Schedules"): show, set, pause, resume or remove it.
     Schedule {
         id: String,
@@ -348,6 +356,13 @@ pub async fn syncs(cmd: SyncsCommand, args: &ClientArgs) -> Result<()> {
             };
             api.post(&format!("/v1/syncs/{}/reset", segment(&id)), body.as_ref())
                 .await?
+        }
+        SyncsCommand::Delete { id, keep_log } => {
+            let mut path = format!("/v1/syncs/{}", segment(&id));
+            if keep_log {
+                path.push_str("?keepLog=true");
+            }
+            api.call(Method::DELETE, &path, None).await?
         }
         SyncsCommand::Schedule { id, action } => {
             let path = format!("/v1/syncs/{}/schedule", segment(&id));

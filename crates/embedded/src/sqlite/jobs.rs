@@ -308,4 +308,25 @@ impl JobStore for SqliteStore {
             Ok(sync)
         })
     }
+
+    fn delete_sync<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let mut tx = self.tx().await?;
+            let sync = load_sync(&mut tx, tenant, id)
+                .await?
+                .ok_or_else(|| ServiceError::not_found("sync not found"))?;
+            if sync.active_job.is_some() {
+                return Err(ServiceError::conflict("a job of the sync is active"));
+            }
+            sqlx::query(
+                "DELETE FROM syncs WHERE tenant = ? AND sync_id = ? AND active_job IS NULL",
+            )
+            .bind(tenant)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            tx.commit().await.map_err(db_error)
+        })
+    }
 }

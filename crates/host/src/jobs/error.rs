@@ -83,4 +83,13 @@ pub enum JobError {
     SyncOfAnotherProduct(String),
     /// `metadata.source` is not the product the caller named: 400 `FET-1016`.
     SourceNotNamedProduct { source: String, product: String },
+    /// A sync's deletion could not drop the replication slots of its log reads on
+    /// `config_name` (the connection is gone, or did not answer): 409 `FET-1028`, naming
+    /// the slots still held (those of `config_name` first) and why (the engine's fixed
+    /// text). Nothing of the sync was deleted.
+    LogNotReleased {
+        config_name: String,
+        slots: Vec<fetcher_engine::LogSlot>,
+        why: String,
+    },
 }

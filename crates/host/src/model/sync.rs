@@ -1,7 +1,7 @@
 //! Syncs (docs/api.md, "Syncs"): the watermarks a stream of incremental jobs reached, and
 //! the span each job read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use fetcher_engine::{Timestamp, Watermark};
 use serde::{Deserialize, Serialize};
@@ -40,6 +40,12 @@ pub struct SyncState {
     /// (absent for a sync stored before syncs kept it, until its next job completes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_completed: Option<(JobId, Timestamp)>,
+    /// `configName → tables` the sync's jobs read from the log: each has a replication
+    /// slot and a publication on its datasource from the sync's first job on, kept
+    /// through resets (the next job reuses them) and dropped when the sync is deleted.
+    /// Recorded when a job ends, whatever its outcome: a failed first job has made them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub log_tables: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// One table's watermark in a sync, and the job that reached it.
@@ -80,6 +86,14 @@ impl SyncState {
     pub fn job_ended(&mut self, job: &Job) {
         if self.active_job == Some(job.id) {
             self.active_job = None;
+        }
+        for (config, tables) in &job.request.incremental {
+            for (table, _) in tables.iter().filter(|(_, spec)| spec.is_log()) {
+                self.log_tables
+                    .entry(config.clone())
+                    .or_default()
+                    .insert(table.clone());
+            }
         }
         if job.status != JobStatus::Completed {
             return;

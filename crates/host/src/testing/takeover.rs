@@ -138,6 +138,9 @@ impl JobStore for CutOff {
     ) -> BoxFuture<'a, crate::Result<SyncState>> {
         self.inner.reset_sync(tenant, id, tables)
     }
+    fn delete_sync<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, crate::Result<()>> {
+        self.inner.delete_sync(tenant, id)
+    }
 }
 
 fn row(id: i64) -> Row {

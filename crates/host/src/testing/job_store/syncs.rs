@@ -193,4 +193,59 @@ pub(super) async fn syncs(store: &Arc<dyn JobStore>, t: &str) {
         (vec!["s1".to_owned()], Some(theirs.id)),
         "the active job is listed with the sync"
     );
+    // Deletion: refused while a job of the sync is active, then the record is gone (a
+    // second delete is not found) and another tenant's sync of the name stays.
+    let err = store.delete_sync(&other, "s1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    let before = store.sync(t, "s1").await.unwrap().unwrap();
+    assert_eq!(
+        before.log_tables.len(),
+        0,
+        "a cursor sync has no log tables"
+    );
+    store.delete_sync(t, "s1").await.unwrap();
+    assert_eq!(store.sync(t, "s1").await.unwrap(), None);
+    assert_eq!(ids(store.list_syncs(t, None, 10).await.unwrap()), ["race"]);
+    let err = store.delete_sync(t, "s1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert_eq!(
+        store.sync(&other, "s1").await.unwrap().unwrap().active_job,
+        Some(theirs.id)
+    );
+    // A job of the deleted sync's id starts a new sync, from the start.
+    let again = sync_job(t, "s1", "d");
+    assert_eq!(store.insert(&again).await.unwrap(), InsertOutcome::Created);
+    let fresh = store.sync(t, "s1").await.unwrap().unwrap();
+    assert!(fresh.tables.is_empty() && fresh.last_completed.is_none());
+    assert_eq!(fresh.active_job, Some(again.id));
+    // A log read's table is recorded when its job ends, even failed (its first run made
+    // the slot), and kept through a reset: deleting the sync drops what it names.
+    let mut logged = sync_job(t, "logged", "a");
+    for spec in logged
+        .request
+        .incremental
+        .get_mut("pg")
+        .unwrap()
+        .values_mut()
+    {
+        spec.mode = fetcher_engine::ReadMode::Log;
+        spec.cursor.clear();
+    }
+    assert_eq!(store.insert(&logged).await.unwrap(), InsertOutcome::Created);
+    store
+        .fail(t, logged.id, None, "x", &event(JobStatus::Failed), now)
+        .await
+        .unwrap();
+    let expected: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        [("pg".into(), ["public.accounts".to_string()].into())].into();
+    assert_eq!(
+        store.sync(t, "logged").await.unwrap().unwrap().log_tables,
+        expected
+    );
+    let reset = store.reset_sync(t, "logged", &[]).await.unwrap();
+    assert_eq!(reset.log_tables, expected, "a reset keeps the slot's table");
+    assert_eq!(
+        store.sync(t, "logged").await.unwrap().unwrap().log_tables,
+        expected
+    );
 }
