@@ -449,3 +449,58 @@ fn deleting_a_log_sync_drops_its_slot_and_publication() {
     assert_eq!(body["droppedLog"], json!([]), "{body}");
     assert_eq!(held(&db.0).0, slot, "kept, as asked");
 }
+
+/// A backlog longer than a segment (`FETCHER_TEST_SEGMENT_SECS`, segments of a second):
+/// the job continues across segments, each stopping where a transaction ends, and
+/// delivers every change once; the next job starts after the last of them.
+#[test]
+fn a_log_backlog_longer_than_a_segment_continues_and_delivers_each_change_once() {
+    let db = LogDb::create();
+    lpsql(
+        &db.0,
+        "CREATE TABLE orders (id bigint PRIMARY KEY, status text NOT NULL); \
+         INSERT INTO orders VALUES (0, 'seed');",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        &["--workers", "1"],
+        None,
+        &[("FETCHER_TEST_SEGMENT_SECS", "1")],
+    );
+    create_ledger(&server, &db.0);
+    let mut backlog = job(1, None);
+    backlog["syncId"] = json!("orders-backlog");
+    let first = submit(&server, &backlog);
+    let done = server.wait_job(&first, Duration::from_secs(60));
+    assert_eq!(done["status"], "completed", "{done}");
+    // 120 transactions of 1,500 inserts each: 180,000 changes.
+    lpsql(
+        &db.0,
+        "DO $$ BEGIN FOR i IN 0..119 LOOP \
+           INSERT INTO orders SELECT i * 1500 + g, 'tx ' || i FROM generate_series(1, 1500) g; \
+           COMMIT; END LOOP; END $$;",
+    );
+    backlog["metadata"]["run"] = json!(2);
+    let second = submit(&server, &backlog);
+    let done = server.wait_job(&second, Duration::from_secs(300));
+    assert_eq!(done["status"], "completed", "{done}");
+    let parts = done["resultParts"].as_array().expect("parts").len();
+    assert!(parts >= 2, "one segment only ({parts} parts): {done}");
+    let got = changes(dir.path(), &second);
+    assert_eq!(got.len(), 180_000, "each change once");
+    let ids: std::collections::BTreeSet<i64> = got.iter().map(|(_, id, _)| *id).collect();
+    assert_eq!(ids.len(), 180_000);
+    assert!(got.iter().all(|(op, _, _)| op == "insert"));
+    // Commit order: transaction i's rows before transaction i + 1's.
+    assert!(
+        got.windows(2)
+            .all(|w| (w[0].1 - 1) / 1500 <= (w[1].1 - 1) / 1500)
+    );
+    lpsql(&db.0, "DELETE FROM orders WHERE id = 0");
+    backlog["metadata"]["run"] = json!(3);
+    let third = submit(&server, &backlog);
+    let done = server.wait_job(&third, Duration::from_secs(60));
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(ops(&changes(dir.path(), &third)), [("delete", 0)]);
+}

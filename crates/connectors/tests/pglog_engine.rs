@@ -415,3 +415,72 @@ async fn twenty_log_jobs_under_churn_through_the_engine_apply_to_the_final_state
     drop(c);
     db.drop().await;
 }
+
+/// A backlog past one run (a continued job, docs/operations.md "Long jobs"): the change
+/// read run in segments, each asked to stop at once, stops only where a transaction
+/// ends (a transaction bigger than a batch is never cut) and, resumed after it, gives
+/// exactly the bytes of one uninterrupted run; a snapshot is never cut.
+#[tokio::test]
+async fn a_backlog_read_in_segments_stops_between_transactions_with_one_runs_bytes() {
+    let db = LogDb::create(
+        "CREATE TABLE t (id bigint PRIMARY KEY, v text); \
+         INSERT INTO t SELECT g, 'first' FROM generate_series(1, 1500) g;",
+    )
+    .await;
+    let h = common::harness(&[descriptor(&db)]).await;
+    let slot = LogSlot::for_sync("t1", &common::unique("backlog"), "src", "t");
+    let read = |after: Option<&fetcher_engine::Watermark>| {
+        let mut read = serde_json::json!({"mode": "log", "key": ["id"], "slot": slot});
+        if let Some(w) = after {
+            read["after"] = serde_json::to_value(w).unwrap();
+        }
+        serde_json::json!({
+            "mappedFields": {"src": {"t": ["id", "v"]}},
+            "incremental": {"src": {"t": read}},
+        })
+    };
+    // The snapshot (1,500 rows, more than a batch) is one segment: it cannot resume.
+    let plan = common::store_plan(&h, read(None)).await;
+    let (_, segments) = common::run_in_segments(&h, &plan, async || {}).await;
+    assert_eq!(segments, 1, "a snapshot is read in one run");
+    let (_, at) = log_job(&h, &slot, &["id", "v"], None).await;
+
+    // The backlog: three transactions under a batch, one of 2,500 rows, then small ones.
+    let mut c = db.conn().await;
+    for n in 0..3 {
+        c.execute(format!("UPDATE t SET v = 'pass {n}' WHERE id <= 700").as_str())
+            .await
+            .unwrap();
+    }
+    c.execute("INSERT INTO t SELECT g, 'big' FROM generate_series(2001, 4500) g")
+        .await
+        .unwrap();
+    for id in 1..=5 {
+        c.execute(format!("DELETE FROM t WHERE id = {id}").as_str())
+            .await
+            .unwrap();
+    }
+    let plan = common::store_plan(&h, read(Some(&at))).await;
+    let whole = h
+        .engine
+        .execute_extraction(&fetcher_engine::Context::background(), &plan)
+        .await
+        .unwrap();
+    let whole = h.sink.get(&whole.reference.unwrap().path).unwrap();
+    let (joined, segments) = common::run_in_segments(&h, &plan, async || {}).await;
+    let rows = common::rows_of(&whole, "t");
+    assert_eq!(rows.len(), 3 * 700 + 2500 + 5);
+    assert!(
+        segments >= 4,
+        "stops between the transactions: {segments} segments"
+    );
+    assert_eq!(
+        String::from_utf8(joined).unwrap(),
+        String::from_utf8(whole).unwrap(),
+        "the segments' parts hold one run's bytes"
+    );
+    // The 2,500-row transaction is whole in one segment's parts: a stop inside it would
+    // have lost the rest of it on resume, which the equality above rules out.
+    drop(c);
+    db.drop().await;
+}

@@ -42,6 +42,12 @@ pub struct LogTable {
     pub read: IncrementalRead,
     pub schema: String,
     pub name: String,
+    /// A continued run of a change read: the commit position of the last transaction an
+    /// earlier segment delivered whole; the read skips it and every one before it.
+    resume_after: Option<Lsn>,
+    /// Asked for positions (a segmented run): a change read's batches that end at a
+    /// transaction's end carry its commit position, where a segment may stop.
+    positions: bool,
     /// Decoder OIDs of the selected columns (as the ordinary read decodes them).
     decoders: Vec<u32>,
 }
@@ -50,9 +56,18 @@ fn refused(text: String) -> EngineError {
     EngineError::new(Category::Validation, text).final_answer()
 }
 
+/// A resume point a log read never gives (a snapshot does not resume; a change read
+/// resumes after a commit position).
+fn bad_resume() -> EngineError {
+    EngineError::new(
+        Category::Internal,
+        "a log read's resume point is not a commit position",
+    )
+}
+
 /// Plans a table read from the log: every selected column must be one the log carries in
 /// the binary form the ordinary read decodes; the key columns are always read; no
-/// filter, key range or resume point applies.
+/// filter or key range applies, and only a change read resumes (after a transaction).
 pub(crate) fn plan_table(
     dialect: Dialect,
     table: &TableInfo,
@@ -73,11 +88,18 @@ pub(crate) fn plan_table(
             "table '{name}' is read from the log: a filter cannot apply to its changes (read every row, or use a cursor)"
         )));
     }
-    if step.key_ranges.contains_key(requested) || step.resume_after.contains_key(requested) {
+    if step.key_ranges.contains_key(requested) {
         return Err(refused(format!(
             "table '{name}' is read from the log, which is read whole by one job"
         )));
     }
+    let resume_after = match step.resume_after.get(requested).map(Vec::as_slice) {
+        None => None,
+        Some([serde_json::Value::String(lsn)]) if read.after.is_some() => {
+            Some(lsn.parse::<Lsn>().map_err(|_| bad_resume())?)
+        }
+        Some(_) => return Err(bad_resume()),
+    };
     if table.primary_key.is_empty() {
         return Err(refused(format!(
             "table '{name}' has no primary key: a log read needs one to identify deleted rows"
@@ -124,6 +146,8 @@ pub(crate) fn plan_table(
         read: read.clone(),
         schema: table.schema.clone(),
         name: table.name.clone(),
+        resume_after,
+        positions: step.positions,
         decoders: pg_decoders(&plan),
     });
     Ok(plan)
@@ -254,19 +278,41 @@ async fn changes(
     let mut rows = Vec::with_capacity(BATCH_ROWS);
     let mut sent_any = false;
     let mut columns: Vec<(Arc<Relation>, Vec<Option<usize>>)> = Vec::new();
+    // The commit position of the transaction the rows so far end in.
+    let mut last_commit: Option<Lsn> = None;
+    let batch = |rows: Vec<fetcher_engine::Row>, ends_at: Option<Lsn>| {
+        let mut b = plan.batch(rows);
+        // Only a batch that ends with a whole transaction is a place to stop.
+        b.position = ends_at
+            .filter(|_| log.positions)
+            .map(|lsn| vec![serde_json::Value::String(lsn.to_string())]);
+        b
+    };
     let mut changes = super::read_changes(conn, &read);
     while let Some(change) = changes.next().await? {
-        rows.extend(change_rows(&plan, log, &mut columns, &change)?);
-        if rows.len() >= BATCH_ROWS {
+        if log.resume_after.is_some_and(|r| change.commit_lsn <= r) {
+            continue; // an earlier segment delivered its transaction
+        }
+        let ended = last_commit.filter(|c| *c != change.commit_lsn);
+        // A segmented run ends a batch at a transaction's end sooner, so that it has
+        // places to stop; a batch inside a big transaction is sent full, without one.
+        let full_at = match ended {
+            Some(_) if log.positions => BATCH_ROWS / 4,
+            _ => BATCH_ROWS,
+        };
+        if rows.len() >= full_at {
             let full = std::mem::replace(&mut rows, Vec::with_capacity(BATCH_ROWS));
             sent_any = true;
-            if tx.send(Msg::Batch(plan.batch(full))).await.is_err() {
+            if tx.send(Msg::Batch(batch(full, ended))).await.is_err() {
                 return Ok(false);
             }
         }
+        rows.extend(change_rows(&plan, log, &mut columns, &change)?);
+        last_commit = Some(change.commit_lsn);
     }
     if !rows.is_empty() {
-        return Ok(tx.send(Msg::Batch(plan.batch(rows))).await.is_ok());
+        // The read returns whole transactions: its last row ends one.
+        return Ok(tx.send(Msg::Batch(batch(rows, last_commit))).await.is_ok());
     }
     Ok(sent_any || crate::pg::announce_empty(tx, &plan).await)
 }
