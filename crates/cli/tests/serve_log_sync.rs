@@ -452,7 +452,8 @@ fn deleting_a_log_sync_drops_its_slot_and_publication() {
 
 /// A backlog longer than a segment (`FETCHER_TEST_SEGMENT_SECS`, segments of a second):
 /// the job continues across segments, each stopping where a transaction ends, and
-/// delivers every change once; the next job starts after the last of them.
+/// delivers every change once; a job canceled midway moves nothing; the next job starts
+/// after the last of them.
 #[test]
 fn a_log_backlog_longer_than_a_segment_continues_and_delivers_each_change_once() {
     let db = LogDb::create();
@@ -481,6 +482,27 @@ fn a_log_backlog_longer_than_a_segment_continues_and_delivers_each_change_once()
            INSERT INTO orders SELECT i * 1500 + g, 'tx ' || i FROM generate_series(1, 1500) g; \
            COMMIT; END LOOP; END $$;",
     );
+    // A job canceled once it has read part of the backlog leaves the sync where it was.
+    backlog["metadata"]["run"] = json!("canceled");
+    let canceled = submit(&server, &backlog);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, v) = server.request("GET", &format!("/v1/fetcher/{canceled}"), None, &[]);
+        if v["progress"]["rows"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        assert!(
+            v["status"] == "pending" || v["status"] == "processing",
+            "ended before the cancel: {v}"
+        );
+        assert!(Instant::now() < deadline, "no progress: {v}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, body) =
+        server.request("POST", &format!("/v1/fetcher/{canceled}/cancel"), None, &[]);
+    assert_eq!(status, 202, "{body}");
+    let done = server.wait_job(&canceled, Duration::from_secs(60));
+    assert_eq!(done["status"], "canceled", "{done}");
     backlog["metadata"]["run"] = json!(2);
     let second = submit(&server, &backlog);
     let done = server.wait_job(&second, Duration::from_secs(300));
