@@ -1,6 +1,7 @@
 //! The extract handler running jobs against real datasources, over the AWS adapters on
-//! moto (or LocalStack's lane): each tenant's share of the invocations (#52) and a MongoDB
-//! collection read to a sealed result (#41). The other handler tests are in `handler.rs`.
+//! moto (or LocalStack's lane): each tenant's share of the invocations (#52), a MongoDB
+//! collection read to a sealed result (#41), and a sync read from the PostgreSQL log
+//! (#42). The other handler tests are in `handler.rs`.
 
 mod common;
 
@@ -230,6 +231,19 @@ async fn a_mongodb_collection_is_read_in_id_order() {
     assert_eq!(result.row_count, 2500);
 
     // The sealed object, opened: every document once, in `_id` order.
+    let rows = sealed_rows(&ex, job.id, &result).await;
+    let ids: Vec<i64> = rows.iter().map(|r| r["_id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, (0..2500).collect::<Vec<_>>());
+    assert_eq!(rows[7], json!({"_id": 7, "n": 14, "who.name": "c2"}));
+    db.drop().await.ok();
+}
+
+/// The rows of a completed job's sealed NDJSON object, opened with the store's keys.
+async fn sealed_rows(
+    ex: &fetcher_fn_extract::Extractor,
+    job: fetcher_host::model::JobId,
+    result: &fetcher_host::model::JobResult,
+) -> Vec<Value> {
     let mut reader = ex
         .pipeline
         .objects
@@ -242,20 +256,149 @@ async fn a_mongodb_collection_is_read_in_id_order() {
         sealed.extend(chunk);
     }
     let ring = ex.pipeline.keys.key_ring().await.unwrap();
-    let plain = fetcher_crypto::open_sealed(
-        &ring,
-        &sealed,
-        Some(&job.id.to_string()),
-        Some(&result.hmac),
-    )
-    .unwrap();
-    let rows: Vec<Value> = std::str::from_utf8(&plain)
+    let plain =
+        fetcher_crypto::open_sealed(&ring, &sealed, Some(&job.to_string()), Some(&result.hmac))
+            .unwrap();
+    std::str::from_utf8(&plain)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["row"].clone())
+        .collect()
+}
+
+/// `sql` in `db` on the private `wal_level=logical` cluster (`scripts/pg-logical`).
+fn logical_psql(port: u16, db: &str, sql: &str) -> String {
+    let out = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-p"])
+        .arg(port.to_string())
+        .args(["-d", db, "-v", "ON_ERROR_STOP=1", "-tAc", sql])
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// #42 on Lambda: a sync read from the PostgreSQL log by the extract function, its
+/// position kept in DynamoDB: the first job a snapshot, the next exactly the changes
+/// since, deletes included, in commit order; a job with nothing new reads nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_sync_delivers_a_snapshot_then_each_change_once() {
+    let port: u16 = std::env::var("PG_LOGICAL_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(55432);
+    let started = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/pg-logical"
+    ))
+    .arg("start")
+    .env("PG_LOGICAL_PORT", port.to_string())
+    .output()
+    .expect("scripts/pg-logical");
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let database = format!("lambda_log_{}", uuid::Uuid::new_v4().simple());
+    logical_psql(port, "postgres", &format!("CREATE DATABASE {database}"));
+    logical_psql(
+        port,
+        &database,
+        "CREATE TABLE orders (id bigint PRIMARY KEY, status text NOT NULL); \
+         INSERT INTO orders VALUES (1, 'new'), (2, 'new'), (3, 'new');",
+    );
+
+    let ex = extractor().await;
+    let tenant = format!("t{}", uuid::Uuid::new_v4().simple());
+    create_connection(
+        &ex,
+        &tenant,
+        fetcher_engine::ConnectionInput {
+            config_name: "ledger".into(),
+            datasource_type: fetcher_engine::DatasourceType::Postgresql,
+            host: "127.0.0.1".into(),
+            port,
+            database_name: database.clone(),
+            username: "postgres".into(),
+            password: fetcher_engine::Secret::from(b"trust-auth-ignores-it".to_vec()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let run = |n: u32| {
+        let ex = &ex;
+        let tenant = tenant.clone();
+        async move {
+            let mut req: JobRequest = serde_json::from_value(json!({
+                "mappedFields": {"ledger": {"orders": ["id", "status"]}},
+                "incremental": {"ledger": {"orders": {"mode": "log", "key": ["id"]}}},
+                "syncId": "orders-log",
+                "resultFormat": "v2",
+            }))
+            .unwrap();
+            req.metadata.insert("run".into(), n.into());
+            let job = Job::new(&tenant, req, uuid::Uuid::now_v7().to_string());
+            ex.pipeline.jobs.insert(&job).await.unwrap();
+            let msg = encode(&job, &signer(ex).await, "req-log", unix_now());
+            let out = ex.handle(sqs_event(&[("log-1", &msg)])).await;
+            assert_eq!(out, json!({"batchItemFailures": []}));
+            let done = stored_job(ex, &tenant, job.id).await;
+            assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
+            let rows = sealed_rows(ex, job.id, done.result.as_ref().unwrap()).await;
+            rows.iter()
+                .map(|r| {
+                    (
+                        r["_fetcher_op"].as_str().unwrap().to_owned(),
+                        r["id"].as_i64().unwrap(),
+                        r["status"].clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let snapshot = run(1).await;
+    assert_eq!(snapshot.len(), 3);
+    assert!(
+        snapshot.iter().all(|(op, _, _)| op == "snapshot"),
+        "{snapshot:?}"
+    );
+    logical_psql(
+        port,
+        &database,
+        "INSERT INTO orders VALUES (4, 'new'); UPDATE orders SET status = 'paid' WHERE id = 1; \
+         DELETE FROM orders WHERE id = 2;",
+    );
+    let changes = run(2).await;
+    let ops: Vec<(&str, i64)> = changes
+        .iter()
+        .map(|(op, id, _)| (op.as_str(), *id))
         .collect();
-    let ids: Vec<i64> = rows.iter().map(|r| r["_id"].as_i64().unwrap()).collect();
-    assert_eq!(ids, (0..2500).collect::<Vec<_>>());
-    assert_eq!(rows[7], json!({"_id": 7, "n": 14, "who.name": "c2"}));
-    db.drop().await.ok();
+    assert_eq!(ops, [("insert", 4), ("update", 1), ("delete", 2)]);
+    assert_eq!(changes[1].2, "paid");
+    assert!(run(3).await.is_empty(), "nothing new, nothing read");
+    let sync = ex
+        .pipeline
+        .jobs
+        .sync(&tenant, "orders-log")
+        .await
+        .unwrap()
+        .expect("the sync");
+    assert!(sync.tables["ledger"]["orders"].watermark.log.is_some());
+    logical_psql(
+        port,
+        "postgres",
+        &format!(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '{database}'"
+        ),
+    );
+    logical_psql(
+        port,
+        "postgres",
+        &format!("DROP DATABASE {database} WITH (FORCE)"),
+    );
 }
