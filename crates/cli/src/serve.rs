@@ -18,7 +18,8 @@ use clap::Args;
 use fetcher_connectors::{HostPolicy, SqliteFiles, SqliteRoot};
 use fetcher_crypto::KeyRing;
 use fetcher_embedded::{
-    EventLog, InProcessQueue, LocalDirObjectStore, Shares, SqliteStore, Worker, WorkerConfig,
+    EventLog, InProcessQueue, LocalDirObjectStore, Shares, SlotObserver, SqliteStore, Worker,
+    WorkerConfig,
 };
 use fetcher_host::memory::StaticKeyProvider;
 use fetcher_host::model::ResultFormat;
@@ -561,6 +562,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             shutdown_grace: Duration::from_secs(args.shutdown_grace),
             // This process holds the data directory's lock (above).
             reclaim_leases: true,
+            slots_observed: Some({
+                let state = state.clone();
+                SlotObserver(Arc::new(move |slots| {
+                    state.metrics().record_log_retained(slots)
+                }))
+            }),
             ..Default::default()
         },
     };

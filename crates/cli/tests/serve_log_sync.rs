@@ -519,10 +519,33 @@ fn a_log_backlog_longer_than_a_segment_continues_and_delivers_each_change_once()
         got.windows(2)
             .all(|w| (w[0].1 - 1) / 1500 <= (w[1].1 - 1) / 1500)
     );
+    // Unscheduled, the sync still has its retained-log gauge, from its completed jobs.
+    let (_, metrics) = server.request("GET", "/metrics", None, &[]);
+    let text = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("fetcher_sync_log_retained_bytes{")
+                && l.contains("sync=\"orders-backlog\"")
+                && l.contains("config=\"ledger\"")),
+        "no retained-log gauge: {text}"
+    );
     lpsql(&db.0, "DELETE FROM orders WHERE id = 0");
     backlog["metadata"]["run"] = json!(3);
     let third = submit(&server, &backlog);
     let done = server.wait_job(&third, Duration::from_secs(60));
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(ops(&changes(dir.path(), &third)), [("delete", 0)]);
+    // Deleted, the sync's slot retains nothing: its gauge says 0.
+    let (status, body) = server.request("DELETE", "/v1/syncs/orders-backlog", None, &[]);
+    assert_eq!(status, 200, "{body}");
+    let (_, metrics) = server.request("GET", "/metrics", None, &[]);
+    let text = metrics.as_str().unwrap_or_default().to_owned();
+    let gauge = text
+        .lines()
+        .find(|l| {
+            l.starts_with("fetcher_sync_log_retained_bytes{")
+                && l.contains("sync=\"orders-backlog\"")
+        })
+        .expect("the gauge");
+    assert!(gauge.ends_with(" 0"), "{gauge}");
 }

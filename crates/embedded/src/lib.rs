@@ -18,5 +18,5 @@ mod sqlite;
 
 pub use events::{EventLog, event_line};
 pub use local::LocalDirObjectStore;
-pub use queue::{InProcessQueue, Shares, Worker, WorkerConfig};
+pub use queue::{InProcessQueue, Shares, SlotObserver, Worker, WorkerConfig};
 pub use sqlite::SqliteStore;

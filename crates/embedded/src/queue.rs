@@ -366,6 +366,21 @@ pub struct WorkerConfig {
     pub reclaim_leases: bool,
     /// What one tenant and one connection may hold of the workers.
     pub shares: Shares,
+    /// Told what each completed job's replication slots retained (`serve`'s gauge).
+    pub slots_observed: Option<SlotObserver>,
+}
+
+/// What a [`SlotObserver`] calls.
+pub type ObserveSlots = dyn Fn(&[fetcher_host::pipeline::SlotRetained]) + Send + Sync;
+
+/// Called with the slots of each completed job that read from the log.
+#[derive(Clone)]
+pub struct SlotObserver(pub Arc<ObserveSlots>);
+
+impl std::fmt::Debug for SlotObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SlotObserver")
+    }
 }
 
 impl Default for WorkerConfig {
@@ -378,6 +393,7 @@ impl Default for WorkerConfig {
             shutdown_grace: Duration::from_secs(60),
             reclaim_leases: false,
             shares: Shares::defaults(2, false),
+            slots_observed: None,
         }
     }
 }
@@ -534,9 +550,17 @@ async fn handle(
             queue.retry_later(msg, attempt + 1, delay);
             return;
         }
+        Outcome::Completed { log_retained, .. } => {
+            if let Some(observe) = config
+                .slots_observed
+                .as_ref()
+                .filter(|_| !log_retained.is_empty())
+            {
+                (observe.0)(&log_retained);
+            }
+        }
         // The pipeline logs completions, failures and dropped messages itself.
-        Outcome::Completed { .. }
-        | Outcome::Failed { .. }
+        Outcome::Failed { .. }
         | Outcome::Dropped { .. }
         | Outcome::Continued { .. }
         | Outcome::FannedOut { .. }

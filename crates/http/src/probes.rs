@@ -191,6 +191,23 @@ impl Metrics {
         });
     }
 
+    /// What the replication slots of a completed job's log reads retained when it began:
+    /// the same per-table series as [`Metrics::record_sync_freshness`] sets for scheduled
+    /// syncs, so every log sync has one from its first completed job on.
+    pub fn record_log_retained(&self, slots: &[fetcher_host::pipeline::SlotRetained]) {
+        self.record(|| {
+            for s in slots {
+                let labels = [
+                    ("tenant", s.tenant_id.clone()),
+                    ("sync", s.sync_id.clone()),
+                    ("config", s.config.clone()),
+                    ("table", s.table.clone()),
+                ];
+                metrics::gauge!(SYNC_LOG_RETAINED, &labels).set(s.bytes as f64);
+            }
+        });
+    }
+
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
         self.recorder.handle().render()

@@ -11,6 +11,7 @@ use fetcher_engine::Timestamp;
 use fetcher_host::incremental::valid_sync_id;
 use fetcher_host::jobs::JobError;
 use fetcher_host::model::{Schedule, ScheduleState, SyncState};
+use fetcher_host::pipeline::SlotRetained;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -240,6 +241,22 @@ pub async fn delete_sync(
         .delete_sync(&scope.tenant, &id)
         .await
         .map_err(sync_error)?;
+    // The dropped slots retain nothing: their gauges say so (a series cannot be removed).
+    let released: Vec<SlotRetained> = sync
+        .log_tables
+        .iter()
+        .filter(|_| !keep_log)
+        .flat_map(|(config, tables)| {
+            tables.iter().map(|table| SlotRetained {
+                tenant_id: scope.tenant.tenant_id.clone(),
+                sync_id: id.clone(),
+                config: config.clone(),
+                table: table.clone(),
+                bytes: 0,
+            })
+        })
+        .collect();
+    st.metrics().record_log_retained(&released);
     Ok(Json(DeletedSync {
         sync_id: id,
         schedule_deleted,

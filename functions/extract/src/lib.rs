@@ -283,7 +283,7 @@ impl Extractor {
                 rows,
                 bytes,
                 duration,
-                log_retained_bytes,
+                log_retained,
             }) => {
                 info!(%message_id, %job_id, rows, bytes, ms = duration.as_millis() as u64, "job completed");
                 self.metrics(&[
@@ -292,7 +292,7 @@ impl Extractor {
                     ("Bytes", "Bytes", bytes as f64),
                     ("DurationMs", "Milliseconds", duration.as_millis() as f64),
                 ]);
-                if let Some(retained) = log_retained_bytes {
+                if let Some(retained) = log_retained.iter().map(|s| s.bytes).max() {
                     // What the job's replication slots kept of the log when it began: the
                     // LogRetainedBytes alarm's metric (docs/operations.md).
                     self.metrics(&[("LogRetainedBytes", "Bytes", retained as f64)]);

@@ -75,12 +75,20 @@ impl Pipeline {
             rows: result.row_count,
             bytes: result.size_bytes,
             duration: elapsed,
-            log_retained_bytes: result
+            log_retained: result
                 .watermarks
-                .values()
-                .flat_map(|t| t.values())
-                .filter_map(|span| span.to_watermark.as_ref()?.log.as_ref()?.retained_bytes)
-                .max(),
+                .iter()
+                .flat_map(|(config, tables)| tables.iter().map(move |(t, span)| (config, t, span)))
+                .filter_map(|(config, table, span)| {
+                    Some(super::SlotRetained {
+                        tenant_id: job.tenant_id.clone(),
+                        sync_id: job.request.sync_id.clone()?,
+                        config: config.clone(),
+                        table: table.clone(),
+                        bytes: span.to_watermark.as_ref()?.log.as_ref()?.retained_bytes?,
+                    })
+                })
+                .collect(),
         }
     }
 

@@ -122,6 +122,17 @@ impl Default for PipelineConfig {
 /// about 5 s at the measured speed, long enough that a worker's start-up is noise.
 pub const DEFAULT_FANOUT_RANGE_ROWS: i64 = 5_000_000;
 
+/// The log one replication slot of a sync retained when a job of the sync began: the
+/// retained-log metric's sample (a gauge per table on `serve`, EMF on Lambda).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotRetained {
+    pub tenant_id: String,
+    pub sync_id: String,
+    pub config: String,
+    pub table: String,
+    pub bytes: u64,
+}
+
 /// What to do with the message.
 #[derive(Debug)]
 pub enum Outcome {
@@ -131,9 +142,9 @@ pub enum Outcome {
         rows: u64,
         bytes: u64,
         duration: Duration,
-        /// The most log a replication slot of the job's log reads retained when it began
-        /// (docs/operations.md, "Logical decoding"); `None` without log reads.
-        log_retained_bytes: Option<u64>,
+        /// What each replication slot of the job's log reads retained of the log when it
+        /// began (docs/operations.md, "Logical decoding"); empty without log reads.
+        log_retained: Vec<SlotRetained>,
     },
     /// The job failed for good (delete the message).
     Failed { job_id: JobId, error: String },
