@@ -297,7 +297,7 @@ async fn an_invalidated_slot_fails_with_its_reason_and_a_reset_starts_over() {
 
 /// A user with `REPLICATION` who does not own the table is told what it needs (the
 /// publication), not given a retryable failure; a column added between jobs appears in
-/// the rows after it.
+/// the rows after it, and a column dropped is no longer read (and refused when named).
 #[tokio::test]
 async fn a_non_owner_is_told_and_an_added_column_appears_in_later_jobs() {
     let db = LogDb::create("CREATE TABLE t (id bigint PRIMARY KEY, v text);").await;
@@ -338,10 +338,52 @@ async fn a_non_owner_is_told_and_an_added_column_appears_in_later_jobs() {
     c.execute("INSERT INTO t VALUES (2, 'after', 7)")
         .await
         .unwrap();
-    let (rows, _) = log_job(&h, &slot, &[], Some(&at)).await;
+    let (rows, at) = log_job(&h, &slot, &[], Some(&at)).await;
     assert_eq!(rows.len(), 2);
     assert!(rows[0]["extra"].is_null() && rows[0]["v"] == "before");
     assert_eq!(rows[1]["extra"], 7);
+    // A column dropped: once the schema is discovered again, a job of every column
+    // reads the rest, and one naming the dropped column is refused, saying which.
+    c.execute("ALTER TABLE t DROP COLUMN v").await.unwrap();
+    c.execute("INSERT INTO t VALUES (3, 8)").await.unwrap();
+    h.engine
+        .discover_schema_fresh(
+            &fetcher_engine::Context::background(),
+            &common::tenant(),
+            "src",
+        )
+        .await
+        .unwrap();
+    let request = serde_json::json!({
+        "mappedFields": {"src": {"t": ["id", "v"]}},
+        "incremental": {"src": {"t": {"mode": "log", "key": ["id"], "slot": slot, "after": at}}},
+    });
+    let request: fetcher_engine::ExtractionRequest = serde_json::from_value(request).unwrap();
+    let err = h
+        .engine
+        .plan_extraction(
+            &fetcher_engine::Context::background(),
+            &common::tenant(),
+            &request,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.category(),
+        fetcher_engine::Category::Validation,
+        "{err}"
+    );
+    let (rows, _) = log_job(&h, &slot, &[], Some(&at)).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0]["id"].as_i64(), &rows[0]["extra"]),
+        (Some(3), &serde_json::json!(8))
+    );
+    assert!(
+        rows[0].get("v").is_none(),
+        "the dropped column is not read: {}",
+        rows[0]
+    );
     c.execute(format!("DROP OWNED BY {user}; DROP ROLE {user}").as_str())
         .await
         .unwrap();
