@@ -24,10 +24,7 @@ pub async fn bounded<T>(
 
 /// A connect that did not finish in time (reason `ConnectTimedOut`).
 pub fn connect_timed_out() -> EngineError {
-    EngineError::new(
-        Category::Connect,
-        fetcher_engine::error::msg::CONNECT_TIMED_OUT,
-    )
+    EngineError::of(fetcher_engine::Reason::ConnectTimedOut)
 }
 
 /// A discovery that did not finish in time.

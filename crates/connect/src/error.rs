@@ -68,7 +68,7 @@ impl std::fmt::Display for InvalidSslMode {
 impl std::error::Error for InvalidSslMode {}
 
 pub fn forbidden_host() -> EngineError {
-    EngineError::wrap(Category::Validation, msg::HOST_FORBIDDEN, ForbiddenHost)
+    EngineError::wrap_of(fetcher_engine::Reason::ForbiddenHost, ForbiddenHost)
 }
 
 /// Whether an error is host safety's rejection (its reason: a variant, never text).
@@ -104,9 +104,8 @@ pub fn checked_tls_mode(
         .take(64)
         .map(|c| if c.is_control() { '?' } else { c })
         .collect();
-    Err(EngineError::wrap(
-        Category::Validation,
-        fetcher_engine::error::msg::TLS_MODE_INVALID,
+    Err(EngineError::wrap_of(
+        fetcher_engine::Reason::InvalidTlsMode,
         InvalidSslMode { shown },
     ))
 }

@@ -31,7 +31,9 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fetcher_engine::{BoxFuture, Category, ConnectionDescriptor, Context, EngineError, Result};
+use fetcher_engine::{
+    BoxFuture, Category, ConnectionDescriptor, Context, EngineError, Reason, Result,
+};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::cloud_services;
@@ -437,15 +439,12 @@ impl HostPolicy {
     /// nothing is [`fetcher_engine::Reason::HostNotResolved`]; one that does not answer
     /// within the DNS timeout is a plain connect failure (it may be the resolver's outage).
     async fn resolve(&self, ctx: &Context, name: &str) -> Result<Vec<IpAddr>> {
-        use fetcher_engine::error::msg::HOST_NOT_RESOLVED;
         let lookup = tokio::time::timeout(self.dns_timeout, self.resolver.lookup(name));
         match ctx.run(lookup).await {
             Err(done) => Err(error::from_done(done)),
             Ok(Err(_elapsed)) => Err(EngineError::new(Category::Connect, msg::DNS_FAILED)),
-            Ok(Ok(Err(e))) => Err(EngineError::wrap(Category::Connect, HOST_NOT_RESOLVED, e)),
-            Ok(Ok(Ok(a))) if a.is_empty() => {
-                Err(EngineError::new(Category::Connect, HOST_NOT_RESOLVED))
-            }
+            Ok(Ok(Err(e))) => Err(EngineError::wrap_of(Reason::HostNotResolved, e)),
+            Ok(Ok(Ok(a))) if a.is_empty() => Err(EngineError::of(Reason::HostNotResolved)),
             Ok(Ok(Ok(a))) => Ok(a),
         }
     }

@@ -5,48 +5,45 @@
 
 pub use fetcher_connect::error::*;
 
-use fetcher_engine::{Category, EngineError};
+use fetcher_engine::{Category, EngineError, Reason};
 
 /// A failed connection: `connect`, retryable unless the server answered with a refusal
 /// (a wrong password, a locked or login-less user, an unknown database: [`answer`] says
 /// the login was refused, not that the server was unreachable).
 pub fn connect_failed(cause: sqlx::Error) -> EngineError {
-    use fetcher_engine::error::msg as why;
     let reason = connect_reason(&cause);
     let refused = answer(&cause) != Answer::Transient
         || matches!(
             reason,
-            Some(why::LOGIN_REFUSED | why::DATABASE_UNKNOWN | why::TLS_REFUSED)
+            Some(Reason::LoginRefused | Reason::DatabaseUnknown | Reason::TlsRefused)
         );
-    let e = EngineError::wrap(
-        Category::Connect,
-        reason.unwrap_or(msg::CONNECT_FAILED),
-        cause,
-    );
+    let e = match reason {
+        Some(r) => EngineError::wrap_of(r, cause),
+        None => EngineError::wrap(Category::Connect, msg::CONNECT_FAILED, cause),
+    };
     if refused { e.final_answer() } else { e }
 }
 
 /// Why a connection failed, where the answer tells the caller what to fix: the engine's
-/// fixed text of that reason ([`fetcher_engine::Reason`]), or `None`.
-fn connect_reason(e: &sqlx::Error) -> Option<&'static str> {
-    use fetcher_engine::error::msg as why;
+/// reason, or `None`.
+fn connect_reason(e: &sqlx::Error) -> Option<Reason> {
     match e {
         sqlx::Error::Database(d) => {
             if let Some(my) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
                 return match my.number() {
                     // Access denied (to the server, to the database), a plugin or an
                     // expired password the server refuses.
-                    1044 | 1045 | 1251 | 1698 | 1862 | 4151 => Some(why::LOGIN_REFUSED),
-                    1049 => Some(why::DATABASE_UNKNOWN),
+                    1044 | 1045 | 1251 | 1698 | 1862 | 4151 => Some(Reason::LoginRefused),
+                    1049 => Some(Reason::DatabaseUnknown),
                     _ => None,
                 };
             }
             let code = d.code().unwrap_or_default();
             match code.get(..2) {
-                Some("28") => Some(why::LOGIN_REFUSED),
-                _ if code == "3D000" => Some(why::DATABASE_UNKNOWN),
+                Some("28") => Some(Reason::LoginRefused),
+                _ if code == "3D000" => Some(Reason::DatabaseUnknown),
                 // No privilege to connect to the database.
-                _ if code == "42501" => Some(why::LOGIN_REFUSED),
+                _ if code == "42501" => Some(Reason::LoginRefused),
                 _ => None,
             }
         }
@@ -57,14 +54,14 @@ fn connect_reason(e: &sqlx::Error) -> Option<&'static str> {
                 .get_ref()
                 .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) =>
         {
-            Some(why::TLS_REFUSED)
+            Some(Reason::TlsRefused)
         }
         sqlx::Error::Io(io) => match io.kind() {
-            std::io::ErrorKind::ConnectionRefused => Some(why::NOT_LISTENING),
-            std::io::ErrorKind::TimedOut => Some(why::CONNECT_TIMED_OUT),
+            std::io::ErrorKind::ConnectionRefused => Some(Reason::NotListening),
+            std::io::ErrorKind::TimedOut => Some(Reason::ConnectTimedOut),
             _ => None,
         },
-        sqlx::Error::Tls(_) => Some(why::TLS_REFUSED),
+        sqlx::Error::Tls(_) => Some(Reason::TlsRefused),
         _ => None,
     }
 }

@@ -21,9 +21,7 @@
 //! exact and case-sensitive; an invalid mode is a `validation` error with reason
 //! `InvalidTlsMode` (the API's `FET-0413`).
 
-use fetcher_engine::{
-    Category, ConnectionDescriptor, DatasourceType, EngineError, Result, TlsMode,
-};
+use fetcher_engine::{ConnectionDescriptor, DatasourceType, EngineError, Result, TlsMode};
 use sqlx::mysql::MySqlSslMode;
 use sqlx::postgres::PgSslMode;
 
@@ -45,9 +43,8 @@ fn invalid(mode: &str) -> EngineError {
         .take(64)
         .map(|c| if c.is_control() { '?' } else { c })
         .collect();
-    EngineError::wrap(
-        Category::Validation,
-        fetcher_engine::error::msg::TLS_MODE_INVALID,
+    EngineError::wrap_of(
+        fetcher_engine::Reason::InvalidTlsMode,
         InvalidSslMode { shown },
     )
 }
@@ -129,7 +126,7 @@ mod tests {
         for ty in T::ALL {
             for v in vectors {
                 let e = validate_ssl_mode(ty, v).unwrap_err();
-                assert_eq!(e.category(), Category::Validation);
+                assert_eq!(e.category(), fetcher_engine::Category::Validation);
                 assert_eq!(
                     e.reason(),
                     Some(fetcher_engine::Reason::InvalidTlsMode),

@@ -201,19 +201,37 @@ impl Engine {
         Ok(store)
     }
 
-    /// `find`, with "missing" (or another tenant's) mapped to `not_found_msg`.
+    /// `find`, with "missing" (or another tenant's) `not_found` (`ConnectionNotFound`).
     pub(crate) async fn require_connection(
         &self,
         ctx: &Context,
         store: &Arc<dyn ConnectionStore>,
         tenant: &TenantContext,
         config_name: &str,
-        not_found_msg: &'static str,
     ) -> Result<ConnectionDescriptor> {
         store
             .find(ctx, tenant, config_name)
             .await?
-            .ok_or_else(|| EngineError::new(Category::NotFound, not_found_msg))
+            .ok_or_else(|| EngineError::of(crate::Reason::ConnectionNotFound))
+    }
+
+    /// The connection of a planned step: one gone since planning is `not_found` with
+    /// [`msg::UNKNOWN_DATASOURCE`] (no reason: not the caller's name lookup).
+    pub(crate) async fn require_step_connection(
+        &self,
+        ctx: &Context,
+        store: &Arc<dyn ConnectionStore>,
+        tenant: &TenantContext,
+        config_name: &str,
+    ) -> Result<ConnectionDescriptor> {
+        self.require_connection(ctx, store, tenant, config_name)
+            .await
+            .map_err(|e| match e.reason() {
+                Some(crate::Reason::ConnectionNotFound) => {
+                    EngineError::new(Category::NotFound, msg::UNKNOWN_DATASOURCE)
+                }
+                _ => e,
+            })
     }
 
     /// Resolves the factory and builds a connector, mapping failures to fixed texts.
@@ -232,6 +250,7 @@ impl Engine {
                     Category::NotFound,
                     format!("{}{}", msg::NO_CONNECTOR_PREFIX, descriptor.datasource_type),
                 )
+                .with_reason(crate::Reason::NoConnector)
             })?;
         match factory.build(ctx, tenant, descriptor).await {
             Ok(Some(c)) => Ok(c),
@@ -286,7 +305,7 @@ impl Engine {
                 Category::Unavailable,
                 msg::CHECK_ACTIVE_FAILED,
             )),
-            Ok(true) => Err(EngineError::new(Category::Conflict, msg::ACTIVE_EXECUTIONS)),
+            Ok(true) => Err(EngineError::of(crate::Reason::ActiveExecutions)),
             Ok(false) => Ok(()),
         }
     }
@@ -305,7 +324,7 @@ impl Engine {
             let store = self.scoped_store(tenant)?;
             let mut descriptor = ConnectionDescriptor::from_input(input);
             if store.find(ctx, tenant, &input.config_name).await?.is_some() {
-                return Err(EngineError::new(Category::Conflict, msg::CONNECTION_EXISTS));
+                return Err(EngineError::of(crate::Reason::ConnectionExists));
             }
             let password = input.has_password().then(|| input.password());
             let credential = self.protect(ctx, tenant, password).await?;
@@ -328,7 +347,7 @@ impl Engine {
     ) -> Result<ConnectionDescriptor> {
         self.traced("engine.connection.get", async {
             let store = self.scoped_store(tenant)?;
-            self.require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+            self.require_connection(ctx, store, tenant, config_name)
                 .await
         })
         .await
@@ -355,7 +374,7 @@ impl Engine {
             self.scoped_store(tenant)?
                 .find_by_id(ctx, tenant, id)
                 .await?
-                .ok_or_else(|| EngineError::new(Category::NotFound, msg::CONNECTION_NOT_FOUND))
+                .ok_or_else(|| EngineError::of(crate::Reason::ConnectionNotFound))
         })
         .await
     }
@@ -386,7 +405,7 @@ impl Engine {
         self.traced("engine.connection.update", async {
             let store = self.scoped_store(tenant)?;
             let current = self
-                .require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+                .require_connection(ctx, store, tenant, config_name)
                 .await?;
             self.conflict_gate(ctx, tenant, config_name).await?;
             let mut updated = patch.apply(&current);
@@ -435,7 +454,7 @@ impl Engine {
     ) -> Result<()> {
         self.traced("engine.connection.delete", async {
             let store = self.scoped_store(tenant)?;
-            self.require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+            self.require_connection(ctx, store, tenant, config_name)
                 .await?;
             self.conflict_gate(ctx, tenant, config_name).await?;
             store.delete(ctx, tenant, config_name).await
@@ -474,7 +493,7 @@ impl Engine {
                 .has_active_executions(ctx, tenant, config_name)
                 .await?
             {
-                return Err(EngineError::new(Category::Conflict, msg::ACTIVE_EXECUTIONS));
+                return Err(EngineError::of(crate::Reason::ActiveExecutions));
             }
             Ok(())
         })
@@ -506,7 +525,7 @@ impl Engine {
         self.traced("engine.connection.test", async {
             let store = self.scoped_store(tenant)?;
             let descriptor = self
-                .require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+                .require_connection(ctx, store, tenant, config_name)
                 .await?;
             let started = Instant::now();
             let mut connector = self.build_connector(ctx, tenant, &descriptor).await?;
@@ -527,7 +546,7 @@ impl Engine {
                 ) => e,
                 // The operation's deadline passed while connecting: no answer in time.
                 _ if e.category() == Category::Timeout => {
-                    EngineError::new(Category::Connect, msg::CONNECT_TIMED_OUT)
+                    EngineError::of(crate::Reason::ConnectTimedOut)
                 }
                 _ => {
                     let retry = e.retry();
@@ -559,7 +578,7 @@ impl Engine {
         self.traced("engine.log.release", async {
             let store = self.scoped_store(tenant)?;
             let descriptor = self
-                .require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+                .require_connection(ctx, store, tenant, config_name)
                 .await?;
             let mut connector = self.build_connector(ctx, tenant, &descriptor).await?;
             let mut released = Ok(());

@@ -129,6 +129,44 @@ pub enum Reason {
     LogSlotLost,
 }
 
+impl Reason {
+    /// The category of an error of this reason.
+    pub const fn category(self) -> Category {
+        match self {
+            Reason::ConnectionNotFound | Reason::NoConnector => Category::NotFound,
+            Reason::ConnectionExists | Reason::ActiveExecutions => Category::Conflict,
+            Reason::ForbiddenHost | Reason::InvalidTlsMode | Reason::LogSlotLost => {
+                Category::Validation
+            }
+            Reason::HostNotResolved
+            | Reason::LoginRefused
+            | Reason::DatabaseUnknown
+            | Reason::NotListening
+            | Reason::ConnectTimedOut
+            | Reason::TlsRefused => Category::Connect,
+        }
+    }
+
+    /// Its fixed message (for [`Reason::NoConnector`], the start of it: the type follows).
+    pub const fn message(self) -> &'static str {
+        match self {
+            Reason::ConnectionNotFound => msg::CONNECTION_NOT_FOUND,
+            Reason::ConnectionExists => msg::CONNECTION_EXISTS,
+            Reason::ActiveExecutions => msg::ACTIVE_EXECUTIONS,
+            Reason::HostNotResolved => msg::HOST_NOT_RESOLVED,
+            Reason::ForbiddenHost => msg::HOST_FORBIDDEN,
+            Reason::InvalidTlsMode => msg::TLS_MODE_INVALID,
+            Reason::NoConnector => msg::NO_CONNECTOR_PREFIX,
+            Reason::LoginRefused => msg::LOGIN_REFUSED,
+            Reason::DatabaseUnknown => msg::DATABASE_UNKNOWN,
+            Reason::NotListening => msg::NOT_LISTENING,
+            Reason::ConnectTimedOut => msg::CONNECT_TIMED_OUT,
+            Reason::TlsRefused => msg::TLS_REFUSED,
+            Reason::LogSlotLost => msg::LOG_SLOT_LOST,
+        }
+    }
+}
+
 /// Whether retrying the same operation later can help: the one answer every host acts on
 /// (requeue with a delay, or fail the job now).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +197,8 @@ pub struct EngineError {
     /// Whether a retry can help: from the category when made, [`Retry::Futile`] for a
     /// final answer, and carried over when the engine rewrites the error.
     retry: Retry,
+    /// The specific failure, set by whoever made the error ([`EngineError::of`]).
+    reason: Option<Reason>,
 }
 
 impl EngineError {
@@ -169,6 +209,7 @@ impl EngineError {
             message: message.into(),
             cause: None,
             retry: Retry::of(category),
+            reason: None,
         }
     }
 
@@ -183,7 +224,26 @@ impl EngineError {
             message: message.into(),
             cause: Some(cause.into()),
             retry: Retry::of(category),
+            reason: None,
         }
+    }
+
+    /// The error of `reason`: its category and fixed message.
+    pub fn of(reason: Reason) -> Self {
+        Self::new(reason.category(), reason.message()).with_reason(reason)
+    }
+
+    /// [`EngineError::of`], keeping `cause` reachable through `source()` but never
+    /// rendered.
+    pub fn wrap_of(reason: Reason, cause: impl Into<Cause>) -> Self {
+        Self::wrap(reason.category(), reason.message(), cause).with_reason(reason)
+    }
+
+    /// Gives the error a reason (an error whose message has more than the reason's
+    /// fixed text, as [`Reason::NoConnector`]'s).
+    pub(crate) fn with_reason(mut self, reason: Reason) -> Self {
+        self.reason = Some(reason);
+        self
     }
 
     pub fn category(&self) -> Category {
@@ -194,27 +254,10 @@ impl EngineError {
         &self.message
     }
 
-    /// The specific failure, where a caller acts on more than the category. Derived
-    /// from the fixed catalogue here, so hosts match a variant, never message text.
+    /// The specific failure, where a caller acts on more than the category: a field set
+    /// where the error was made, so hosts match a variant, never message text.
     pub fn reason(&self) -> Option<Reason> {
-        match (self.category, self.message.as_ref()) {
-            (Category::NotFound, msg::CONNECTION_NOT_FOUND) => Some(Reason::ConnectionNotFound),
-            (Category::Conflict, msg::CONNECTION_EXISTS) => Some(Reason::ConnectionExists),
-            (Category::Conflict, msg::ACTIVE_EXECUTIONS) => Some(Reason::ActiveExecutions),
-            (Category::Connect, msg::HOST_NOT_RESOLVED) => Some(Reason::HostNotResolved),
-            (Category::Validation, msg::HOST_FORBIDDEN) => Some(Reason::ForbiddenHost),
-            (Category::Validation, msg::TLS_MODE_INVALID) => Some(Reason::InvalidTlsMode),
-            (Category::NotFound, m) if m.starts_with(msg::NO_CONNECTOR_PREFIX) => {
-                Some(Reason::NoConnector)
-            }
-            (Category::Connect, msg::LOGIN_REFUSED) => Some(Reason::LoginRefused),
-            (Category::Connect, msg::DATABASE_UNKNOWN) => Some(Reason::DatabaseUnknown),
-            (Category::Connect, msg::NOT_LISTENING) => Some(Reason::NotListening),
-            (Category::Connect, msg::CONNECT_TIMED_OUT) => Some(Reason::ConnectTimedOut),
-            (Category::Connect, msg::TLS_REFUSED) => Some(Reason::TlsRefused),
-            (Category::Validation, msg::LOG_SLOT_LOST) => Some(Reason::LogSlotLost),
-            _ => None,
-        }
+        self.reason
     }
 
     /// Marks the failure as final: the other side answered (a refused login, a query the
@@ -406,21 +449,34 @@ mod reason_tests {
     use super::*;
 
     #[test]
-    fn reasons_come_from_the_catalogue_and_its_category() {
-        let e = EngineError::new(Category::NotFound, msg::CONNECTION_NOT_FOUND);
-        assert_eq!(e.reason(), Some(Reason::ConnectionNotFound));
-        let e = EngineError::new(Category::Conflict, msg::ACTIVE_EXECUTIONS);
-        assert_eq!(e.reason(), Some(Reason::ActiveExecutions));
+    fn a_reason_is_what_made_the_error_not_its_text() {
+        for reason in [
+            Reason::ConnectionNotFound,
+            Reason::ConnectionExists,
+            Reason::ActiveExecutions,
+            Reason::HostNotResolved,
+            Reason::ForbiddenHost,
+            Reason::InvalidTlsMode,
+            Reason::NoConnector,
+            Reason::LoginRefused,
+            Reason::DatabaseUnknown,
+            Reason::NotListening,
+            Reason::ConnectTimedOut,
+            Reason::TlsRefused,
+            Reason::LogSlotLost,
+        ] {
+            let e = EngineError::of(reason);
+            assert_eq!(
+                (e.reason(), e.category(), e.message()),
+                (Some(reason), reason.category(), reason.message())
+            );
+            let wrapped = EngineError::wrap_of(reason, std::io::Error::other("driver text"));
+            assert_eq!(wrapped.reason(), Some(reason));
+            assert!(!wrapped.to_string().contains("driver text"));
+        }
+        // The same text made without the reason is not that failure.
         let e = EngineError::new(Category::Conflict, msg::CONNECTION_EXISTS);
-        assert_eq!(e.reason(), Some(Reason::ConnectionExists));
-        // The same text under another category is not that failure.
-        let e = EngineError::new(Category::Validation, msg::CONNECTION_EXISTS);
         assert_eq!(e.reason(), None);
         assert_eq!(EngineError::new(Category::Internal, "x").reason(), None);
-        let e = EngineError::new(
-            Category::NotFound,
-            format!("{}ORACLE", msg::NO_CONNECTOR_PREFIX),
-        );
-        assert_eq!(e.reason(), Some(Reason::NoConnector));
     }
 }

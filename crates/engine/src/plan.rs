@@ -51,7 +51,7 @@ impl Engine {
             if name.trim().is_empty() {
                 return Err(EngineError::validation(msg::PLAN_BLANK_CONFIG));
             }
-            self.require_connection(ctx, store, tenant, name, msg::UNKNOWN_DATASOURCE)
+            self.require_connection(ctx, store, tenant, name)
                 .await
                 .map_err(|e| match e.category() {
                     // The name is the caller's own input: say which one is unknown.

@@ -49,7 +49,7 @@ impl Engine {
     ) -> Result<SchemaSnapshot> {
         let store = self.scoped_store(tenant)?;
         let descriptor = self
-            .require_connection(ctx, store, tenant, config_name, msg::CONNECTION_NOT_FOUND)
+            .require_connection(ctx, store, tenant, config_name)
             .await?;
         let read = if skip_cache {
             Read::Live

@@ -103,8 +103,12 @@ pub async fn connection_store(store: &Arc<dyn ConnectionStore>) {
         .await
         .expect_err("duplicate create must fail");
     assert_eq!(
-        (err.category(), err.message()),
-        (Category::Conflict, crate::error::msg::CONNECTION_EXISTS),
+        (err.category(), err.message(), err.reason()),
+        (
+            Category::Conflict,
+            crate::error::msg::CONNECTION_EXISTS,
+            Some(crate::Reason::ConnectionExists)
+        ),
         "duplicate: {err}"
     );
     assert_same(&store.find(&ctx, &a, "pg").await.unwrap().unwrap(), &pg);
@@ -123,17 +127,26 @@ pub async fn connection_store(store: &Arc<dyn ConnectionStore>) {
         .delete(&ctx, &b, "pg")
         .await
         .expect_err("cross-tenant delete");
-    assert_eq!(err.category(), Category::NotFound);
+    assert_eq!(
+        (err.category(), err.reason()),
+        (Category::NotFound, Some(crate::Reason::ConnectionNotFound))
+    );
     let err = store
         .update(&ctx, &b, &pg, None)
         .await
         .expect_err("cross-tenant update");
-    assert_eq!(err.category(), Category::NotFound);
+    assert_eq!(
+        (err.category(), err.reason()),
+        (Category::NotFound, Some(crate::Reason::ConnectionNotFound))
+    );
     let err = store
         .delete_by_id(&ctx, &b, &pg.id)
         .await
         .expect_err("cross-tenant delete by id");
-    assert_eq!(err.category(), Category::NotFound);
+    assert_eq!(
+        (err.category(), err.reason()),
+        (Category::NotFound, Some(crate::Reason::ConnectionNotFound))
+    );
     let b_pg = descriptor("pg", &format!("{}-pg", b.tenant_id));
     store
         .create(&ctx, &b, &b_pg, None)
@@ -197,7 +210,10 @@ pub async fn connection_store(store: &Arc<dyn ConnectionStore>) {
         .update(&ctx, &a, &descriptor("missing", "x"), None)
         .await
         .expect_err("update missing");
-    assert_eq!(err.category(), Category::NotFound);
+    assert_eq!(
+        (err.category(), err.reason()),
+        (Category::NotFound, Some(crate::Reason::ConnectionNotFound))
+    );
 
     // by id
     let by_id = store
@@ -230,7 +246,10 @@ pub async fn connection_store(store: &Arc<dyn ConnectionStore>) {
         .update_by_id(&ctx, &a, "no-such-id", &renamed, None)
         .await
         .expect_err("update missing id");
-    assert_eq!(err.category(), Category::NotFound);
+    assert_eq!(
+        (err.category(), err.reason()),
+        (Category::NotFound, Some(crate::Reason::ConnectionNotFound))
+    );
 
     // delete: invisible to every read afterwards; deleting again is not_found.
     store.delete(&ctx, &a, "zeta").await.expect("delete");

@@ -4,8 +4,7 @@
 //! a bad value) is final. The driver's error is only ever the hidden cause.
 
 use fetcher_connect::error::msg;
-use fetcher_engine::error::msg as why;
-use fetcher_engine::{Category, EngineError};
+use fetcher_engine::{Category, EngineError, Reason};
 use mongodb::error::{Error, ErrorKind};
 
 /// Server error codes that say "try again": the node is going away, electing, or the
@@ -24,24 +23,27 @@ fn io_kind(e: &Error) -> Option<std::io::ErrorKind> {
 /// Why a connection (the first command of a client) failed.
 pub fn connect_failed(e: Error) -> EngineError {
     let (reason, refused) = match e.kind.as_ref() {
-        ErrorKind::Authentication { .. } => (why::LOGIN_REFUSED, true),
+        ErrorKind::Authentication { .. } => (Some(Reason::LoginRefused), true),
         ErrorKind::ServerSelection { message, .. } if message.contains("onnection refused") => {
-            (why::NOT_LISTENING, false)
+            (Some(Reason::NotListening), false)
         }
         ErrorKind::ServerSelection { message, .. }
             if message.contains("ertificate")
                 || message.contains("TLS")
                 || message.contains("tls") =>
         {
-            (why::TLS_REFUSED, true)
+            (Some(Reason::TlsRefused), true)
         }
         _ => match io_kind(&e) {
-            Some(std::io::ErrorKind::ConnectionRefused) => (why::NOT_LISTENING, false),
-            Some(std::io::ErrorKind::TimedOut) => (why::CONNECT_TIMED_OUT, false),
-            _ => (msg::CONNECT_FAILED, false),
+            Some(std::io::ErrorKind::ConnectionRefused) => (Some(Reason::NotListening), false),
+            Some(std::io::ErrorKind::TimedOut) => (Some(Reason::ConnectTimedOut), false),
+            _ => (None, false),
         },
     };
-    let err = EngineError::wrap(Category::Connect, reason, e);
+    let err = match reason {
+        Some(r) => EngineError::wrap_of(r, e),
+        None => EngineError::wrap(Category::Connect, msg::CONNECT_FAILED, e),
+    };
     if refused { err.final_answer() } else { err }
 }
 
@@ -59,7 +61,7 @@ fn transient(e: &Error) -> bool {
 /// A read or a discovery command that failed.
 pub fn query_failed(e: Error, what: &'static str) -> EngineError {
     if matches!(e.kind.as_ref(), ErrorKind::Authentication { .. }) {
-        return EngineError::wrap(Category::Connect, why::LOGIN_REFUSED, e).final_answer();
+        return EngineError::wrap_of(Reason::LoginRefused, e).final_answer();
     }
     if transient(&e) {
         EngineError::wrap(Category::Unavailable, what, e)

@@ -16,7 +16,7 @@ pub(super) fn id_sk(id: &str) -> String {
 }
 
 pub(super) fn not_found() -> EngineError {
-    EngineError::new(Category::NotFound, "connection not found")
+    EngineError::of(fetcher_engine::Reason::ConnectionNotFound)
 }
 
 pub(super) const CONN_UNAVAILABLE: &str = "connection store unavailable";
@@ -289,10 +289,7 @@ impl ConnectionStore for DynamoStore {
                     if cancellation(&e)
                         .is_some_and(|r| r.iter().any(|c| c == "ConditionalCheckFailed")) =>
                 {
-                    Err(EngineError::new(
-                        Category::Conflict,
-                        fetcher_engine::error::msg::CONNECTION_EXISTS,
-                    ))
+                    Err(EngineError::of(fetcher_engine::Reason::ConnectionExists))
                 }
                 Err(e) => Err(engine_unavailable(CONN_UNAVAILABLE)(e)),
             }
@@ -419,10 +416,7 @@ impl ConnectionStore for DynamoStore {
                 Ok(()) => Ok(()),
                 Err(e) => match cancellation(&e) {
                     Some(r) if r.get(1).is_some_and(|c| c == "ConditionalCheckFailed") => {
-                        Err(EngineError::new(
-                            Category::Conflict,
-                            fetcher_engine::error::msg::CONNECTION_EXISTS,
-                        ))
+                        Err(EngineError::of(fetcher_engine::Reason::ConnectionExists))
                     }
                     Some(_) => Err(not_found()),
                     None => Err(engine_unavailable(CONN_UNAVAILABLE)(e)),

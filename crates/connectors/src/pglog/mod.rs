@@ -281,11 +281,7 @@ pub async fn ensure_slot(conn: &mut PgConnection, names: &LogSlot) -> Result<Slo
 /// The slot cannot be read any more: the server removed log it needed
 /// (`max_slot_wal_keep_size`), or it was dropped.
 pub fn slot_lost() -> EngineError {
-    EngineError::new(
-        Category::Validation,
-        fetcher_engine::error::msg::LOG_SLOT_LOST,
-    )
-    .final_answer()
+    EngineError::of(fetcher_engine::Reason::LogSlotLost).final_answer()
 }
 
 fn malformed() -> EngineError {

@@ -15,7 +15,7 @@ pub(super) fn descriptor_from(
 }
 
 pub(super) fn not_found() -> EngineError {
-    EngineError::new(Category::NotFound, "connection not found")
+    EngineError::of(fetcher_engine::Reason::ConnectionNotFound)
 }
 
 impl SqliteStore {
@@ -130,10 +130,9 @@ impl ConnectionStore for SqliteStore {
                 .await;
             match res {
                 Ok(_) => Ok(()),
-                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(EngineError::new(
-                    Category::Conflict,
-                    fetcher_engine::error::msg::CONNECTION_EXISTS,
-                )),
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                    Err(EngineError::of(fetcher_engine::Reason::ConnectionExists))
+                }
                 Err(e) => Err(engine_db_error(e)),
             }
         })

@@ -184,7 +184,7 @@ impl Engine {
             .find(|s| s.config_name == config)
             .ok_or_else(|| EngineError::validation(msg::UNKNOWN_DATASOURCE))?;
         let descriptor = self
-            .require_connection(ctx, store, &tenant, config, msg::UNKNOWN_DATASOURCE)
+            .require_step_connection(ctx, store, &tenant, config)
             .await?;
         let mut connector: Box<dyn Connector> =
             catch(self.build_connector(ctx, &tenant, &descriptor)).await?;
@@ -347,13 +347,7 @@ impl Engine {
             .as_ref()
             .expect("checked at entry");
         let descriptor = self
-            .require_connection(
-                run,
-                store,
-                tenant,
-                &step.config_name,
-                msg::UNKNOWN_DATASOURCE,
-            )
+            .require_step_connection(run, store, tenant, &step.config_name)
             .await?;
         let mut connector: Box<dyn Connector> =
             catch(self.build_connector(run, tenant, &descriptor)).await?;

@@ -20,7 +20,7 @@ fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
 }
 
 fn not_found() -> EngineError {
-    EngineError::new(Category::NotFound, msg::CONNECTION_NOT_FOUND)
+    EngineError::of(crate::Reason::ConnectionNotFound)
 }
 
 #[derive(Clone)]
@@ -97,10 +97,7 @@ impl ConnectionStore for MemoryConnectionStore {
         let mut records = self.records.lock().unwrap();
         let k = key(tenant, &d.config_name);
         if records.contains_key(&k) {
-            return ready(Err(EngineError::new(
-                Category::Conflict,
-                msg::CONNECTION_EXISTS,
-            )));
+            return ready(Err(EngineError::of(crate::Reason::ConnectionExists)));
         }
         records.insert(
             k,
