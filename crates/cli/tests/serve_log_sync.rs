@@ -128,16 +128,7 @@ fn a_log_sync_snapshots_then_delivers_each_change_once_across_a_crash() {
     );
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &[]);
-    let (status, created) = server.request(
-        "POST",
-        "/v1/management/connections",
-        Some(
-            &json!({"configName": "ledger", "type": "POSTGRESQL", "host": "127.0.0.1",
-            "port": port(), "databaseName": db.0, "userName": "postgres", "password": "unused"}),
-        ),
-        &[("X-Product-Name", "reporter")],
-    );
-    assert_eq!(status, 201, "{created}");
+    create_ledger(&server, &db.0);
 
     // Refused at creation: v1, a cursor beside the log mode.
     let mut v1 = job(0, Some("v1"));

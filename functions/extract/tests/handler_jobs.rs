@@ -266,22 +266,6 @@ async fn sealed_rows(
         .collect()
 }
 
-/// `sql` in `db` on the private `wal_level=logical` cluster (`scripts/pg-logical`).
-fn logical_psql(port: u16, db: &str, sql: &str) -> String {
-    let out = std::process::Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-p"])
-        .arg(port.to_string())
-        .args(["-d", db, "-v", "ON_ERROR_STOP=1", "-tAc", sql])
-        .output()
-        .expect("psql");
-    assert!(
-        out.status.success(),
-        "psql: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// #42 on Lambda: a sync read from the PostgreSQL log by the extract function, its
 /// position kept in DynamoDB: the first job a snapshot, the next exactly the changes
 /// since, deletes included, in commit order; a job with nothing new reads nothing.
@@ -305,8 +289,8 @@ async fn a_log_sync_delivers_a_snapshot_then_each_change_once() {
         String::from_utf8_lossy(&started.stderr)
     );
     let database = format!("lambda_log_{}", uuid::Uuid::new_v4().simple());
-    logical_psql(port, "postgres", &format!("CREATE DATABASE {database}"));
-    logical_psql(
+    psql_at(port, "postgres", &format!("CREATE DATABASE {database}"));
+    psql_at(
         port,
         &database,
         "CREATE TABLE orders (id bigint PRIMARY KEY, status text NOT NULL); \
@@ -367,7 +351,7 @@ async fn a_log_sync_delivers_a_snapshot_then_each_change_once() {
         snapshot.iter().all(|(op, _, _)| op == "snapshot"),
         "{snapshot:?}"
     );
-    logical_psql(
+    psql_at(
         port,
         &database,
         "INSERT INTO orders VALUES (4, 'new'); UPDATE orders SET status = 'paid' WHERE id = 1; \
@@ -389,14 +373,14 @@ async fn a_log_sync_delivers_a_snapshot_then_each_change_once() {
         .unwrap()
         .expect("the sync");
     assert!(sync.tables["ledger"]["orders"].watermark.log.is_some());
-    logical_psql(
+    psql_at(
         port,
         "postgres",
         &format!(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '{database}'"
         ),
     );
-    logical_psql(
+    psql_at(
         port,
         "postgres",
         &format!("DROP DATABASE {database} WITH (FORCE)"),

@@ -88,21 +88,17 @@ pub async fn stored_job(ex: &Extractor, tenant: &str, id: fetcher_host::model::J
         .expect("job stored")
 }
 
-/// `psql` on the local PostgreSQL as `postgres`; panics on failure.
+/// `psql` on the local PostgreSQL's `test` database as `postgres`; panics on failure.
 pub fn psql(sql: &str) -> String {
+    psql_at(5432, "test", sql)
+}
+
+/// `psql` as `postgres` on the server at `port` (a private cluster's), in `db`.
+pub fn psql_at(port: u16, db: &str, sql: &str) -> String {
     let out = std::process::Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "test",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-tAc",
-            sql,
-        ])
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-p"])
+        .arg(port.to_string())
+        .args(["-d", db, "-v", "ON_ERROR_STOP=1", "-tAc", sql])
         .output()
         .expect("psql");
     assert!(
